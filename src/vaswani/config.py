@@ -1,0 +1,255 @@
+"""Typed, validated configuration: the model (:class:`ModelConfig`) and its training (:class:`TrainConfig`).
+
+Every variant is a field with a string value (``norm="pre_ln"``,
+``position="relative"``) resolved to classes in one place (the layers). A
+config is checked when it is built, whether it comes from code, flags, a YAML
+file or a run directory's ``config.json``, and a bad one raises
+:class:`~vaswani.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from vaswani.errors import ConfigError
+
+T = TypeVar("T")
+
+ARCHS = ("encoder_decoder",)
+NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "relative")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+TIES = ("none", "output", "all")
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+OPTIMIZERS = ("adam", "adamw")
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` fits a simple annotation (int, float, str, bool, X | None, tuple)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, (tuple, list)) and all(
+            _matches(v, a) for v, a in zip(value, typing.get_args(annotation), strict=False)
+        )
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, annotation)
+
+
+class _Validated:
+    """Type checks every field against its annotation, then runs ``_check``."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if not _matches(value, hints[f.name]):
+                raise ConfigError(
+                    f"config field '{self._section}.{f.name}': expected {_type_name(hints[f.name])}, "
+                    f"got {value!r}"
+                )
+            if hints[f.name] == float and isinstance(value, int):
+                object.__setattr__(self, f.name, float(value))
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
+        self._check()
+
+    _section = "config"
+
+    def _check(self) -> None:
+        """Cross-field checks; subclasses override."""
+
+    def _fail(self, name: str, message: str) -> None:
+        raise ConfigError(f"config field '{self._section}.{name}': {message}")
+
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                self._fail(name, f"must be > 0, got {value}")
+
+    def _one_of(self, name: str, choices: tuple[str, ...]) -> None:
+        if getattr(self, name) not in choices:
+            self._fail(name, f"must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+
+    def _fraction(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                self._fail(name, f"must be in [0, 1), got {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
+        """Build from a mapping; unknown fields are refused with their name and ``source``."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: section '{cls._section}' must be a mapping")  # type: ignore[attr-defined]
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        for name in data:
+            if name not in known:
+                raise ConfigError(
+                    f"{source}: unknown config field '{cls._section}.{name}'"  # type: ignore[attr-defined]
+                )
+        return cls(**data)
+
+    def replace(self: T, **changes: Any) -> T:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def _type_name(annotation: Any) -> str:
+    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Validated):
+    """The architecture. Defaults are the paper's base model (Vaswani et al. 2017, table 3).
+
+    The paper's placement is ``post_ln``; ``pre_ln`` and ``pre_rmsnorm`` add a
+    final norm after each stack. ``tie_embeddings``: ``output`` shares the
+    target embedding with the output projection, ``all`` also shares the
+    source embedding (needs one vocabulary, as the paper's shared BPE).
+    """
+
+    _section = "model"
+
+    arch: str = "encoder_decoder"
+    src_vocab_size: int = 32000
+    tgt_vocab_size: int = 32000
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    activation: str = "relu"
+    norm: str = "post_ln"
+    norm_eps: float = 1e-5
+    position: str = "sinusoidal"
+    max_len: int = 512
+    rel_clip: int = 16
+    attn_window: int | None = None
+    fused_qkv: bool = False
+    bias: bool = True
+    scale_embeddings: bool = True
+    tie_embeddings: str = "all"
+    pad_id: int = 0
+
+    def _check(self) -> None:
+        self._one_of("arch", ARCHS)
+        self._one_of("norm", NORMS)
+        self._one_of("position", POSITIONS)
+        self._one_of("activation", ACTIVATIONS)
+        self._one_of("tie_embeddings", TIES)
+        self._positive(
+            "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+            "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "norm_eps",
+        )  # fmt: skip
+        self._fraction("dropout", "attn_dropout")
+        if self.d_model % self.n_heads:
+            self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
+        if self.attn_window is not None and self.attn_window < 1:
+            self._fail("attn_window", f"must be >= 1 or null, got {self.attn_window}")
+        if self.tie_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
+            self._fail(
+                "tie_embeddings",
+                "'all' needs one shared vocabulary (src_vocab_size == tgt_vocab_size); "
+                "use 'output' with separate vocabularies",
+            )
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            self._fail("pad_id", f"must be a valid token id, got {self.pad_id}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "transformer-base": {},
+    "transformer-big": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3},
+    "transformer-small": {
+        "d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
+    },
+    "tiny": {
+        "d_model": 64, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2, "n_decoder_layers": 2,
+        "dropout": 0.0,
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainConfig(_Validated):
+    """How to train. Defaults follow the paper (Adam β=(0.9, 0.98), ε=1e-9, warmup, label smoothing 0.1).
+
+    ``lr`` is the peak learning rate reached at the end of warmup; the
+    ``inverse_sqrt`` schedule is the paper's d_model^-0.5 · min(step^-0.5,
+    step · warmup^-1.5) rescaled to that peak.
+    """
+
+    _section = "train"
+
+    batch_tokens: int = 4096
+    max_steps: int = 100_000
+    max_minutes: float | None = None
+    lr: float = 7e-4
+    warmup_steps: int = 4000
+    schedule: str = "inverse_sqrt"
+    min_lr: float = 0.0
+    optimizer: str = "adam"
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float | None = 1.0
+    accumulate: int = 1
+    eval_every: int = 1000
+    eval_sentences: int = 500
+    checkpoint_every: int | None = None
+    keep_checkpoints: int = 3
+    bf16: bool = False
+    seed: int = 0
+    max_bad_steps: int = 10
+    threads: int | None = None
+
+    def _check(self) -> None:
+        self._one_of("schedule", SCHEDULES)
+        self._one_of("optimizer", OPTIMIZERS)
+        self._positive(
+            "batch_tokens", "max_steps", "max_minutes", "lr", "accumulate", "eval_every",
+            "eval_sentences", "checkpoint_every", "keep_checkpoints", "clip_norm",
+            "max_bad_steps", "threads",
+        )  # fmt: skip
+        self._fraction("label_smoothing")
+        if self.warmup_steps < 0:
+            self._fail("warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        if self.min_lr < 0 or self.min_lr > self.lr:
+            self._fail("min_lr", f"must be in [0, lr={self.lr}], got {self.min_lr}")
+        if self.weight_decay < 0:
+            self._fail("weight_decay", f"must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            self._fail("betas", f"must be two numbers in [0, 1), got {self.betas}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``config.json`` in a run directory holds: the task, the model and its training."""
+
+    task: str
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,193 @@
+"""Scaled dot-product attention and multi-head attention (self and cross, with a KV cache).
+
+Shapes: inputs are ``(batch, seq, d_model)``; inside, heads are
+``(batch, heads, seq, d_head)``. Masks follow :mod:`vaswani.layers.masks`
+(boolean, True = may attend).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.layers.masks import combine, self_attention_mask
+from vaswani.layers.positions import RelativePositions
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention layer kept between decoding steps.
+
+    Self-attention appends the new step's keys and values; cross-attention
+    fills it once from the encoder output and reuses it.
+    """
+
+    key: Tensor | None = None
+    value: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.key is None else self.key.shape[2]
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        if self.key is not None and self.value is not None:
+            key = torch.cat([self.key, key], dim=2)
+            value = torch.cat([self.value, value], dim=2)
+        self.key, self.value = key, value
+        return key, value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows ``index`` (beam search, dropping finished rows)."""
+        if self.key is not None and self.value is not None:
+            self.key, self.value = self.key[index], self.value[index]
+
+
+def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Make rows in which no key may be attended safe for softmax.
+
+    Such a row (an empty source, or padding under a causal mask) would give
+    softmax over nothing, i.e. NaN. It is opened to every key here and its
+    output is zeroed by the caller with the returned ``(…, q_len, 1)`` flag;
+    ``None`` means every row has a key and nothing needs zeroing.
+    """
+    has_key = mask.any(dim=-1, keepdim=True)
+    if bool(has_key.all()):
+        return mask, None
+    return mask | ~has_key, has_key
+
+
+def attention_weights(
+    q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None
+) -> Tensor:
+    """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+    ``Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_head)) V``. Self-attention takes
+    queries, keys and values from ``x``; cross-attention (``cross=True``) takes
+    keys and values from ``memory``. ``causal`` and ``window`` shape
+    self-attention (decoder, local attention); ``relative`` adds Shaw et al.'s
+    relative positions. The fast path is ``scaled_dot_product_attention``; the
+    explicit path (used for relative positions and when weights are asked for)
+    computes the same thing step by step and returns the weights.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        fused: bool = False,
+        cross: bool = False,
+        causal: bool = False,
+        window: int | None = None,
+        relative: RelativePositions | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.fused = fused
+        self.cross = cross
+        self.causal = causal
+        self.window = window
+        self.relative = relative
+        if fused and not cross:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        elif fused:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """(batch, seq, d_model) → (batch, heads, seq, d_head)."""
+        return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
+
+    def _project(self, x: Tensor, source: Tensor, cache: KVCache | None) -> tuple[Tensor, ...]:
+        """Queries from ``x``; keys and values from ``source`` or the cache."""
+        if self.fused and not self.cross:
+            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)
+            return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
+        q = self._heads(self.q_proj(x))
+        if self.cross and cache is not None and cache.key is not None:
+            return q, cache.key, cache.value
+        if self.fused:
+            k, v = self.kv_proj(source).chunk(2, dim=-1)
+        else:
+            k, v = self.k_proj(source), self.v_proj(source)
+        k, v = self._heads(k), self._heads(v)
+        return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` (batch, q_len, d_model).
+
+        ``memory`` (batch, k_len, d_model) is the key/value source of
+        cross-attention. ``mask`` is a boolean may-attend mask broadcastable to
+        (batch, heads, q_len, k_len), typically the key padding mask; the causal
+        and window parts are added here from the layer's own settings. Returns
+        the output (batch, q_len, d_model) and, if ``need_weights``, the
+        attention weights (batch, heads, q_len, k_len) before dropout.
+        """
+        q, k, v = self._project(x, x if memory is None else memory, cache)
+        q_len, k_len = q.shape[2], k.shape[2]
+        fast_causal = False
+        if not self.cross:
+            position_mask = self_attention_mask(q_len, k_len, self.causal, self.window, x.device)
+            fast_causal = mask is None and position_mask is not None and self.window is None
+            fast_causal = fast_causal and q_len == k_len
+            mask = combine(mask, position_mask)
+        has_key = None
+        if mask is not None:
+            mask, has_key = guard_empty_rows(mask)
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights or self.relative is not None:
+            out, weights = self._explicit(q, k, v, mask, dropout)
+        elif fast_causal:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        if has_key is not None:
+            out = out * has_key
+        out = self.out_proj(out.transpose(1, 2).flatten(-2))
+        return out, (weights if need_weights else None)
+
+    def _explicit(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float
+    ) -> tuple[Tensor, Tensor]:
+        """The reference path: weights computed explicitly, relative terms added."""
+        bucket = bias = None
+        if self.relative is not None:
+            bucket = self.relative.bucket(q.shape[2], k.shape[2], q.device)
+            bias = self.relative.key_scores(q, bucket) / math.sqrt(self.d_head)
+        weights = attention_weights(q, k, mask, bias)
+        dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+        out = dropped @ v
+        if self.relative is not None and bucket is not None:
+            out = out + self.relative.value_term(dropped, bucket)
+        return out, weights

@@ -1,0 +1,149 @@
+"""The Transformer block and a stack of them: the one block every model is built from.
+
+Block = residual(self-attention) → [residual(cross-attention)] → residual(feed-forward),
+with the residual placement (post-LN, pre-LN, pre-RMSNorm) chosen by the config.
+The encoder is a stack of non-causal blocks, the decoder a stack of causal blocks
+with cross-attention, and a GPT a stack of causal blocks without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
+from vaswani.layers.attention import KVCache, MultiHeadAttention
+from vaswani.layers.feedforward import FeedForward
+from vaswani.layers.norms import make_norm, residual_for
+from vaswani.layers.positions import RelativePositions
+
+
+@dataclass
+class LayerCache:
+    """Decoding state of one block: its self-attention and cross-attention KV caches."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
+class Block(nn.Module):
+    """One layer: self-attention, optional cross-attention, feed-forward, each in a residual.
+
+    post_ln: x ← LayerNorm(x + Dropout(Sublayer(x)))
+    pre_ln / pre_rmsnorm: x ← x + Dropout(Sublayer(Norm(x)))
+    """
+
+    def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
+        super().__init__()
+        relative = None
+        if cfg.position == "relative":
+            relative = RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)
+
+        def attention(is_cross: bool) -> MultiHeadAttention:
+            return MultiHeadAttention(
+                cfg.d_model,
+                cfg.n_heads,
+                dropout=cfg.attn_dropout,
+                bias=cfg.bias,
+                fused=cfg.fused_qkv,
+                cross=is_cross,
+                causal=causal and not is_cross,
+                window=None if is_cross else cfg.attn_window,
+                relative=None if is_cross else relative,
+            )
+
+        self.self_attn = attention(False)
+        self.self_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.cross_attn = attention(True) if cross else None
+        self.cross_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cross else None
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias)
+        self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.residual = residual_for(cfg.norm)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``x`` (batch, seq, d_model) → same shape, and attention weights by name if asked."""
+        weights: dict[str, Tensor] = {}
+
+        def self_attention(h: Tensor) -> Tensor:
+            out, w = self.self_attn(
+                h, mask=mask, cache=cache.self_attn if cache else None, need_weights=need_weights
+            )
+            if w is not None:
+                weights["self"] = w
+            return out
+
+        x = self.residual(x, self.self_attn_norm, self_attention, self.dropout)
+        if self.cross_attn is not None and self.cross_attn_norm is not None:
+            cross_attn = self.cross_attn
+
+            def cross_attention(h: Tensor) -> Tensor:
+                out, w = cross_attn(
+                    h,
+                    memory=memory,
+                    mask=memory_mask,
+                    cache=cache.cross_attn if cache else None,
+                    need_weights=need_weights,
+                )
+                if w is not None:
+                    weights["cross"] = w
+                return out
+
+            x = self.residual(x, self.cross_attn_norm, cross_attention, self.dropout)
+        x = self.residual(x, self.ffn_norm, self.ffn, self.dropout)
+        return x, weights
+
+
+class BlockStack(nn.Module):
+    """N blocks, plus the final norm that pre-norm placements need (Identity for post-LN)."""
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, causal: bool, cross: bool) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
+        self.final_norm = (
+            nn.Identity() if cfg.norm == "post_ln" else make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        )
+
+    def new_cache(self) -> list[LayerCache]:
+        return [LayerCache() for _ in self.layers]
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights."""
+        all_weights = []
+        for i, layer in enumerate(self.layers):
+            x, weights = layer(
+                x, mask, memory, memory_mask, cache[i] if cache else None, need_weights
+            )
+            all_weights.append(weights)
+        return self.final_norm(x), all_weights
+
+
+class Encoder(BlockStack):
+    """Encoder: non-causal self-attention blocks; padding is masked through ``mask``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, cfg.n_encoder_layers, causal=False, cross=False)
+
+
+class Decoder(BlockStack):
+    """Decoder: masked (causal) self-attention, cross-attention to the encoder output, feed-forward."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, cfg.n_decoder_layers, causal=True, cross=True)

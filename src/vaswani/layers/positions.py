@@ -1,0 +1,98 @@
+"""Position information: absolute (sinusoidal, learned) and relative (Shaw et al. 2018).
+
+Absolute schemes map position ids ``(batch, seq)`` or ``(seq,)`` to vectors that
+are added to the token embeddings. The relative scheme lives inside attention:
+see :class:`RelativePositions`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """The paper's fixed table, ``(max_len, d_model)``.
+
+    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+    """
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(
+        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]
+    return table.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal positions (Vaswani et al. 2017, section 3.5); no parameters."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """``positions`` (..., seq) int64 → (..., seq, d_model)."""
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Module):
+    """Learned absolute positions: one trained vector per position id (BERT, GPT-2)."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        """``positions`` (..., seq) int64 → (..., seq, d_model)."""
+        return self.embedding(positions)
+
+
+class RelativePositions(nn.Module):
+    """Relative position representations of Shaw et al. (2018), shared by all heads.
+
+    For query position i and key position j the distance is clipped,
+    ``r = clip(j - i, -k, k)``, and two learned tables give ``a^K_r`` and
+    ``a^V_r`` of size ``d_head``. Attention becomes
+
+        e_ij = q_i · (k_j + a^K_ij) / sqrt(d_head)
+        z_i  = Σ_j α_ij (v_j + a^V_ij)
+
+    Neither term builds the ``(q_len, k_len, d_head)`` tensor: the key term
+    multiplies queries by the ``2k+1`` table rows and gathers by distance; the
+    value term sums the attention weights per distance bucket first, then
+    multiplies by the table.
+    """
+
+    def __init__(self, d_head: int, clip: int) -> None:
+        super().__init__()
+        self.clip = clip
+        self.keys = nn.Embedding(2 * clip + 1, d_head)
+        self.values = nn.Embedding(2 * clip + 1, d_head)
+
+    def bucket(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        """``(q_len, k_len)`` table index ``clip(j - i, -k, k) + k``; the queries
+        are the last ``q_len`` of the ``k_len`` positions (as with a KV cache)."""
+        q = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+        k = torch.arange(k_len, device=device)[None, :]
+        return (k - q).clamp(-self.clip, self.clip) + self.clip
+
+    def key_scores(self, q: Tensor, bucket: Tensor) -> Tensor:
+        """``q`` (batch, heads, q_len, d_head) → q_i · a^K_ij, (batch, heads, q_len, k_len)."""
+        per_bucket = q @ self.keys.weight.to(q.dtype).t()
+        index = bucket.expand(*q.shape[:2], *bucket.shape)
+        return per_bucket.gather(-1, index)
+
+    def value_term(self, weights: Tensor, bucket: Tensor) -> Tensor:
+        """``weights`` (batch, heads, q_len, k_len) → Σ_j α_ij a^V_ij, (batch, heads, q_len, d_head)."""
+        index = bucket.expand_as(weights)
+        summed = weights.new_zeros(*weights.shape[:-1], self.keys.num_embeddings)
+        summed.scatter_add_(-1, index, weights)
+        return summed @ self.values.weight.to(weights.dtype)

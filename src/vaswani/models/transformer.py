@@ -1,0 +1,100 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need"."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
+from vaswani.layers.blocks import Decoder, Encoder, LayerCache
+from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.masks import padding_mask
+
+
+@dataclass
+class EncodedSource:
+    """What decoding needs from the source: encoder output, its padding mask, and the cache."""
+
+    memory: Tensor
+    mask: Tensor
+    cache: list[LayerCache] | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows ``index`` of everything (beam search)."""
+        self.memory, self.mask = self.memory[index], self.mask[index]
+        for layer in self.cache or []:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)
+
+
+class Transformer(nn.Module):
+    """P(y_t | y_<t, x) = softmax(Decoder(Embed(y_<t), Encoder(Embed(x))) W_out).
+
+    ``src`` (batch, src_len) and ``tgt_in`` (batch, tgt_len) are token ids padded
+    with ``pad_id``; ``tgt_in`` is the target shifted right behind BOS (teacher
+    forcing). Logits are (batch, tgt_len, tgt_vocab_size).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        d = cfg.d_model
+        self.src_embed = Embeddings(
+            cfg.src_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
+            cfg.scale_embeddings,
+        )  # fmt: skip
+        shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
+        self.tgt_embed = Embeddings(
+            cfg.tgt_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
+            cfg.scale_embeddings, token=shared,
+        )  # fmt: skip
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings != "none":
+            self.output.weight = self.tgt_embed.token.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices (as the reference tensor2tensor code) and N(0, d^-1/2)
+        embeddings, so that embeddings scaled by sqrt(d_model) have unit variance."""
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                continue
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        std = 1.0 / math.sqrt(self.config.d_model)
+        for embed in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(embed.token.weight, 0.0, std)
+
+    def encode(self, src: Tensor) -> EncodedSource:
+        mask = padding_mask(src, self.config.pad_id)
+        memory, _ = self.encoder(self.src_embed(src), mask)
+        return EncodedSource(memory, mask)
+
+    def decode(
+        self, tgt_in: Tensor, source: EncodedSource, need_weights: bool = False
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """Decoder hidden states → logits. With ``source.cache`` set, ``tgt_in`` holds only
+        the new tokens and their positions continue after the cached ones."""
+        offset = source.cache[0].self_attn.length if source.cache else 0
+        y = self.tgt_embed(tgt_in, offset=offset)
+        h, weights = self.decoder(
+            y, memory=source.memory, memory_mask=source.mask, cache=source.cache,
+            need_weights=need_weights,
+        )  # fmt: skip
+        return self.output(h), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        logits, _ = self.decode(tgt_in, self.encode(src))
+        return logits
+
+    def start_decoding(self, src: Tensor) -> EncodedSource:
+        """Encode once and attach an empty KV cache for incremental decoding."""
+        source = self.encode(src)
+        source.cache = self.decoder.new_cache()
+        return source
