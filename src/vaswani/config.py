@@ -58,7 +58,7 @@ class _Validated:
                     f"config field '{self._section}.{f.name}': expected {_type_name(hints[f.name])}, "
                     f"got {value!r}"
                 )
-            if hints[f.name] == float and isinstance(value, int):
+            if hints[f.name] is float and isinstance(value, int):
                 object.__setattr__(self, f.name, float(value))
             if isinstance(value, list):
                 object.__setattr__(self, f.name, tuple(value))

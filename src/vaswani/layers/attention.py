@@ -60,9 +60,7 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     return mask | ~has_key, has_key
 
 
-def attention_weights(
-    q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None
-) -> Tensor:
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
     """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if bias is not None:

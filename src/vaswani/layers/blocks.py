@@ -128,9 +128,7 @@ class BlockStack(nn.Module):
         """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights."""
         all_weights = []
         for i, layer in enumerate(self.layers):
-            x, weights = layer(
-                x, mask, memory, memory_mask, cache[i] if cache else None, need_weights
-            )
+            x, weights = layer(x, mask, memory, memory_mask, cache[i] if cache else None, need_weights)
             all_weights.append(weights)
         return self.final_norm(x), all_weights
 

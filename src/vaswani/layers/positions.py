@@ -20,9 +20,7 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
     """
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
-    inv_freq = torch.exp(
-        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
-    )
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]

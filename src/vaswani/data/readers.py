@@ -1,0 +1,50 @@
+"""Reading the user's text files, with errors that name the file and the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vaswani.errors import DataError
+
+
+def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
+    """The lines of a UTF-8 text file, without their line endings.
+
+    Raises :class:`DataError` for a missing file, a directory, bytes that are
+    not UTF-8 (naming the line), a file with no text, or (unless
+    ``allow_empty_lines``) an empty line.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a text file")
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    text_lines = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+        if not allow_empty_lines and not line.strip():
+            raise DataError(f"{path}:{number}: empty line")
+        text_lines.append(line)
+    if not text_lines:
+        raise DataError(f"{path}: file is empty")
+    return text_lines
+
+
+def read_parallel(src: str | Path, tgt: str | Path) -> list[tuple[str, str]]:
+    """Aligned sentence pairs from two files with one sentence per line."""
+    src_lines, tgt_lines = read_lines(src), read_lines(tgt)
+    if len(src_lines) != len(tgt_lines):
+        raise DataError(
+            f"{src} has {len(src_lines)} lines but {tgt} has {len(tgt_lines)}: "
+            "parallel files must have one sentence per line, aligned"
+        )
+    return list(zip(src_lines, tgt_lines, strict=True))

@@ -1,0 +1,42 @@
+"""Evaluation metrics: BLEU and chrF through sacrebleu, on detokenised text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sacrebleu
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    signature: str
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> Score:
+    """Corpus BLEU (Papineni et al. 2002) as sacrebleu computes it; use ``tokenize="zh"``
+    for Chinese targets. The signature says exactly how it was computed."""
+    metric = sacrebleu.BLEU(tokenize=tokenize)
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score(result.score, str(metric.get_signature()))
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """Character n-gram F-score (Popović 2015), sacrebleu's chrF."""
+    metric = sacrebleu.CHRF()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score(result.score, str(metric.get_signature()))
+
+
+def perplexity(mean_nll: float) -> float:
+    """exp of the mean negative log-likelihood per token."""
+    return math.exp(min(mean_nll, 700.0))
+
+
+def is_cjk(text: str) -> bool:
+    """Whether most letters of ``text`` are CJK ideographs (then BLEU needs ``tokenize="zh"``)."""
+    letters = [c for c in text if c.isalpha()]
+    cjk = sum(1 for c in letters if "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf")
+    return bool(letters) and cjk / len(letters) > 0.5

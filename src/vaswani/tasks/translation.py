@@ -1,0 +1,314 @@
+"""Translation: the task adapter (data, loss, metrics) and the translator that uses a run.
+
+Training data comes from the user's parallel files or, by default, from the
+embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.batching import Seq2SeqBatch, seq2seq_batch, token_buckets
+from vaswani.data.readers import read_parallel
+from vaswani.errors import ConfigError, DataError
+from vaswani.generation import translate_ids
+from vaswani.metrics import bleu, chrf, is_cjk, perplexity
+from vaswani.models.transformer import Transformer
+from vaswani.rundir import read_run_config, write_run_config
+from vaswani.tokenizer import TextTokenizer
+from vaswani.training.checkpoint import atomic_write_text, load_weights
+from vaswani.training.losses import label_smoothed_nll
+from vaswani.training.trainer import Trainer
+
+TASK = "translation"
+SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+Pairs = list[tuple[str, str]]
+
+
+@dataclass
+class TranslationData:
+    """Sentence pairs, and where they came from (for error messages)."""
+
+    train: Pairs
+    valid: Pairs
+    test: Pairs
+    train_name: str = "train"
+    valid_name: str = "valid"
+
+
+def load_data(spec: dict[str, Any]) -> TranslationData:
+    """Read the data a run's ``data`` config section describes."""
+    if spec.get("source") == "default":
+        from vaswani.data import grammar
+
+        corpus = grammar.default_corpus(
+            seed=spec.get("seed", 0), n_train=spec["n_train"], n_test=spec["n_test"],
+            n_valid=spec["n_valid"],
+        )  # fmt: skip
+        return TranslationData(corpus.train, corpus.valid, corpus.test, "the default corpus")
+    train = read_parallel(spec["src"], spec["tgt"])
+    if spec.get("valid_src") and spec.get("valid_tgt"):
+        valid = read_parallel(spec["valid_src"], spec["valid_tgt"])
+    else:
+        cut = max(1, min(1000, len(train) // 20))
+        train, valid = train[:-cut], train[-cut:]
+        if not train:
+            raise DataError(f"{spec['src']}: too few lines to hold out a validation split")
+    test: Pairs = []
+    if spec.get("test_src") and spec.get("test_tgt"):
+        test = read_parallel(spec["test_src"], spec["test_tgt"])
+    return TranslationData(train, valid, test, str(spec["src"]), str(spec.get("valid_src")))
+
+
+def build_tokenizers(
+    data: TranslationData, vocab_size: int, shared: bool
+) -> tuple[TextTokenizer, TextTokenizer]:
+    """BPE on the training text: one vocabulary for both sides, or one per side."""
+    if shared:
+        both = TextTokenizer.train_bpe([t for pair in data.train for t in pair], vocab_size)
+        return both, both
+    src = TextTokenizer.train_bpe([s for s, _ in data.train], vocab_size)
+    tgt = TextTokenizer.train_bpe([t for _, t in data.train], vocab_size)
+    return src, tgt
+
+
+def encode_pairs(
+    pairs: Pairs, src_tok: TextTokenizer, tgt_tok: TextTokenizer, max_len: int, name: str
+) -> list[tuple[list[int], list[int]]]:
+    """Token ids of each pair; a sentence that does not fit ``max_len`` (with BOS/EOS)
+    is refused with its line number."""
+    src_ids = src_tok.encode_batch([s for s, _ in pairs])
+    tgt_ids = tgt_tok.encode_batch([t for _, t in pairs])
+    for line, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True), start=1):
+        longest = max(len(s), len(t) + 1)
+        if longest > max_len:
+            raise DataError(
+                f"{name}:{line}: sentence of {longest} tokens exceeds the model's max_len="
+                f"{max_len}; shorten or drop the line, or raise --max-len"
+            )
+    return list(zip(src_ids, tgt_ids, strict=True))
+
+
+class TranslationTask:
+    """Teacher-forced label-smoothed cross-entropy; valid loss, BLEU and chrF."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        train_cfg_batch_tokens: int,
+        smoothing: float,
+        seed: int,
+        src_tok: TextTokenizer,
+        tgt_tok: TextTokenizer,
+        data: TranslationData,
+        eval_sentences: int,
+        bleu_tokenize: str,
+    ) -> None:
+        self.src_tok, self.tgt_tok = src_tok, tgt_tok
+        self.smoothing = smoothing
+        self.bleu_tokenize = bleu_tokenize
+        self.pad_id = model_cfg.pad_id
+        train = encode_pairs(data.train, src_tok, tgt_tok, model_cfg.max_len, data.train_name)
+        lengths = [max(len(s), len(t) + 1) for s, t in train]
+        self._batches = [
+            self._batch([train[i] for i in idx])
+            for idx in token_buckets(lengths, train_cfg_batch_tokens, seed)
+        ]
+        valid = encode_pairs(data.valid, src_tok, tgt_tok, model_cfg.max_len, data.valid_name)
+        valid_lengths = [max(len(s), len(t) + 1) for s, t in valid]
+        self._valid = [
+            self._batch([valid[i] for i in idx])
+            for idx in token_buckets(valid_lengths, train_cfg_batch_tokens, seed)
+        ]
+        self._bleu_pairs = data.valid[:eval_sentences]
+
+    def _batch(self, pairs: Sequence[tuple[list[int], list[int]]]) -> Seq2SeqBatch:
+        return seq2seq_batch(pairs, self.tgt_tok.bos_id, self.tgt_tok.eos_id, self.pad_id)
+
+    def train_batches(self) -> list[Seq2SeqBatch]:
+        return self._batches
+
+    def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> tuple[Tensor, int]:
+        logits = model(batch.src, batch.tgt_in)
+        return label_smoothed_nll(logits, batch.tgt_out, self.pad_id, self.smoothing), batch.n_tokens
+
+    def batch_tokens(self, batch: Seq2SeqBatch) -> int:
+        return batch.n_src_tokens + batch.n_tokens
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        total, count = 0.0, 0
+        for batch in self._valid:
+            logits = model(batch.src, batch.tgt_in)
+            total += float(label_smoothed_nll(logits, batch.tgt_out, self.pad_id, 0.0))
+            count += batch.n_tokens
+        valid_loss = total / max(1, count)
+        assert isinstance(model, Transformer)
+        translator = Translator(model, self.src_tok, self.tgt_tok, self.bleu_tokenize)
+        hyps = translator.translate([s for s, _ in self._bleu_pairs])
+        refs = [t for _, t in self._bleu_pairs]
+        return {
+            "valid_loss": valid_loss,
+            "valid_ppl": perplexity(valid_loss),
+            "valid_bleu": bleu(hyps, refs, self.bleu_tokenize).value,
+            "valid_chrf": chrf(hyps, refs).value,
+        }
+
+
+class Translator:
+    """A trained translation model with its tokenizers: ``Translator.load(run_dir).translate([...])``."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_tok: TextTokenizer,
+        tgt_tok: TextTokenizer,
+        bleu_tokenize: str = "13a",
+    ) -> None:
+        self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
+        self.bleu_tokenize = bleu_tokenize
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Translator:
+        run_dir = Path(run_dir)
+        run = read_run_config(run_dir, task=TASK)
+        src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
+        tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
+        check_vocab(run.model, src_tok, tgt_tok, run_dir)
+        model = Transformer(run.model)
+        load_weights(model, run_dir / "model.safetensors")
+        model.eval()
+        return cls(model, src_tok, tgt_tok, run.data.get("bleu_tokenize", "13a"))
+
+    @torch.no_grad()
+    def translate(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 64,
+        use_cache: bool = True,
+        progress: bool = False,
+    ) -> list[str]:
+        """Greedy translations, batched by length and returned in input order."""
+        self.model.eval()
+        max_len = self.model.config.max_len
+        ids = self.src_tok.encode_batch(list(sentences))
+        for line, row in enumerate(ids, start=1):
+            if len(row) > max_len:
+                raise DataError(f"input line {line}: {len(row)} tokens exceed the model's max_len={max_len}")
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: list[str] = [""] * len(ids)
+        starts = range(0, len(order), batch_size)
+        for start in tqdm(starts, desc="translate", unit="batch", disable=not progress):
+            chunk = order[start : start + batch_size]
+            src = seq2seq_batch([(ids[i], []) for i in chunk], 0, 0, self.model.config.pad_id).src
+            budget = min(max_len - 1, 2 * src.shape[1] + 10)
+            result = translate_ids(
+                self.model, src, self.tgt_tok.bos_id, self.tgt_tok.eos_id, budget, use_cache
+            )
+            for i, row in zip(chunk, result.tokens.tolist(), strict=True):
+                out[i] = self.tgt_tok.decode(row)
+        return out
+
+
+def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
+    """Refuse tokenizers whose vocabularies do not fit the model's embeddings."""
+    for tok, size, name in (
+        (src_tok, cfg.src_vocab_size, SRC_TOKENIZER),
+        (tgt_tok, cfg.tgt_vocab_size, TGT_TOKENIZER),
+    ):
+        if tok.vocab_size > size:
+            raise ConfigError(
+                f"{run_dir / name}: vocabulary of {tok.vocab_size} does not fit the model's "
+                f"embedding of {size}"
+            )
+
+
+def train_translation(
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+) -> tuple[dict[str, Any], Translator, TranslationData]:
+    """Train (or resume) a translation run in ``run_dir``; return metrics, translator and data."""
+    data = load_data(run.data)
+    if resume:
+        src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
+        tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
+    else:
+        src_tok, tgt_tok = build_tokenizers(
+            data, run.data.get("vocab_size", 8000), run.data.get("shared_vocab", False)
+        )
+        run = fit_vocab(run, src_tok, tgt_tok, data)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        src_tok.save(run_dir / SRC_TOKENIZER)
+        tgt_tok.save(run_dir / TGT_TOKENIZER)
+        write_run_config(run_dir, run)
+    check_vocab(run.model, src_tok, tgt_tok, run_dir)
+    torch.manual_seed(run.train.seed)
+    model = Transformer(run.model)
+    task = TranslationTask(
+        run.model, run.train.batch_tokens, run.train.label_smoothing, run.train.seed,
+        src_tok, tgt_tok, data, run.train.eval_sentences, run.data["bleu_tokenize"],
+    )  # fmt: skip
+    trainer = Trainer(model, task, run.train, run_dir)
+    if resume:
+        trainer.resume()
+    metrics = trainer.fit(quiet=quiet)
+    return metrics, Translator(model, src_tok, tgt_tok, run.data["bleu_tokenize"]), data
+
+
+def fit_vocab(
+    run: RunConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, data: TranslationData
+) -> RunConfig:
+    """Size the embeddings to the trained tokenizers, rounded up to a multiple of 64
+    (aligned matrix shapes), and pick BLEU's tokenizer from the target language."""
+
+    def rounded(n: int) -> int:
+        return -(-n // 64) * 64
+
+    model = run.model.replace(
+        src_vocab_size=rounded(src_tok.vocab_size), tgt_vocab_size=rounded(tgt_tok.vocab_size)
+    )
+    if model.tie_embeddings == "all" and src_tok is not tgt_tok:
+        raise ConfigError(
+            "config field 'model.tie_embeddings': 'all' needs one shared vocabulary "
+            "(--shared-vocab); use 'output' with separate vocabularies"
+        )
+    tokenize = run.data.get("bleu_tokenize") or (
+        "zh" if is_cjk("".join(t for _, t in data.train[:200])) else "13a"
+    )
+    return RunConfig(run.task, model, run.train, {**run.data, "bleu_tokenize": tokenize})
+
+
+def evaluate_split(
+    translator: Translator, pairs: Pairs, batch_size: int = 64, quiet: bool = True
+) -> dict[str, Any]:
+    """BLEU and chrF (sacrebleu, with signatures) of greedy translations of ``pairs``."""
+    hyps = translator.translate([s for s, _ in pairs], batch_size, progress=not quiet)
+    refs = [t for _, t in pairs]
+    b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
+    return {
+        "bleu": b.value,
+        "chrf": c.value,
+        "bleu_signature": b.signature,
+        "chrf_signature": c.signature,
+        "hypotheses": hyps,
+    }
+
+
+def write_test_metrics(
+    run_dir: Path, metrics: dict[str, Any], scores: dict[str, Any], split: str
+) -> dict[str, Any]:
+    """Add held-out scores to ``metrics.json`` (written atomically) and return the whole."""
+    merged = {
+        **metrics,
+        **{k: v for k, v in scores.items() if k != "hypotheses"},
+        "bleu_split": split,
+    }
+    atomic_write_text(run_dir / "metrics.json", json.dumps(merged, indent=2) + "\n")
+    return merged

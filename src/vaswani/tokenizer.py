@@ -1,0 +1,87 @@
+"""Subword tokenizers trained on the user's text with Hugging Face ``tokenizers``.
+
+Special tokens have fixed ids in every vaswani tokenizer, saved with it:
+``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3.
+
+Text is split on spaces SentencePiece-style (a word starts with "▁"), so
+decoding gives back the exact spacing of the input, and no Unicode
+normalisation is applied, so Chinese punctuation (，。？) survives unchanged.
+A language written without spaces (Chinese) becomes one "word" per sentence
+and BPE learns its frequent characters and words as pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from vaswani.errors import RunDirError
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+
+class TextTokenizer:
+    """A BPE tokenizer with vaswani's fixed special tokens."""
+
+    pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        for token_id, token in enumerate(SPECIALS):
+            if tokenizer.token_to_id(token) != token_id:
+                raise RunDirError(f"tokenizer does not have {token} at id {token_id}")
+
+    @classmethod
+    def train_bpe(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> TextTokenizer:
+        """Learn BPE merges (Sennrich et al. 2016) on ``texts`` up to ``vocab_size`` pieces."""
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+        tokenizer.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIALS),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer)
+
+    @classmethod
+    def load(cls, path: Path) -> TextTokenizer:
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            if isinstance(exc, RunDirError):
+                raise RunDirError(f"{path}: {exc}") from None
+            raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
+
+    def save(self, path: Path) -> None:
+        self.tokenizer.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, stopping at EOS and leaving out special tokens."""
+        ids = list(ids)
+        if EOS_ID in ids:
+            ids = ids[: ids.index(EOS_ID)]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword pieces of ``text`` (for pictures and inspection)."""
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens

@@ -1,0 +1,253 @@
+"""The one training loop that every task uses.
+
+A task is a thin adapter (:class:`Task`): it owns the data, the loss and the
+metrics; the trainer owns the rest: optimizer, schedule, accumulation,
+clipping, autocast, logging, evaluation, checkpoints and exact resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from vaswani.config import TrainConfig
+from vaswani.data.batching import epoch_order
+from vaswani.errors import VaswaniError
+from vaswani.training.checkpoint import (
+    atomic_save_model,
+    atomic_write_text,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from vaswani.training.schedules import learning_rate
+
+
+class Task(Protocol):
+    """What the trainer needs from a task."""
+
+    def train_batches(self) -> list[Any]:
+        """The fixed list of training batches; the trainer decides their order."""
+        ...
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
+        """Summed loss of a batch and the number of items it sums over."""
+        ...
+
+    def batch_tokens(self, batch: Any) -> int:
+        """Tokens processed for a batch (for tokens/s)."""
+        ...
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics; must not consume random numbers."""
+        ...
+
+
+@dataclass
+class TrainerState:
+    """Where training stands; saved in each checkpoint."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+    train_seconds: float = 0.0
+    tokens: int = 0
+    bad_steps: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class TrainingInterrupted(VaswaniError):
+    """Ctrl-C during training; a checkpoint was written first."""
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam or AdamW; weight decay applies to matrices only, never to biases, norms or
+    (1-d) gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path) -> None:
+        self.model = model
+        self.task = task
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.optimizer = make_optimizer(model, cfg)
+        self.state = TrainerState()
+        self.batches = task.train_batches()
+        if not self.batches:
+            raise VaswaniError("no training batches: the training data is empty")
+
+    def resume(self) -> None:
+        """Continue from the newest complete checkpoint of the run directory."""
+        checkpoints = list_checkpoints(self.run_dir)
+        if not checkpoints:
+            raise VaswaniError(f"{self.run_dir}: no checkpoint to resume from")
+        saved = load_checkpoint(checkpoints[-1], self.model, self.optimizer)
+        self.state = TrainerState(**saved)
+
+    def _next_batches(self) -> list[Any]:
+        """The next ``accumulate`` batches; the position is part of the saved state."""
+        out = []
+        for _ in range(self.cfg.accumulate):
+            order = epoch_order(len(self.batches), self.cfg.seed, self.state.epoch)
+            out.append(self.batches[order[self.state.position]])
+            self.state.position += 1
+            if self.state.position == len(self.batches):
+                self.state.epoch, self.state.position = self.state.epoch + 1, 0
+        return out
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.cfg.bf16:
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device.type
+        return torch.autocast(device, dtype=torch.bfloat16)
+
+    def _step(self) -> tuple[float, int, bool]:
+        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, applied)."""
+        micro = self._next_batches()
+        self.model.train()
+        losses, counts = [], []
+        total = 0
+        for batch in micro:
+            with self._autocast():
+                loss_sum, count = self.task.loss(self.model, batch)
+            losses.append(loss_sum)
+            counts.append(count)
+        total = max(1, sum(counts))
+        loss_value = 0.0
+        for loss_sum in losses:
+            (loss_sum / total).backward()
+            loss_value += float(loss_sum.detach()) / total
+        grad_ok = True
+        if self.cfg.clip_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+            grad_ok = bool(torch.isfinite(norm))
+        tokens = sum(self.task.batch_tokens(b) for b in micro)
+        if not (math.isfinite(loss_value) and grad_ok):
+            self.optimizer.zero_grad(set_to_none=True)
+            return loss_value, tokens, False
+        lr = learning_rate(
+            self.cfg.schedule, self.state.step + 1, self.cfg.lr, self.cfg.warmup_steps,
+            self.cfg.max_steps, self.cfg.min_lr,
+        )  # fmt: skip
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_value, tokens, True
+
+    def _evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            metrics = self.task.evaluate(self.model)
+        self.model.train()
+        return metrics
+
+    def _log(self, row: dict[str, Any]) -> None:
+        path = self.run_dir / "train_log.csv"
+        new = not path.exists()
+        with path.open("a", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
+    def _checkpoint(self) -> None:
+        state = self.state.__dict__.copy()
+        save_checkpoint(self.run_dir, self.model, self.optimizer, state, self.cfg.keep_checkpoints)
+
+    def fit(self, quiet: bool = False) -> dict[str, Any]:
+        """Train until ``max_steps`` or ``max_minutes``; return the final metrics."""
+        cfg, state = self.cfg, self.state
+        budget = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
+        bar = tqdm(
+            total=cfg.max_steps, initial=state.step, desc="train", unit="step",
+            disable=quiet, dynamic_ncols=True, mininterval=0.5,
+        )  # fmt: skip
+        smoothed = None
+        window_tokens, window_start = 0, time.perf_counter()
+        last = time.perf_counter()
+        try:
+            while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
+                loss, tokens, applied = self._step()
+                now = time.perf_counter()
+                state.train_seconds += now - last
+                last = now
+                if not applied:
+                    state.bad_steps += 1
+                    if state.bad_steps >= cfg.max_bad_steps:
+                        raise VaswaniError(
+                            f"{state.bad_steps} steps in a row had a non-finite loss or gradient; "
+                            f"stopping (last good checkpoint in {self.run_dir / 'checkpoints'})"
+                        )
+                    continue
+                state.bad_steps = 0
+                state.step += 1
+                state.tokens += tokens
+                window_tokens += tokens
+                smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
+                elapsed = now - window_start
+                bar.update(1)
+                bar.set_postfix(
+                    loss=f"{smoothed:.3f}",
+                    lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
+                    tok_s=f"{window_tokens / max(elapsed, 1e-9):,.0f}",
+                )
+                done = state.step >= cfg.max_steps or (budget is not None and state.train_seconds >= budget)
+                if state.step % cfg.eval_every == 0 or done:
+                    metrics = self._evaluate()
+                    state.metrics = metrics
+                    self._log(
+                        {
+                            "step": state.step,
+                            "seconds": round(state.train_seconds, 2),
+                            "lr": self.optimizer.param_groups[0]["lr"],
+                            "train_loss": round(smoothed, 5),
+                            **{k: round(v, 5) for k, v in metrics.items()},
+                        }
+                    )
+                    bar.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+                    last = time.perf_counter()
+                    window_tokens, window_start = 0, last
+                if (cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or done:
+                    self._checkpoint()
+                    last = time.perf_counter()
+        except KeyboardInterrupt:
+            bar.close()
+            self._checkpoint()
+            atomic_save_model(self.model, self.run_dir / "model.safetensors")
+            raise TrainingInterrupted(
+                f"interrupted at step {state.step}; checkpoint written. "
+                f"Continue with: vaswani train --resume {self.run_dir}"
+            ) from None
+        bar.close()
+        if not state.metrics:
+            state.metrics = self._evaluate()
+        atomic_save_model(self.model, self.run_dir / "model.safetensors")
+        result = {
+            **state.metrics,
+            "train_seconds": round(state.train_seconds, 2),
+            "steps": state.step,
+            "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
+        }
+        atomic_write_text(self.run_dir / "metrics.json", json.dumps(result, indent=2) + "\n")
+        return result
