@@ -26,7 +26,7 @@ from vaswani.config import (
     RunConfig,
     TrainConfig,
 )
-from vaswani.data.readers import read_lines
+from vaswani.data.readers import read_lines, read_parallel
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 
 EXAMPLES = [
@@ -238,23 +238,27 @@ def new_run_dir(out: Path | None, name: str) -> Path:
 
 
 def cmd_train_translation(args: argparse.Namespace) -> None:
-    from vaswani.rundir import read_run_config
-    from vaswani.tasks.translation import evaluate_split, train_translation, write_test_metrics
+    from vaswani.tasks.translation import (
+        DEFAULT_CORPUS,
+        evaluate_split,
+        resume_translation,
+        train_translation,
+        write_test_metrics,
+    )
 
+    started = time.perf_counter()
     if args.resume:
-        run = read_run_config(args.resume, task="translation")
+        run_dir = args.resume
         changes = {
             name: getattr(args, flag)
             for flag, name in TRAIN_FLAGS.items()
             if flag in ("max_steps", "max_minutes") and getattr(args, flag) is not None
         }
-        run = RunConfig(run.task, run.model, run.train.replace(**changes), run.data)
-        run_dir = args.resume
+        metrics, translator, data = resume_translation(run_dir, args.quiet, **changes)
     else:
         run = run_config_from_args(args)
         run_dir = new_run_dir(args.out, "translation")
-    started = time.perf_counter()
-    metrics, translator, data = train_translation(run, run_dir, args.resume is not None, args.quiet)
+        metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
     pairs = data.test or data.valid
     split = "test" if data.test else "valid"
     scores = evaluate_split(translator, pairs, quiet=args.quiet)
@@ -265,7 +269,7 @@ def cmd_train_translation(args: argparse.Namespace) -> None:
         f"valid loss {metrics['valid_loss']:.3f}, {metrics['steps']} steps, "
         f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s"
     )
-    if run.data.get("source") == "default":
+    if data.train_name == DEFAULT_CORPUS:
         print()
         for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
             print(f"  {sentence}  →  {translation}")
@@ -294,8 +298,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from vaswani.tasks.translation import Translator, evaluate_split
 
     translator = Translator.load(args.run_dir)
-    from vaswani.data.readers import read_parallel
-
     pairs = read_parallel(args.src, args.ref)
     scores = evaluate_split(translator, pairs, batch_size=args.batch_size)
     out = args.out or args.run_dir / f"hypotheses.{args.src.name}"

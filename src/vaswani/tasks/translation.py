@@ -32,6 +32,7 @@ from vaswani.training.trainer import Trainer
 TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 Pairs = list[tuple[str, str]]
+DEFAULT_CORPUS = "the default corpus"
 
 
 @dataclass
@@ -54,7 +55,7 @@ def load_data(spec: dict[str, Any]) -> TranslationData:
             seed=spec.get("seed", 0), n_train=spec["n_train"], n_test=spec["n_test"],
             n_valid=spec["n_valid"],
         )  # fmt: skip
-        return TranslationData(corpus.train, corpus.valid, corpus.test, "the default corpus")
+        return TranslationData(corpus.train, corpus.valid, corpus.test, DEFAULT_CORPUS)
     train = read_parallel(spec["src"], spec["tgt"])
     if spec.get("valid_src") and spec.get("valid_tgt"):
         valid = read_parallel(spec["valid_src"], spec["valid_tgt"])
@@ -102,37 +103,23 @@ class TranslationTask:
     """Teacher-forced label-smoothed cross-entropy; valid loss, BLEU and chrF."""
 
     def __init__(
-        self,
-        model_cfg: ModelConfig,
-        train_cfg_batch_tokens: int,
-        smoothing: float,
-        seed: int,
-        src_tok: TextTokenizer,
-        tgt_tok: TextTokenizer,
-        data: TranslationData,
-        eval_sentences: int,
-        bleu_tokenize: str,
+        self, run: RunConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, data: TranslationData
     ) -> None:
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
-        self.smoothing = smoothing
-        self.bleu_tokenize = bleu_tokenize
-        self.pad_id = model_cfg.pad_id
-        train = encode_pairs(data.train, src_tok, tgt_tok, model_cfg.max_len, data.train_name)
-        lengths = [max(len(s), len(t) + 1) for s, t in train]
-        self._batches = [
-            self._batch([train[i] for i in idx])
-            for idx in token_buckets(lengths, train_cfg_batch_tokens, seed)
-        ]
-        valid = encode_pairs(data.valid, src_tok, tgt_tok, model_cfg.max_len, data.valid_name)
-        valid_lengths = [max(len(s), len(t) + 1) for s, t in valid]
-        self._valid = [
-            self._batch([valid[i] for i in idx])
-            for idx in token_buckets(valid_lengths, train_cfg_batch_tokens, seed)
-        ]
-        self._bleu_pairs = data.valid[:eval_sentences]
+        self.smoothing = run.train.label_smoothing
+        self.bleu_tokenize = run.data["bleu_tokenize"]
+        self.pad_id = run.model.pad_id
+        self._batches = self._batches_of(data.train, data.train_name, run)
+        self._valid = self._batches_of(data.valid, data.valid_name, run)
+        self._bleu_pairs = data.valid[: run.train.eval_sentences]
 
-    def _batch(self, pairs: Sequence[tuple[list[int], list[int]]]) -> Seq2SeqBatch:
-        return seq2seq_batch(pairs, self.tgt_tok.bos_id, self.tgt_tok.eos_id, self.pad_id)
+    def _batches_of(self, pairs: Pairs, name: str, run: RunConfig) -> list[Seq2SeqBatch]:
+        encoded = encode_pairs(pairs, self.src_tok, self.tgt_tok, run.model.max_len, name)
+        lengths = [max(len(s), len(t) + 1) for s, t in encoded]
+        return [
+            seq2seq_batch([encoded[i] for i in idx], self.tgt_tok.bos_id, self.tgt_tok.eos_id, self.pad_id)
+            for idx in token_buckets(lengths, run.train.batch_tokens, run.train.seed)
+        ]
 
     def train_batches(self) -> list[Seq2SeqBatch]:
         return self._batches
@@ -231,10 +218,21 @@ def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer
             )
 
 
+def resume_translation(
+    run_dir: Path, quiet: bool = False, **train_changes: Any
+) -> tuple[dict[str, Any], Translator, TranslationData]:
+    """Continue a stopped run from its newest checkpoint, with its own saved config
+    (``train_changes`` may extend it, e.g. ``max_steps=...``)."""
+    run = read_run_config(run_dir, task=TASK)
+    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    return train_translation(run, run_dir, resume=True, quiet=quiet)
+
+
 def train_translation(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
-    """Train (or resume) a translation run in ``run_dir``; return metrics, translator and data."""
+    """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
+    :func:`resume_translation`); return metrics, translator and data."""
     data = load_data(run.data)
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
@@ -244,17 +242,15 @@ def train_translation(
             data, run.data.get("vocab_size", 8000), run.data.get("shared_vocab", False)
         )
         run = fit_vocab(run, src_tok, tgt_tok, data)
+    check_vocab(run.model, src_tok, tgt_tok, run_dir)
+    task = TranslationTask(run, src_tok, tgt_tok, data)
+    if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         src_tok.save(run_dir / SRC_TOKENIZER)
         tgt_tok.save(run_dir / TGT_TOKENIZER)
         write_run_config(run_dir, run)
-    check_vocab(run.model, src_tok, tgt_tok, run_dir)
     torch.manual_seed(run.train.seed)
     model = Transformer(run.model)
-    task = TranslationTask(
-        run.model, run.train.batch_tokens, run.train.label_smoothing, run.train.seed,
-        src_tok, tgt_tok, data, run.train.eval_sentences, run.data["bleu_tokenize"],
-    )  # fmt: skip
     trainer = Trainer(model, task, run.train, run_dir)
     if resume:
         trainer.resume()

@@ -1,0 +1,77 @@
+"""The trainer: exact resume, checkpoints, schedules."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers import write_reverse_task
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.tasks.translation import resume_translation, train_translation
+from vaswani.training.checkpoint import list_checkpoints
+from vaswani.training.schedules import cosine, inverse_sqrt
+
+
+def _run(tmp_path, name: str, max_steps: int, data: dict) -> RunConfig:
+    model = ModelConfig.preset("tiny", dropout=0.1, tie_embeddings="output")
+    train = TrainConfig(
+        batch_tokens=300, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000,
+        checkpoint_every=5, eval_sentences=8, seed=3,
+    )  # fmt: skip
+    return RunConfig("translation", model, train, {**data, "vocab_size": 60})
+
+
+def test_resumed_run_ends_with_the_same_weights(tmp_path):
+    src, tgt = write_reverse_task(tmp_path)
+    data = {"source": "files", "src": str(src), "tgt": str(tgt)}
+    whole = tmp_path / "whole"
+    train_translation(_run(tmp_path, "whole", 15, data), whole, quiet=True)
+
+    parts = tmp_path / "parts"
+    train_translation(_run(tmp_path, "parts", 10, data), parts, quiet=True)
+    first_leg = load_file(parts / "model.safetensors")
+    resume_translation(parts, quiet=True, max_steps=15)
+
+    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
+    assert json.loads((parts / "metrics.json").read_text())["steps"] == 15
+
+
+def test_checkpoints_are_complete_and_pruned(tmp_path):
+    src, tgt = write_reverse_task(tmp_path)
+    data = {"source": "files", "src": str(src), "tgt": str(tgt)}
+    run = _run(tmp_path, "r", 15, data)
+    run = RunConfig(run.task, run.model, run.train.replace(keep_checkpoints=2), run.data)
+    train_translation(run, tmp_path / "r", quiet=True)
+    kept = list_checkpoints(tmp_path / "r")
+    assert [p.name for p in kept] == ["step_00000010", "step_00000015"]
+    for path in kept:
+        assert {f.name for f in path.iterdir()} == {
+            "model.safetensors", "optimizer.pt", "trainer_state.json",
+        }  # fmt: skip
+    assert not any(p.name.startswith(".tmp") for p in (tmp_path / "r" / "checkpoints").iterdir())
+
+
+def test_inverse_sqrt_is_the_papers_schedule_rescaled():
+    d_model, warmup = 512, 4000
+    paper = [d_model**-0.5 * min(s**-0.5, s * warmup**-1.5) for s in (1, 100, 4000, 9000, 50000)]
+    peak = d_model**-0.5 * warmup**-0.5
+    ours = [inverse_sqrt(s, peak, warmup) for s in (1, 100, 4000, 9000, 50000)]
+    assert ours == pytest.approx(paper, rel=1e-12)
+
+
+def test_cosine_warms_up_then_decays_to_the_floor():
+    values = [cosine(s, 1.0, 10, 110, 0.1) for s in range(1, 111)]
+    assert values[9] == pytest.approx(1.0)
+    assert all(a <= b for a, b in itertools.pairwise(values[:10]))
+    assert all(a >= b for a, b in itertools.pairwise(values[10:]))
+    assert values[-1] == pytest.approx(0.1)
+    assert math.isclose(cosine(60, 1.0, 10, 110, 0.0), 0.5, rel_tol=1e-9)
