@@ -176,7 +176,7 @@ class ModelConfig(_Validated):
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
         if name not in PRESETS:
             raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        return cls.from_dict({**PRESETS[name], **overrides}, source=f"preset '{name}'")
 
 
 PRESETS: dict[str, dict[str, Any]] = {

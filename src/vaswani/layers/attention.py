@@ -172,6 +172,7 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         if has_key is not None:
             out = out * has_key
+            weights = None if weights is None else weights * has_key
         out = self.out_proj(out.transpose(1, 2).flatten(-2))
         return out, (weights if need_weights else None)
 

@@ -1,0 +1,428 @@
+"""Blocks and stacks: each norm placement equals its formula, the decoder is causal, padding does
+not leak, and the encoder is permutation-equivariant exactly when it has no positions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from vaswani.config import ModelConfig
+from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder
+from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.masks import padding_mask
+from vaswani.layers.norms import RMSNorm
+from vaswani.models.transformer import Transformer
+
+DT = torch.float64
+NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "relative")
+WINDOWS = (None, 2)
+VOCAB, PAD = 13, 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _cfg(**overrides) -> ModelConfig:
+    base = dict(
+        src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=16, n_heads=4, d_ff=32,
+        n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=64, rel_clip=3, pad_id=PAD,
+    )  # fmt: skip
+    return ModelConfig(**{**base, **overrides})
+
+
+def _randomise_norms(module: nn.Module) -> None:
+    """Non-trivial gains and biases, so that a norm applied in the wrong place shows."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (nn.LayerNorm, RMSNorm)):
+                m.weight.uniform_(0.5, 1.5)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.normal_(0, 0.3)
+
+
+def _model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(_cfg(**overrides)).to(DT).eval()
+    _randomise_norms(model)
+    return model
+
+
+def _close(a, b, atol=1e-10):
+    torch.testing.assert_close(a, b, atol=atol, rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------
+# Norm placements
+
+
+def _layer_norm(x, norm: nn.LayerNorm):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+
+def _rms_norm(x, norm: RMSNorm):
+    return x / torch.sqrt((x**2).mean(-1, keepdim=True) + norm.eps) * norm.weight
+
+
+def _norm(kind):
+    def apply(x, norm):
+        if kind == "pre_rmsnorm":
+            assert isinstance(norm, RMSNorm)
+            return _rms_norm(x, norm)
+        assert isinstance(norm, nn.LayerNorm)
+        return _layer_norm(x, norm)
+
+    return apply
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+def test_rmsnorm_formula(eps):
+    torch.manual_seed(0)
+    norm = RMSNorm(10, eps).to(DT)
+    with torch.no_grad():
+        norm.weight.uniform_(-2, 2)
+    x = torch.randn(3, 4, 10, dtype=DT) * 3
+    _close(norm(x), x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps) * norm.weight)
+    # No mean subtraction, no bias: it is not a LayerNorm.
+    assert not torch.allclose(norm(x + 1.0), norm(x) + 1.0)
+    assert [n for n, _ in norm.named_parameters()] == ["weight"]
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("cross", [False, True])
+def test_block_equals_its_formula(norm, cross):
+    torch.manual_seed(1)
+    cfg = _cfg(norm=norm, norm_eps=0.25)  # a large eps, so that a norm ignoring it shows
+    block = Block(cfg, causal=cross, cross=cross).to(DT).eval()
+    _randomise_norms(block)
+    x = torch.randn(2, 5, 16, dtype=DT)
+    memory = torch.randn(2, 7, 16, dtype=DT)
+    memory_mask = padding_mask(torch.tensor([[3] * 7, [3] * 4 + [0] * 3]), 0)
+    kwargs = {"memory": memory, "memory_mask": memory_mask} if cross else {}
+    out, _ = block(x, **kwargs)
+
+    n = _norm(norm)
+
+    def sa(h):
+        return block.self_attn(h)[0]
+
+    def ca(h):
+        return block.cross_attn(h, memory=memory, mask=memory_mask)[0]
+
+    h = x
+    if norm == "post_ln":
+        h = n(h + sa(h), block.self_attn_norm)
+        if cross:
+            h = n(h + ca(h), block.cross_attn_norm)
+        h = n(h + block.ffn(h), block.ffn_norm)
+    else:
+        h = h + sa(n(h, block.self_attn_norm))
+        if cross:
+            h = h + ca(n(h, block.cross_attn_norm))
+        h = h + block.ffn(n(h, block.ffn_norm))
+    _close(out, h)
+    assert block.self_attn_norm.eps == 0.25 and block.ffn_norm.eps == 0.25
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_block_stack_final_norm_only_for_pre_placements(norm):
+    torch.manual_seed(2)
+    cfg = _cfg(norm=norm, norm_eps=0.1)
+    stack = BlockStack(cfg, n_layers=3, causal=False, cross=False).to(DT).eval()
+    _randomise_norms(stack)
+    x = torch.randn(2, 5, 16, dtype=DT)
+    h = x
+    for layer in stack.layers:
+        h, _ = layer(h)
+    if norm == "post_ln":
+        assert isinstance(stack.final_norm, nn.Identity)
+        expected = h
+    else:
+        assert isinstance(stack.final_norm, RMSNorm if norm == "pre_rmsnorm" else nn.LayerNorm)
+        expected = _norm(norm)(h, stack.final_norm)
+    out, weights = stack(x)
+    _close(out, expected)
+    assert len(stack.layers) == 3 and len(weights) == 3
+
+
+def test_layers_do_not_share_parameters():
+    stack = Encoder(_cfg(n_encoder_layers=2))
+    a, b = stack.layers
+    assert a.self_attn.q_proj.weight.data_ptr() != b.self_attn.q_proj.weight.data_ptr()
+    assert not torch.equal(a.ffn.linear1.weight, b.ffn.linear1.weight)
+
+
+def test_need_weights_returns_per_layer_weights():
+    model = _model()
+    src = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 10]])
+    source = model.encode(src)
+    _, weights = model.decode(torch.tensor([[1, 4, 5], [1, 6, 7]]), source, need_weights=True)
+    assert len(weights) == 2
+    for w in weights:
+        assert w["self"].shape == (2, 4, 3, 3) and w["cross"].shape == (2, 4, 3, 4)
+        torch.testing.assert_close(w["cross"].sum(-1), torch.ones(2, 4, 3, dtype=DT))
+        assert (w["cross"][0, :, :, 3] == 0).all()  # the source padding
+        assert (w["self"].triu(diagonal=1) == 0).all()  # the future
+
+
+# ----------------------------------------------------------------------------------------------
+# Causality
+
+
+ALL_VARIANTS = list(itertools.product(NORMS, POSITIONS, WINDOWS))
+
+
+@pytest.mark.parametrize("norm,position,window", ALL_VARIANTS)
+def test_transformer_is_causal(norm, position, window):
+    model = _model(norm=norm, position=position, attn_window=window)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, VOCAB, (2, 6), generator=g)
+    src[1, 4:] = PAD
+    tgt = torch.randint(1, VOCAB, (2, 7), generator=g)
+    logits = model(src, tgt)
+    assert logits.shape == (2, 7, VOCAB)
+    for t in range(6):
+        changed = tgt.clone()
+        changed[:, t + 1 :] = torch.randint(1, VOCAB, (2, 6 - t), generator=g)
+        changed[:, t + 1] = (tgt[:, t + 1] % (VOCAB - 1)) + 1  # surely different at t+1
+        new = model(src, changed)
+        _close(new[:, : t + 1], logits[:, : t + 1])
+        assert not torch.allclose(new[:, t + 1], logits[:, t + 1])  # the change is seen
+
+
+@pytest.mark.parametrize("norm,position,window", ALL_VARIANTS)
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_bare_decoder_is_causal(norm, position, window, need_weights):
+    torch.manual_seed(3)
+    decoder = Decoder(_cfg(norm=norm, position=position, attn_window=window)).to(DT).eval()
+    _randomise_norms(decoder)
+    y = torch.randn(2, 6, 16, dtype=DT)
+    memory = torch.randn(2, 5, 16, dtype=DT)
+    memory_mask = padding_mask(torch.tensor([[3] * 5, [3] * 2 + [0] * 3]), 0)
+    out, _ = decoder(y, memory=memory, memory_mask=memory_mask, need_weights=need_weights)
+    for t in range(5):
+        changed = y.clone()
+        changed[:, t + 1 :] = torch.randn(2, 5 - t, 16, dtype=DT)
+        new, _ = decoder(changed, memory=memory, memory_mask=memory_mask, need_weights=need_weights)
+        _close(new[:, : t + 1], out[:, : t + 1])
+        assert not torch.allclose(new[:, t + 1], out[:, t + 1])
+
+
+def test_decoder_without_causal_mask_would_fail_the_test():
+    """Guard on the causality tests: a non-causal stack *does* see the future."""
+    torch.manual_seed(3)
+    stack = BlockStack(_cfg(), 2, causal=False, cross=False).to(DT).eval()
+    y = torch.randn(1, 5, 16, dtype=DT)
+    changed = y.clone()
+    changed[:, 4] += 1.0
+    assert not torch.allclose(stack(y)[0][:, 0], stack(changed)[0][:, 0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Padding
+
+
+@pytest.mark.parametrize("norm,position,window", ALL_VARIANTS)
+def test_source_padding_invariance(norm, position, window):
+    model = _model(norm=norm, position=position, attn_window=window)
+    g = torch.Generator().manual_seed(1)
+    sentence = torch.randint(3, VOCAB, (5,), generator=g)
+    longer = torch.randint(3, VOCAB, (9,), generator=g)
+    tgt = torch.randint(3, VOCAB, (1, 6), generator=g)
+
+    def padded(row, length):
+        return torch.cat([row, torch.full((length - len(row),), PAD)])
+
+    alone = sentence[None]
+    memory = model.encode(alone).memory
+    logits = model(alone, tgt)
+    for extra in (1, 4, 11):  # more and more pad columns
+        src = padded(sentence, 5 + extra)[None]
+        _close(model.encode(src).memory[:, :5], memory)
+        _close(model(src, tgt), logits)
+    # Next to a longer sentence in a batch, in either row order.
+    batch = torch.stack([padded(sentence, 9), longer])
+    _close(model.encode(batch).memory[:1, :5], memory)
+    _close(model(batch, tgt.expand(2, -1))[:1], logits)
+    batch = torch.stack([longer, padded(sentence, 9)])
+    _close(model(batch, tgt.expand(2, -1))[1:], logits)
+    # The longer sentence itself is unaffected by its padded neighbour.
+    _close(model(batch, tgt.expand(2, -1))[:1], model(longer[None], tgt))
+
+
+@pytest.mark.parametrize("norm,position", list(itertools.product(NORMS, POSITIONS)))
+def test_target_padding_does_not_change_real_positions(norm, position):
+    """Right padding of the target is after every real token, so causality alone must hide it."""
+    model = _model(norm=norm, position=position)
+    src = torch.tensor([[4, 5, 6, 7]])
+    tgt = torch.tensor([[1, 8, 9]])
+    logits = model(src, tgt)
+    _close(model(src, torch.tensor([[1, 8, 9, PAD, PAD]]))[:, :3], logits)
+
+
+@pytest.mark.parametrize("norm,position,window", ALL_VARIANTS)
+def test_all_padding_source_row_gives_no_nan(norm, position, window):
+    model = _model(norm=norm, position=position, attn_window=window)
+    src = torch.tensor([[4, 5, 6, 0], [0, 0, 0, 0], [7, 8, 9, 10]])
+    tgt = torch.tensor([[1, 4, 5], [1, 6, 7], [1, 8, 9]])
+    source = model.encode(src)
+    assert torch.isfinite(source.memory).all()
+    logits = model(src, tgt)
+    assert torch.isfinite(logits).all()
+    # The explicit path (attention weights asked for), in both stacks.
+    embedded = model.src_embed(src)
+    memory, enc_weights = model.encoder(embedded, source.mask, need_weights=True)
+    _close(memory, source.memory)
+    assert all(torch.isfinite(w["self"]).all() for w in enc_weights)
+    explicit_logits, dec_weights = model.decode(tgt, source, need_weights=True)
+    assert torch.isfinite(explicit_logits).all()
+    _close(explicit_logits, logits)
+    assert all(torch.isfinite(w["cross"]).all() and torch.isfinite(w["self"]).all() for w in dec_weights)
+    # The other rows are as if the empty one was not there.
+    _close(logits[[0, 2]], model(src[[0, 2]], tgt[[0, 2]]))
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_batch_without_padding(position):
+    model = _model(position=position)
+    src = torch.tensor([[4, 5, 6], [7, 8, 9]])
+    tgt = torch.tensor([[1, 4], [1, 6]])
+    source = model.encode(src)
+    assert source.mask.all()
+    logits = model(src, tgt)
+    assert torch.isfinite(logits).all()
+    _close(logits[1:], model(src[1:], tgt[1:]))
+    explicit, _ = model.decode(tgt, source, need_weights=True)
+    _close(explicit, logits)
+
+
+# ----------------------------------------------------------------------------------------------
+# Permutation equivariance
+
+
+def _perm_pair(seed=0, length=6):
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(length, generator=g)
+    while torch.equal(perm, torch.arange(length)):
+        perm = torch.randperm(length, generator=g)
+    return perm
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_encoder_without_positions_is_permutation_equivariant(norm, need_weights):
+    torch.manual_seed(4)
+    encoder = Encoder(_cfg(norm=norm, position="sinusoidal")).to(DT).eval()
+    _randomise_norms(encoder)
+    x = torch.randn(2, 6, 16, dtype=DT)
+    perm = _perm_pair()
+    out, _ = encoder(x, need_weights=need_weights)
+    permuted, _ = encoder(x[:, perm], need_weights=need_weights)
+    _close(permuted, out[:, perm])
+    # With padding, permuting the padding mask along with the tokens.
+    mask = padding_mask(torch.tensor([[3] * 6, [3] * 4 + [0] * 2]), 0)
+    out, _ = encoder(x, mask, need_weights=need_weights)
+    permuted, _ = encoder(x[:, perm], mask[..., perm], need_weights=need_weights)
+    _close(permuted, out[:, perm])
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_absolute_positions_break_permutation_equivariance(position):
+    torch.manual_seed(5)
+    cfg = _cfg(position=position)
+    encoder = Encoder(cfg).to(DT).eval()
+    embed = Embeddings(VOCAB, 16, make_positions(position, 64, 16), 0.0).to(DT)
+    tokens = torch.tensor([[3, 4, 5, 6, 7, 8]])
+    perm = _perm_pair()
+    out, _ = encoder(embed(tokens))
+    permuted, _ = encoder(embed(tokens[:, perm]))
+    assert not torch.allclose(permuted, out[:, perm], atol=1e-6)
+    # Without the positions the same tokens are equivariant: the positions are what breaks it.
+    embed.positions = None
+    out, _ = encoder(embed(tokens))
+    permuted, _ = encoder(embed(tokens[:, perm]))
+    _close(permuted, out[:, perm])
+
+
+def test_relative_positions_break_permutation_equivariance():
+    torch.manual_seed(6)
+    encoder = Encoder(_cfg(position="relative")).to(DT).eval()
+    x = torch.randn(1, 6, 16, dtype=DT)
+    perm = _perm_pair()
+    out, _ = encoder(x)
+    permuted, _ = encoder(x[:, perm])
+    assert not torch.allclose(permuted, out[:, perm], atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# Truncated attention in a stack, weight tying, dropout
+
+
+@pytest.mark.parametrize("window", [1, 2])
+@pytest.mark.parametrize("position", POSITIONS)
+def test_windowed_encoder_receptive_field(window, position):
+    """With n layers of window w, position i depends on positions within n·w of it and no further."""
+    torch.manual_seed(7)
+    cfg = _cfg(position=position, attn_window=window, n_encoder_layers=2)
+    encoder = Encoder(cfg).to(DT).eval()
+    x = torch.randn(1, 12, 16, dtype=DT)
+    out, _ = encoder(x)
+    reach = 2 * window
+    i = 5
+    far = x.clone()
+    far[:, i + reach + 1 :] = torch.randn(1, 12 - (i + reach + 1), 16, dtype=DT)
+    far[:, : max(0, i - reach)] = torch.randn(1, max(0, i - reach), 16, dtype=DT)
+    _close(encoder(far)[0][:, i], out[:, i])
+    edge = x.clone()
+    edge[:, i + reach] += 1.0  # just inside the receptive field: seen
+    assert not torch.allclose(encoder(edge)[0][:, i], out[:, i])
+
+
+@pytest.mark.parametrize("tie", ["none", "output", "all"])
+def test_tie_embeddings(tie):
+    model = Transformer(_cfg(tie_embeddings=tie))
+    src_w, tgt_w, out_w = model.src_embed.token.weight, model.tgt_embed.token.weight, model.output.weight
+    assert (out_w is tgt_w) == (tie != "none")
+    assert (src_w is tgt_w) == (tie == "all")
+    n_params = sum(p.numel() for p in model.parameters())
+    shared = {"none": 0, "output": 1, "all": 2}[tie]
+    untied = Transformer(_cfg(tie_embeddings="none"))
+    assert n_params == sum(p.numel() for p in untied.parameters()) - shared * VOCAB * 16
+
+
+def test_initialisation_scales():
+    """Embeddings ~ N(0, 1/d) so that sqrt(d)-scaled embeddings have unit variance; biases zero."""
+    torch.manual_seed(8)
+    d = 64
+    model = Transformer(_cfg(d_model=d, src_vocab_size=2000, tgt_vocab_size=2000, tie_embeddings="none"))
+    for embed in (model.src_embed, model.tgt_embed):
+        assert abs(embed.token.weight.std().item() * d**0.5 - 1.0) < 0.05
+    for name, p in model.named_parameters():
+        if name.endswith("bias") and "norm" not in name:
+            assert (p == 0).all(), name
+        if "norm" in name and name.endswith("weight"):
+            assert (p == 1).all(), name
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("which", ["dropout", "attn_dropout"])
+def test_dropout_only_in_training(position, which):
+    torch.manual_seed(9)
+    model = Transformer(_cfg(position=position, **{which: 0.5})).to(DT)
+    src = torch.tensor([[4, 5, 6, 7, 0]])
+    tgt = torch.tensor([[1, 8, 9, 10]])
+    model.eval()
+    _close(model(src, tgt), model(src, tgt))
+    model.train()
+    assert not torch.allclose(model(src, tgt), model(src, tgt))

@@ -1,0 +1,238 @@
+"""Positions: the sinusoidal table against the paper's formula, learned positions, the
+embedding layer, and Shaw et al.'s relative attention against a naive reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from vaswani.layers.attention import KVCache, MultiHeadAttention
+from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.masks import causal_mask, combine, padding_mask
+from vaswani.layers.positions import (
+    LearnedPositions,
+    RelativePositions,
+    SinusoidalPositions,
+    sinusoidal_table,
+)
+
+DT = torch.float64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("max_len,d_model", [(50, 16), (50, 15), (7, 1), (30, 2), (20, 33)])
+def test_sinusoidal_table_matches_paper_formula(max_len, d_model):
+    table = sinusoidal_table(max_len, d_model)
+    assert table.shape == (max_len, d_model)
+    expected = torch.zeros(max_len, d_model, dtype=DT)
+    for pos in range(max_len):
+        for col in range(d_model):
+            two_i = col - (col % 2)  # the 2i of PE(pos, 2i) and PE(pos, 2i+1)
+            angle = pos / 10000 ** (two_i / d_model)
+            expected[pos, col] = math.sin(angle) if col % 2 == 0 else math.cos(angle)
+    torch.testing.assert_close(table.to(DT), expected, atol=1e-6, rtol=0)
+
+
+def test_sinusoidal_module_looks_up_rows():
+    module = SinusoidalPositions(20, 8)
+    assert not list(module.parameters())
+    positions = torch.tensor([[0, 3, 19], [5, 5, 1]])
+    torch.testing.assert_close(module(positions), sinusoidal_table(20, 8)[positions])
+    # Not saved: a fixed function of (max_len, d_model).
+    assert "table" not in module.state_dict()
+
+
+def test_learned_positions_are_trainable_rows():
+    module = LearnedPositions(10, 4)
+    positions = torch.tensor([[2, 0, 9]])
+    torch.testing.assert_close(module(positions), module.embedding.weight[positions])
+    assert module.embedding.weight.requires_grad
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("scale", [True, False])
+def test_embeddings_formula_and_offset(kind, scale):
+    torch.manual_seed(0)
+    d = 8
+    emb = Embeddings(11, d, make_positions(kind, 16, d), dropout=0.0, scale=scale).to(DT)
+    tokens = torch.randint(0, 11, (2, 5))
+    factor = math.sqrt(d) if scale else 1.0
+    pos_table = emb.positions(torch.arange(16))
+    expected = emb.token.weight[tokens] * factor + pos_table[:5]
+    torch.testing.assert_close(emb(tokens), expected)
+    # An offset continues the positions (KV-cache decoding), explicit positions override them.
+    torch.testing.assert_close(emb(tokens[:, 3:], offset=3), expected[:, 3:])
+    explicit = torch.tensor([[4, 5, 6, 7, 8], [0, 0, 1, 2, 3]])
+    torch.testing.assert_close(
+        emb(tokens, positions=explicit), emb.token.weight[tokens] * factor + pos_table[explicit]
+    )
+    with pytest.raises(ValueError, match="max_len"):
+        emb(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len"):
+        emb(tokens, offset=12)
+
+
+def test_relative_scheme_has_no_absolute_positions():
+    assert make_positions("relative", 16, 8) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# Relative attention (Shaw et al. 2018) against a naive reference.
+
+
+D_MODEL, N_HEADS = 12, 3
+D_HEAD = D_MODEL // N_HEADS
+
+
+def _relative_attention(clip, causal=False, window=None, fused=False):
+    torch.manual_seed(11)
+    relative = RelativePositions(D_HEAD, clip)
+    attn = MultiHeadAttention(
+        D_MODEL, N_HEADS, fused=fused, causal=causal, window=window, relative=relative
+    ).to(DT)
+    return attn.eval()
+
+
+def _naive(attn: MultiHeadAttention, x: Tensor, mask: Tensor | None, q_positions: range) -> Tensor:
+    """e_ij = q_i·(k_j + a^K_ij)/sqrt(d_head), z_i = Σ_j α_ij (v_j + a^V_ij), built element by element.
+
+    ``x`` holds all positions 0..L-1; queries are those in ``q_positions``; ``mask`` is a
+    (batch, 1|heads, len(q_positions), L) may-attend mask or None.
+    """
+    rel = attn.relative
+    batch, length, _ = x.shape
+    if attn.fused:
+        q, k, v = attn.qkv_proj(x).chunk(3, dim=-1)
+    else:
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+    def heads(t):
+        return t.view(batch, length, N_HEADS, D_HEAD).transpose(1, 2)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    # The (L_q, L, d_head) tensors a^K_ij and a^V_ij, one index at a time.
+    a_k = torch.zeros(len(q_positions), length, D_HEAD, dtype=DT)
+    a_v = torch.zeros(len(q_positions), length, D_HEAD, dtype=DT)
+    for row, i in enumerate(q_positions):
+        for j in range(length):
+            r = max(-rel.clip, min(rel.clip, j - i))
+            a_k[row, j] = rel.keys.weight[r + rel.clip]
+            a_v[row, j] = rel.values.weight[r + rel.clip]
+    qi = q[:, :, list(q_positions)]  # (batch, heads, Lq, d_head)
+    scores = torch.einsum("bhid,bhijd->bhij", qi, k[:, :, None, :, :] + a_k) / math.sqrt(D_HEAD)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    alpha = scores.softmax(-1)
+    z = torch.einsum("bhij,bhijd->bhid", alpha, v[:, :, None, :, :] + a_v)
+    return attn.out_proj(z.transpose(1, 2).reshape(batch, len(q_positions), D_MODEL))
+
+
+@pytest.mark.parametrize("clip", [1, 2, 9])
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_relative_attention_matches_naive_reference(clip, fused, need_weights):
+    attn = _relative_attention(clip, fused=fused)
+    x = torch.randn(2, 7, D_MODEL, dtype=DT)
+    out, _ = attn(x, need_weights=need_weights)
+    torch.testing.assert_close(out, _naive(attn, x, None, range(7)))
+
+
+@pytest.mark.parametrize("clip", [1, 3])
+def test_relative_attention_with_padding_and_causal_masks(clip):
+    attn = _relative_attention(clip, causal=True)
+    x = torch.randn(2, 7, D_MODEL, dtype=DT)
+    pad = padding_mask(torch.tensor([[5] * 7, [5] * 4 + [0] * 3]), 0)
+    out, weights = attn(x, mask=pad, need_weights=True)
+    full_mask = combine(pad, causal_mask(7))
+    torch.testing.assert_close(out, _naive(attn, x, full_mask, range(7)))
+    assert (weights.masked_select(~full_mask.expand_as(weights)) == 0).all()
+
+
+def test_relative_attention_with_window():
+    attn = _relative_attention(2, causal=False, window=2)
+    x = torch.randn(2, 8, D_MODEL, dtype=DT)
+    i = torch.arange(8)
+    band = ((i[:, None] - i[None, :]).abs() <= 2)[None, None]
+    torch.testing.assert_close(attn(x)[0], _naive(attn, x, band, range(8)))
+
+
+@pytest.mark.parametrize("clip", [1, 2, 6])
+@pytest.mark.parametrize("fused", [False, True])
+def test_relative_attention_with_kv_cache(clip, fused):
+    """Queries that are the last positions of the cache see the distances j - i of their
+    absolute positions, so incremental decoding equals the full causal computation."""
+    attn = _relative_attention(clip, causal=True, fused=fused)
+    x = torch.randn(2, 8, D_MODEL, dtype=DT)
+    reference = _naive(attn, x, causal_mask(8), range(8))
+    cache = KVCache()
+    chunks = [attn(x[:, :3], cache=cache)[0]]  # a prompt of three, then one at a time
+    for t in range(3, 8):
+        chunks.append(attn(x[:, t : t + 1], cache=cache)[0])
+    torch.testing.assert_close(torch.cat(chunks, dim=1), reference)
+    # Two queries at once at the end of the cache.
+    cache = KVCache()
+    attn(x[:, :6], cache=cache)
+    last_two, _ = attn(x[:, 6:], cache=cache)
+    torch.testing.assert_close(last_two, reference[:, 6:])
+
+
+def test_relative_buckets_clip_distances():
+    rel = RelativePositions(D_HEAD, clip=2)
+    assert rel.keys.num_embeddings == rel.values.num_embeddings == 5
+    bucket = rel.bucket(6, 6, torch.device("cpu"))
+    for i in range(6):
+        for j in range(6):
+            assert int(bucket[i, j]) == max(-2, min(2, j - i)) + 2
+    # With a cache: the 2 queries are positions 4 and 5 of 6.
+    torch.testing.assert_close(rel.bucket(2, 6, torch.device("cpu")), bucket[4:])
+
+
+def test_distances_beyond_clip_share_one_embedding():
+    """Changing the table row of distance +clip changes the scores of *every* key at distance
+    >= clip by the same amount, and touches no key at a shorter distance."""
+    clip = 2
+    rel = RelativePositions(D_HEAD, clip).to(DT)
+    q = torch.randn(1, 1, 7, D_HEAD, dtype=DT)
+    bucket = rel.bucket(7, 7, torch.device("cpu"))
+    before = rel.key_scores(q, bucket)
+    delta = torch.randn(D_HEAD, dtype=DT)
+    with torch.no_grad():
+        rel.keys.weight[2 * clip] += delta
+    change = rel.key_scores(q, bucket) - before
+    i = torch.arange(7)
+    dist = i[None, :] - i[:, None]  # j - i
+    expected = torch.where(dist >= clip, (q[0, 0] @ delta)[:, None], torch.zeros((), dtype=DT))
+    torch.testing.assert_close(change[0, 0], expected.expand(7, 7))
+    # Value side: a uniform attention row sums the far keys into the one clipped row.
+    weights = torch.full((1, 1, 7, 7), 1 / 7, dtype=DT)
+    term = rel.value_term(weights, bucket)
+    expected_v = torch.stack(
+        [sum(rel.values.weight[max(-clip, min(clip, j - r)) + clip] / 7 for j in range(7)) for r in range(7)]
+    )
+    torch.testing.assert_close(term[0, 0], expected_v)
+
+
+def test_relative_positions_are_used():
+    """The relative terms are not silently dropped: zeroing the tables changes the output."""
+    attn = _relative_attention(2)
+    x = torch.randn(1, 5, D_MODEL, dtype=DT)
+    with_rel, _ = attn(x)
+    with torch.no_grad():
+        attn.relative.keys.weight.zero_()
+        attn.relative.values.weight.zero_()
+    without, _ = attn(x)
+    assert not torch.allclose(with_rel, without)
+    plain = MultiHeadAttention(D_MODEL, N_HEADS).to(DT).eval()
+    plain.load_state_dict({k: v for k, v in attn.state_dict().items() if not k.startswith("relative")})
+    torch.testing.assert_close(without, plain(x)[0])
