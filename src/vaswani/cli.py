@@ -158,13 +158,12 @@ def default_corpus_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str,
     """Model, training and data settings of the main job on the embedded corpus
     (sized to finish in under five minutes on two CPU cores)."""
     model = {
-        "d_model": 256, "n_heads": 4, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
+        "d_model": 128, "n_heads": 4, "d_ff": 512, "n_encoder_layers": 2, "n_decoder_layers": 2,
         "dropout": 0.0, "max_len": 64, "tie_embeddings": "output",
     }  # fmt: skip
     train = {
-        "batch_tokens": 6000, "max_steps": 1200, "max_minutes": 3.5, "lr": 1e-3,
-        "warmup_steps": 200, "schedule": "cosine", "eval_every": 600, "eval_sentences": 300,
-        "bf16": True,
+        "batch_tokens": 3000, "max_steps": 100_000, "max_minutes": 3.5, "lr": 2e-3,
+        "warmup_steps": 200, "schedule": "cosine", "eval_every": 250, "eval_sentences": 300,
     }  # fmt: skip
     data = {
         "source": "default", "seed": 0, "n_train": 60_000, "n_valid": 500, "n_test": 1000,

@@ -65,7 +65,7 @@ def seq2seq_next_logits(model: Transformer, src: Tensor, use_cache: bool = True)
 
     def next_logits(tokens: Tensor) -> Tensor:
         step_input = tokens[:, -1:] if use_cache else tokens
-        logits, _ = model.decode(step_input, source)
+        logits, _ = model.decode(step_input, source, last_only=True)
         return logits[:, -1]
 
     return next_logits

@@ -60,6 +60,13 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     return mask | ~has_key, has_key
 
 
+def slow_flash_kernel(q: Tensor) -> bool:
+    """Whether SDPA would pick the CPU flash kernel in half precision with gradients, whose
+    backward is several times slower than the explicit path at translation lengths (measured
+    in ``benchmarks/profile_training.py``)."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad
+
+
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
     """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
@@ -153,23 +160,23 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self._project(x, x if memory is None else memory, cache)
         q_len, k_len = q.shape[2], k.shape[2]
-        fast_causal = False
-        if not self.cross:
-            position_mask = self_attention_mask(q_len, k_len, self.causal, self.window, x.device)
-            fast_causal = mask is None and position_mask is not None and self.window is None
-            fast_causal = fast_causal and q_len == k_len
-            mask = combine(mask, position_mask)
+        explicit = need_weights or self.relative is not None or slow_flash_kernel(q)
+        is_causal = (
+            not explicit and self.causal and self.window is None and mask is None and q_len == k_len > 1
+        )
+        if not self.cross and not is_causal:
+            mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, x.device))
         has_key = None
         if mask is not None:
             mask, has_key = guard_empty_rows(mask)
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if need_weights or self.relative is not None:
+        if explicit:
             out, weights = self._explicit(q, k, v, mask, dropout)
-        elif fast_causal:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+            )
         if has_key is not None:
             out = out * has_key
             weights = None if weights is None else weights * has_key

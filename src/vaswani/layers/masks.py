@@ -76,10 +76,11 @@ def self_attention_mask(
     window: int | None,
     device: torch.device | None = None,
 ) -> Tensor | None:
-    """The position-based part of a self-attention mask, or None when all may attend."""
+    """The position-based part of a self-attention mask, or None when all may attend
+    (no causal mask, no window, or a causal mask over a single newest query)."""
     if window is not None:
         return window_mask(q_len, window, k_len, causal=causal, device=device)
-    if causal:
+    if causal and q_len > 1:
         return causal_mask(q_len, k_len, device=device)
     return None
 

@@ -77,17 +77,22 @@ class Transformer(nn.Module):
         return EncodedSource(memory, mask)
 
     def decode(
-        self, tgt_in: Tensor, source: EncodedSource, need_weights: bool = False
+        self,
+        tgt_in: Tensor,
+        source: EncodedSource,
+        need_weights: bool = False,
+        last_only: bool = False,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        """Decoder hidden states → logits. With ``source.cache`` set, ``tgt_in`` holds only
-        the new tokens and their positions continue after the cached ones."""
+        """Decoder hidden states → logits (of the last position only with ``last_only``,
+        all that generation needs). With ``source.cache`` set, ``tgt_in`` holds only the
+        new tokens and their positions continue after the cached ones."""
         offset = source.cache[0].self_attn.length if source.cache else 0
         y = self.tgt_embed(tgt_in, offset=offset)
         h, weights = self.decoder(
             y, memory=source.memory, memory_mask=source.mask, cache=source.cache,
             need_weights=need_weights,
         )  # fmt: skip
-        return self.output(h), weights
+        return self.output(h[:, -1:] if last_only else h), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         logits, _ = self.decode(tgt_in, self.encode(src))

@@ -81,11 +81,14 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
         {"params": no_decay, "weight_decay": 0.0},
     ]
     kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return kind(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    fused = all(p.device.type in ("cpu", "cuda") for p in params)
+    return kind(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
 
 
 class Trainer:
     def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path) -> None:
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
         self.model = model
         self.task = task
         self.cfg = cfg
@@ -147,13 +150,22 @@ class Trainer:
             return loss_value, tokens, False
         lr = learning_rate(
             self.cfg.schedule, self.state.step + 1, self.cfg.lr, self.cfg.warmup_steps,
-            self.cfg.max_steps, self.cfg.min_lr,
+            self._expected_steps(), self.cfg.min_lr,
         )  # fmt: skip
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, tokens, True
+
+    def _expected_steps(self) -> int:
+        """Where a decaying schedule should end: ``max_steps``, or sooner when ``max_minutes``
+        will run out first, extrapolated from the pace so far (so a time-limited run still
+        decays fully; such a run is not step-for-step reproducible)."""
+        if self.cfg.max_minutes is None or self.state.step < self.cfg.warmup_steps:
+            return self.cfg.max_steps
+        pace = self.state.step / max(self.state.train_seconds, 1e-9)
+        return max(self.state.step + 1, min(self.cfg.max_steps, int(pace * self.cfg.max_minutes * 60)))
 
     def _evaluate(self) -> dict[str, float]:
         self.model.eval()
