@@ -162,7 +162,7 @@ def default_corpus_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str,
         "dropout": 0.0, "max_len": 64, "tie_embeddings": "output",
     }  # fmt: skip
     train = {
-        "batch_tokens": 3000, "max_steps": 100_000, "max_minutes": 3.5, "lr": 2e-3,
+        "batch_tokens": 3000, "max_steps": 1000, "max_minutes": 3.5, "lr": 2e-3,
         "warmup_steps": 200, "schedule": "cosine", "eval_every": 250, "eval_sentences": 300,
     }  # fmt: skip
     data = {
