@@ -75,3 +75,40 @@ def test_cosine_warms_up_then_decays_to_the_floor():
     assert all(a >= b for a, b in itertools.pairwise(values[10:]))
     assert values[-1] == pytest.approx(0.1)
     assert math.isclose(cosine(60, 1.0, 10, 110, 0.0), 0.5, rel_tol=1e-9)
+
+
+class _SumOfSquares:
+    """A task whose batches hold different numbers of items, so that averaging per batch
+    instead of per item would give a different gradient."""
+
+    def __init__(self, batches: list[torch.Tensor]) -> None:
+        self.batches = batches
+
+    def train_batches(self) -> list[torch.Tensor]:
+        return self.batches
+
+    def loss(self, model, batch):
+        return ((model(batch) - 1.0) ** 2).sum(), batch.shape[0]
+
+    def batch_tokens(self, batch) -> int:
+        return batch.shape[0]
+
+    def evaluate(self, model) -> dict[str, float]:
+        return {}
+
+
+def test_accumulated_batches_equal_one_large_batch(tmp_path):
+    from vaswani.training.trainer import Trainer
+
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.randn(7, 4)
+    cfg = TrainConfig(max_steps=1, lr=0.1, warmup_steps=0, schedule="constant", clip_norm=None)
+    results = []
+    for batches, accumulate in (([a, b], 2), ([torch.cat([a, b])], 1)):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(4, 1)
+        folder = tmp_path / f"acc{accumulate}"
+        folder.mkdir()
+        Trainer(model, _SumOfSquares(batches), cfg.replace(accumulate=accumulate), folder).fit(quiet=True)
+        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    torch.testing.assert_close(results[0], results[1], rtol=1e-6, atol=1e-7)

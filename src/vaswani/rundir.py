@@ -68,11 +68,3 @@ def read_run_config(run_dir: Path, task: str | None = None) -> RunConfig:
         train=TrainConfig.from_dict(payload.get("train", {}), source=str(path)),
         data=dict(payload.get("data") or {}),
     )
-
-
-def safe_child(run_dir: Path, name: str) -> Path:
-    """``run_dir / name``, refusing names from a config that would escape the run directory."""
-    path = (run_dir / name).resolve()
-    if run_dir.resolve() not in path.parents:
-        raise ConfigError(f"{run_dir / CONFIG}: path '{name}' escapes the run directory")
-    return path

@@ -78,10 +78,3 @@ class TextTokenizer:
         if EOS_ID in ids:
             ids = ids[: ids.index(EOS_ID)]
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
-        return [self.decode(ids) for ids in batch]
-
-    def pieces(self, text: str) -> list[str]:
-        """The subword pieces of ``text`` (for pictures and inspection)."""
-        return self.tokenizer.encode(text, add_special_tokens=False).tokens

@@ -8,8 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-NORM_KINDS = ("post_ln", "pre_ln", "pre_rmsnorm")
-
 
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation (Zhang & Sennrich 2019).

@@ -125,21 +125,25 @@ class Trainer:
         return torch.autocast(device, dtype=torch.bfloat16)
 
     def _step(self) -> tuple[float, int, bool]:
-        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, applied)."""
+        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, applied).
+
+        Each batch's summed loss is backpropagated at once (freeing its graph) and the
+        gradients are divided by the item count of all of them at the end, so every token
+        weighs the same however the batches are split."""
         micro = self._next_batches()
         self.model.train()
-        losses, counts = [], []
-        total = 0
+        loss_total, count = 0.0, 0
         for batch in micro:
             with self._autocast():
-                loss_sum, count = self.task.loss(self.model, batch)
-            losses.append(loss_sum)
-            counts.append(count)
-        total = max(1, sum(counts))
-        loss_value = 0.0
-        for loss_sum in losses:
-            (loss_sum / total).backward()
-            loss_value += float(loss_sum.detach()) / total
+                loss_sum, items = self.task.loss(self.model, batch)
+            loss_sum.backward()
+            loss_total += float(loss_sum.detach())
+            count += items
+        count = max(1, count)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.div_(count)
+        loss_value = loss_total / count
         grad_ok = True
         if self.cfg.clip_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -249,7 +253,7 @@ class Trainer:
             atomic_save_model(self.model, self.run_dir / "model.safetensors")
             raise TrainingInterrupted(
                 f"interrupted at step {state.step}; checkpoint written. "
-                f"Continue with: vaswani train --resume {self.run_dir}"
+                f"continue it with --resume {self.run_dir}"
             ) from None
         bar.close()
         if not state.metrics:
