@@ -21,15 +21,6 @@ D_MODEL, N_HEADS = 16, 4
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
     """Give ``ours`` the weights of ``ref`` (fused or separate projections, self or cross)."""
     w, b = ref.in_proj_weight, ref.in_proj_bias

@@ -23,15 +23,6 @@ WINDOWS = (None, 2)
 VOCAB, PAD = 13, 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _cfg(**overrides) -> ModelConfig:
     base = dict(
         src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=16, n_heads=4, d_ff=32,

@@ -20,15 +20,6 @@ VARIANTS = list(itertools.product(NORMS, POSITIONS, (None, 2)))
 STEPS = 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _model(norm="post_ln", position="sinusoidal", window=None, fused=False, tie="none") -> Transformer:
     cfg = ModelConfig(
         src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=16, n_heads=4, d_ff=32,

@@ -22,15 +22,6 @@ from vaswani.layers.positions import (
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("max_len,d_model", [(50, 16), (50, 15), (7, 1), (30, 2), (20, 33)])
 def test_sinusoidal_table_matches_paper_formula(max_len, d_model):
     table = sinusoidal_table(max_len, d_model)

@@ -18,15 +18,6 @@ DT = torch.float64
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: one intra-op thread is faster than two, much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ----------------------------------------------------------------------------------------------
 # Label-smoothed loss
 
