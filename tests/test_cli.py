@@ -138,3 +138,19 @@ def test_the_installed_command_exits_non_zero_without_traceback(tmp_path):
         check=False,
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
+    import json
+
+    src, tgt = write_reverse_task(tmp_path, n=120)
+    out = tmp_path / "variant"
+    flags = ["--norm", "pre_rmsnorm", "--position", "relative", "--attn-window", "2", "--shared-vocab"]
+    assert main([*tiny_args(src, tgt, out), *flags]) == 0
+    model = json.loads((out / "config.json").read_text())["model"]
+    assert (model["norm"], model["position"], model["attn_window"]) == ("pre_rmsnorm", "relative", 2)
+    assert model["tie_embeddings"] == "all"
+    assert model["src_vocab_size"] == model["tgt_vocab_size"]
+    capsys.readouterr()
+    assert main(["translate", str(out), "a b c"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
