@@ -17,7 +17,8 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from vaswani.config import ModelConfig, RunConfig
-from vaswani.data.batching import Seq2SeqBatch, seq2seq_batch, token_buckets
+from vaswani.data import grammar
+from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
 from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import translate_ids
@@ -49,17 +50,17 @@ class TranslationData:
 def load_data(spec: dict[str, Any]) -> TranslationData:
     """Read the data a run's ``data`` config section describes."""
     if spec.get("source") == "default":
-        from vaswani.data import grammar
-
         corpus = grammar.default_corpus(
             seed=spec.get("seed", 0), n_train=spec["n_train"], n_test=spec["n_test"],
             n_valid=spec["n_valid"],
         )  # fmt: skip
         return TranslationData(corpus.train, corpus.valid, corpus.test, DEFAULT_CORPUS)
     train = read_parallel(spec["src"], spec["tgt"])
+    valid_name = str(spec.get("valid_src"))
     if spec.get("valid_src") and spec.get("valid_tgt"):
         valid = read_parallel(spec["valid_src"], spec["valid_tgt"])
     else:
+        valid_name = f"{spec['src']} (held-out tail)"
         cut = max(1, min(1000, len(train) // 20))
         train, valid = train[:-cut], train[-cut:]
         if not train:
@@ -67,7 +68,7 @@ def load_data(spec: dict[str, Any]) -> TranslationData:
     test: Pairs = []
     if spec.get("test_src") and spec.get("test_tgt"):
         test = read_parallel(spec["test_src"], spec["test_tgt"])
-    return TranslationData(train, valid, test, str(spec["src"]), str(spec.get("valid_src")))
+    return TranslationData(train, valid, test, str(spec["src"]), valid_name)
 
 
 def build_tokenizers(
@@ -195,7 +196,7 @@ class Translator:
         starts = range(0, len(order), batch_size)
         for start in tqdm(starts, desc="translate", unit="batch", disable=not progress):
             chunk = order[start : start + batch_size]
-            src = seq2seq_batch([(ids[i], []) for i in chunk], 0, 0, self.model.config.pad_id).src
+            src = pad([ids[i] for i in chunk], self.model.config.pad_id)
             budget = min(max_len - 1, 2 * src.shape[1] + 10)
             result = translate_ids(
                 self.model, src, self.tgt_tok.bos_id, self.tgt_tok.eos_id, budget, use_cache
