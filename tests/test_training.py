@@ -55,7 +55,7 @@ def test_checkpoints_are_complete_and_pruned(tmp_path):
     assert [p.name for p in kept] == ["step_00000010", "step_00000015"]
     for path in kept:
         assert {f.name for f in path.iterdir()} == {
-            "model.safetensors", "optimizer.pt", "trainer_state.json",
+            "model.safetensors", "optimizer.pt", "trainer_state.json", "manifest.json",
         }  # fmt: skip
     assert not any(p.name.startswith(".tmp") for p in (tmp_path / "r" / "checkpoints").iterdir())
 

@@ -1,7 +1,9 @@
 """The ``vaswani`` command: parse, call the Python API, print.
 
 Errors caused by the user's input print one line (``vaswani: error: …``) and
-exit with status 2, without a traceback unless ``--debug`` is given.
+exit with status 2, without a traceback unless ``--debug`` is given. SIGINT or
+SIGTERM during training finishes the step, writes a checkpoint, prints one line
+saying how to resume and exits with status 130 or 143 (128 + the signal number).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ TRAIN_FLAGS = {
     "lr": "lr", "warmup": "warmup_steps", "schedule": "schedule", "accumulate": "accumulate",
     "label_smoothing": "label_smoothing", "clip_norm": "clip_norm", "eval_every": "eval_every",
     "checkpoint_every": "checkpoint_every", "seed": "seed", "bf16": "bf16", "threads": "threads",
+    "deterministic": "deterministic",
 }  # fmt: skip
 
 
@@ -102,10 +105,16 @@ def _translation_parser(sub: Any) -> None:
     train.add_argument("--label-smoothing", type=float)
     train.add_argument("--clip-norm", type=float)
     train.add_argument("--eval-every", type=int)
-    train.add_argument("--checkpoint-every", type=int)
+    train.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="a checkpoint every STEPS steps")
     train.add_argument("--seed", type=int)
     train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None)
     train.add_argument("--threads", type=int)
+    train.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +245,7 @@ def new_run_dir(out: Path | None, name: str) -> Path:
     return out
 
 
-def cmd_train_translation(args: argparse.Namespace) -> None:
+def cmd_train_translation(args: argparse.Namespace) -> int:
     from vaswani.tasks.translation import (
         DEFAULT_CORPUS,
         evaluate_split,
@@ -244,20 +253,25 @@ def cmd_train_translation(args: argparse.Namespace) -> None:
         train_translation,
         write_test_metrics,
     )
+    from vaswani.training.trainer import TrainingInterrupted
 
     started = time.perf_counter()
-    if args.resume:
-        run_dir = args.resume
-        changes = {
-            name: getattr(args, flag)
-            for flag, name in TRAIN_FLAGS.items()
-            if flag in ("max_steps", "max_minutes") and getattr(args, flag) is not None
-        }
-        metrics, translator, data = resume_translation(run_dir, args.quiet, **changes)
-    else:
-        run = run_config_from_args(args)
-        run_dir = new_run_dir(args.out, "translation")
-        metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
+    try:
+        if args.resume:
+            run_dir = args.resume
+            changes = {
+                name: getattr(args, flag)
+                for flag, name in TRAIN_FLAGS.items()
+                if flag in ("max_steps", "max_minutes") and getattr(args, flag) is not None
+            }
+            metrics, translator, data = resume_translation(run_dir, args.quiet, **changes)
+        else:
+            run = run_config_from_args(args)
+            run_dir = new_run_dir(args.out, "translation")
+            metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
+    except TrainingInterrupted as exc:
+        print(f"vaswani: {exc}; continue with: vaswani train translation --resume {run_dir}", file=sys.stderr)
+        return exc.exit_status
     pairs = data.test or data.valid
     split = "test" if data.test else "valid"
     scores = evaluate_split(translator, pairs, quiet=args.quiet)
@@ -273,6 +287,7 @@ def cmd_train_translation(args: argparse.Namespace) -> None:
         for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
             print(f"  {sentence}  →  {translation}")
     print(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "Tom chases Jerry"')
+    return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -308,13 +323,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {
+    handlers: dict[tuple[str, str | None], Callable[[argparse.Namespace], int | None]] = {
         ("train", "translation"): cmd_train_translation,
         ("translate", None): cmd_translate,
         ("evaluate", None): cmd_evaluate,
     }
     try:
-        handlers[(args.command, getattr(args, "task", None))](args)
+        status = handlers[(args.command, getattr(args, "task", None))](args)
     except VaswaniError as exc:
         if args.debug:
             raise
@@ -323,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vaswani: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -199,6 +199,11 @@ class TrainConfig(_Validated):
     ``lr`` is the peak learning rate reached at the end of warmup; the
     ``inverse_sqrt`` schedule is the paper's d_model^-0.5 · min(step^-0.5,
     step · warmup^-1.5) rescaled to that peak.
+
+    ``checkpoint_every`` (steps) writes a checkpoint, keeping the newest ``keep_checkpoints``;
+    ``deterministic`` makes torch use deterministic algorithms on one thread, so that a run,
+    stopped and resumed or not, gives bit-identical weights on the CPU. A step whose loss or
+    gradient is not finite is skipped; ``max_bad_steps`` such steps in a row stop training.
     """
 
     _section = "train"
@@ -225,6 +230,7 @@ class TrainConfig(_Validated):
     seed: int = 0
     max_bad_steps: int = 10
     threads: int | None = None
+    deterministic: bool = False
 
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
@@ -243,6 +249,8 @@ class TrainConfig(_Validated):
             self._fail("weight_decay", f"must be >= 0, got {self.weight_decay}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {self.betas}")
+        if self.deterministic and self.threads not in (None, 1):
+            self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from vaswani.rundir import read_run_config, write_run_config
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.checkpoint import atomic_write_text, load_weights
 from vaswani.training.losses import label_smoothed_nll
-from vaswani.training.trainer import Trainer
+from vaswani.training.trainer import Trainer, seed_everything
 
 TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
@@ -222,8 +222,9 @@ def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer
 def resume_translation(
     run_dir: Path, quiet: bool = False, **train_changes: Any
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
-    """Continue a stopped run from its newest checkpoint, with its own saved config
-    (``train_changes`` may extend it, e.g. ``max_steps=...``)."""
+    """Continue a stopped run from its newest intact checkpoint, with its own saved config
+    (``train_changes`` may extend it, e.g. ``max_steps=...``; they are saved in the config, so
+    that a later plain resume keeps them)."""
     run = read_run_config(run_dir, task=TASK)
     run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
     return train_translation(run, run_dir, resume=True, quiet=quiet)
@@ -250,11 +251,12 @@ def train_translation(
         src_tok.save(run_dir / SRC_TOKENIZER)
         tgt_tok.save(run_dir / TGT_TOKENIZER)
         write_run_config(run_dir, run)
-    torch.manual_seed(run.train.seed)
+    seed_everything(run.train.seed)
     model = Transformer(run.model)
     trainer = Trainer(model, task, run.train, run_dir)
     if resume:
         trainer.resume()
+        write_run_config(run_dir, run)  # with the resume's changes, for the next resume
     metrics = trainer.fit(quiet=quiet)
     return metrics, Translator(model, src_tok, tgt_tok, run.data["bleu_tokenize"]), data
 

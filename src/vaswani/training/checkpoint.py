@@ -1,33 +1,47 @@
-"""Checkpoints written atomically: a new one appears whole or not at all.
+"""Checkpoints written atomically and checksummed: a new one appears whole or not at all,
+and a damaged one is recognised before it is used.
 
 Layout under a run directory::
 
     checkpoints/step_00001000/
         model.safetensors     weights (safetensors: never unpickled)
-        optimizer.pt          optimizer state, read back with weights_only=True
-        trainer_state.json    step, data position, RNG states, elapsed time
+        optimizer.pt          optimizer state and RNG states (Python, NumPy, torch),
+                              read back with weights_only=True
+        trainer_state.json    step, data position (epoch, position), elapsed time, counters
+        manifest.json         sha256 and size of each file above; written last
 
-A checkpoint is written into a temporary folder, every file is flushed to
-disk, and the folder is then renamed into place; older checkpoints beyond the
-kept number are removed only after that.
+There is no scheduler state: the learning-rate schedules are pure functions of the
+step (:mod:`vaswani.training.schedules`), so the saved step restores them.
+
+Every file is serialized in memory, hashed, then written and fsynced into a
+temporary folder (``.tmp_step_…``) that is renamed into place; only after that
+are older checkpoints beyond the kept number removed. A full disk or another
+write failure removes the temporary folder and raises a one-line
+:class:`~vaswani.errors.VaswaniError`; the checkpoints already there are untouched.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
-from torch import nn
+from safetensors.torch import load_model, save
+from torch import Tensor, nn
 
-from vaswani.errors import RunDirError
+from vaswani.errors import RunDirError, VaswaniError
 
 CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+FILES = ("model.safetensors", "optimizer.pt", "trainer_state.json")
 
 
 def fsync_path(path: Path) -> None:
@@ -38,20 +52,53 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+def write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` and flush it to disk. Every file of a run goes through here, so that a
+    full disk surfaces as an ``OSError`` (safetensors and ``torch.save`` writing to a path
+    would raise their own, less clear errors)."""
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_error(path: Path, exc: OSError, note: str = "") -> VaswaniError:
+    """A one-line error for a failed write, e.g. ``…: cannot write: no space left on device``."""
+    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return VaswaniError(f"{path}: cannot write: {reason}{note}")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: on failure ``path``
+    keeps its old content and the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    fsync_path(tmp)
-    os.replace(tmp, path)
+    try:
+        write_file(tmp, data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, text.encode("utf-8"))
+
+
+def model_bytes(model: nn.Module) -> bytes:
+    """The weights as safetensors bytes; a parameter shared by several names (tied embeddings)
+    is stored once, under its first name, and :func:`load_weights` restores the ties."""
+    tensors: dict[str, Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            tensors[name] = tensor.detach().contiguous()
+    return save(tensors)
 
 
 def atomic_save_model(model: nn.Module, path: Path) -> None:
     """Save weights as safetensors (tied weights stored once) through a temporary file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_model(model, str(tmp))
-    fsync_path(tmp)
-    os.replace(tmp, path)
+    atomic_write(path, model_bytes(model))
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -70,12 +117,20 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+    """The global generators' states in types that ``torch.load(weights_only=True)`` reads."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
@@ -86,34 +141,91 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write ``checkpoints/step_N`` atomically and keep only the newest ``keep``."""
+    """Write ``checkpoints/step_N`` atomically, with its manifest, and keep the newest ``keep``
+    up to it (newer ones are damaged leftovers that a resume skipped)."""
     root = run_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp_*"):  # left by a crash or a kill during an earlier write
+        shutil.rmtree(stale)
     final = root / f"step_{state['step']:08d}"
     tmp = root / f".tmp_{final.name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / "optimizer.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
-    for f in tmp.iterdir():
-        fsync_path(f)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_path(root)
-    for old in list_checkpoints(run_dir)[:-keep]:
+    optimizer_file = io.BytesIO()
+    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, optimizer_file)
+    data = (model_bytes(model), optimizer_file.getvalue(), json.dumps(state, indent=2).encode())
+    contents = dict(zip(FILES, data, strict=True))
+    manifest = {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in contents.items()}
+    try:
+        tmp.mkdir()
+        for name, content in contents.items():
+            write_file(tmp / name, content)
+        write_file(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
+        fsync_path(tmp)
+        if final.exists():  # the same step written again (after a resume): set the old one aside
+            os.replace(final, root / f".tmp_replaced_{final.name}")
+        os.replace(tmp, final)
+        fsync_path(root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(final, exc, "; older checkpoints are untouched") from None
+    ordered = list_checkpoints(run_dir)
+    index = ordered.index(final)
+    for old in ordered[: max(0, index + 1 - keep)] + ordered[index + 1 :]:
         shutil.rmtree(old)
+    shutil.rmtree(root / f".tmp_replaced_{final.name}", ignore_errors=True)
     return final
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (temporary folders are not listed)."""
+    """Checkpoint folders, oldest first (temporary folders are not listed)."""
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """What is wrong with a checkpoint folder (missing manifest or file, wrong size or
+    checksum), or None when every file matches its manifest."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {MANIFEST}: the checkpoint is incomplete"
+    except (OSError, ValueError) as exc:
+        return f"{MANIFEST} is unreadable ({exc})"
+    for name in FILES:
+        entry = manifest.get(name) if isinstance(manifest, dict) else None
+        if not isinstance(entry, dict):
+            return f"{MANIFEST} does not list {name}"
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if size != entry.get("size"):
+            return f"{name} has {size} bytes, not {entry.get('size')}: truncated or overwritten"
+        if hashlib.sha256(file.read_bytes()).hexdigest() != entry.get("sha256"):
+            return f"{name} does not match its sha256 checksum: corrupted"
+    return None
+
+
+def newest_intact_checkpoint(run_dir: Path) -> Path:
+    """The newest checkpoint that matches its manifest. Each newer, damaged one is reported in
+    one line on stderr; none intact is a :class:`~vaswani.errors.RunDirError`."""
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise RunDirError(f"{run_dir}: no checkpoint to resume from")
+    damaged: list[tuple[Path, str]] = []
+    for path in reversed(checkpoints):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            for bad, why in damaged:
+                print(f"vaswani: warning: {bad}: {why}; resuming from {path.name} instead", file=sys.stderr)
+            return path
+        damaged.append((path, problem))
+    newest, why = damaged[0]
+    raise RunDirError(
+        f"{run_dir / CHECKPOINTS}: no intact checkpoint to resume from "
+        f"({len(damaged)} damaged; newest {newest.name}: {why})"
+    )
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

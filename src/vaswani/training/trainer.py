@@ -3,6 +3,12 @@
 A task is a thin adapter (:class:`Task`): it owns the data, the loss and the
 metrics; the trainer owns the rest: optimizer, schedule, accumulation,
 clipping, autocast, logging, evaluation, checkpoints and exact resume.
+
+Nothing is lost when training is stopped: SIGINT or SIGTERM finishes the current
+step, writes a checkpoint and raises :class:`TrainingInterrupted`; a step with a
+non-finite loss or gradient is skipped (and after ``max_bad_steps`` in a row
+training stops, keeping the last good checkpoint); with ``deterministic`` a
+resumed run ends bit-identical to an uninterrupted one on the CPU.
 """
 
 from __future__ import annotations
@@ -11,11 +17,16 @@ import contextlib
 import csv
 import json
 import math
+import random
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
@@ -26,8 +37,8 @@ from vaswani.errors import VaswaniError
 from vaswani.training.checkpoint import (
     atomic_save_model,
     atomic_write_text,
-    list_checkpoints,
     load_checkpoint,
+    newest_intact_checkpoint,
     save_checkpoint,
 )
 from vaswani.training.schedules import learning_rate
@@ -62,12 +73,26 @@ class TrainerState:
     position: int = 0
     train_seconds: float = 0.0
     tokens: int = 0
-    bad_steps: int = 0
+    bad_steps: int = 0  # in a row, up to now
+    skipped_steps: int = 0  # in all
     metrics: dict[str, float] = field(default_factory=dict)
 
 
 class TrainingInterrupted(VaswaniError):
-    """Ctrl-C during training; a checkpoint was written first."""
+    """SIGINT or SIGTERM during training: the current step was finished and a checkpoint
+    written. ``exit_status`` is the shell's convention, 128 + the signal number."""
+
+    def __init__(self, signum: int, step: int, run_dir: Path) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at step {step}; checkpoint written in {run_dir / 'checkpoints'}")
+        self.exit_status = 128 + signum
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators; call it before building the model."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -87,7 +112,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 class Trainer:
     def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path) -> None:
-        if cfg.threads is not None:
+        if cfg.deterministic:  # one thread: the same sums in the same order on every machine
+            torch.use_deterministic_algorithms(True)
+            torch.set_num_threads(1)
+        elif cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.model = model
         self.task = task
@@ -95,16 +123,15 @@ class Trainer:
         self.run_dir = run_dir
         self.optimizer = make_optimizer(model, cfg)
         self.state = TrainerState()
+        self.stop_signal: int | None = None
         self.batches = task.train_batches()
         if not self.batches:
             raise VaswaniError("no training batches: the training data is empty")
 
     def resume(self) -> None:
-        """Continue from the newest complete checkpoint of the run directory."""
-        checkpoints = list_checkpoints(self.run_dir)
-        if not checkpoints:
-            raise VaswaniError(f"{self.run_dir}: no checkpoint to resume from")
-        saved = load_checkpoint(checkpoints[-1], self.model, self.optimizer)
+        """Continue from the newest intact checkpoint of the run directory (damaged newer ones
+        are reported on stderr and skipped)."""
+        saved = load_checkpoint(newest_intact_checkpoint(self.run_dir), self.model, self.optimizer)
         self.state = TrainerState(**saved)
 
     def _next_batches(self) -> list[Any]:
@@ -144,10 +171,8 @@ class Trainer:
             if p.grad is not None:
                 p.grad.div_(count)
         loss_value = loss_total / count
-        grad_ok = True
-        if self.cfg.clip_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-            grad_ok = bool(torch.isfinite(norm))
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
+        grad_ok = bool(torch.isfinite(norm))
         tokens = sum(self.task.batch_tokens(b) for b in micro)
         if not (math.isfinite(loss_value) and grad_ok):
             self.optimizer.zero_grad(set_to_none=True)
@@ -165,8 +190,9 @@ class Trainer:
     def _expected_steps(self) -> int:
         """Where a decaying schedule should end: ``max_steps``, or sooner when ``max_minutes``
         will run out first, extrapolated from the pace so far (so a time-limited run still
-        decays fully; such a run is not step-for-step reproducible)."""
-        if self.cfg.max_minutes is None or self.state.step < self.cfg.warmup_steps:
+        decays fully; such a run is not step-for-step reproducible, so a ``deterministic`` one
+        keeps ``max_steps`` and lets the clock decide only where to stop)."""
+        if self.cfg.max_minutes is None or self.cfg.deterministic or self.state.step < self.cfg.warmup_steps:
             return self.cfg.max_steps
         pace = self.state.step / max(self.state.train_seconds, 1e-9)
         return max(self.state.step + 1, min(self.cfg.max_steps, int(pace * self.cfg.max_minutes * 60)))
@@ -191,6 +217,64 @@ class Trainer:
         state = self.state.__dict__.copy()
         save_checkpoint(self.run_dir, self.model, self.optimizer, state, self.cfg.keep_checkpoints)
 
+    @contextlib.contextmanager
+    def _stop_requests(self) -> Iterator[None]:
+        """While training, SIGINT and SIGTERM only set ``stop_signal`` (checked after each step);
+        a second one stops at once with KeyboardInterrupt. The previous handlers come back after.
+        An ignored signal stays ignored (a background job's SIGINT), and handlers can only be
+        installed from the main thread: elsewhere the signals keep theirs."""
+
+        def request(signum: int, frame: Any) -> None:
+            if self.stop_signal is not None:
+                raise KeyboardInterrupt
+            self.stop_signal = signum
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {
+            s: signal.signal(s, request)
+            for s in (signal.SIGINT, signal.SIGTERM)
+            if signal.getsignal(s) is not signal.SIG_IGN
+        }
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler or signal.SIG_DFL)  # None: a handler set outside Python
+
+    def _skipped(self, bar: tqdm, loss: float) -> None:
+        """Count a step whose loss or gradient was not finite; stop after ``max_bad_steps`` in a row."""
+        state = self.state
+        state.bad_steps += 1
+        state.skipped_steps += 1
+        bar.write(
+            f"step {state.step + 1}: non-finite loss or gradient (loss {loss:.4g}); update skipped "
+            f"({state.bad_steps} in a row, {state.skipped_steps} in all)"
+        )
+        if state.bad_steps >= self.cfg.max_bad_steps:
+            checkpoints = self.run_dir / "checkpoints"
+            kept = f"last good checkpoint in {checkpoints}" if checkpoints.is_dir() else "no checkpoint yet"
+            raise VaswaniError(
+                f"{state.bad_steps} steps in a row had a non-finite loss or gradient; stopping at step "
+                f"{state.step} ({kept}); try a lower lr, a longer warmup or gradient clipping"
+            )
+
+    def _evaluate_and_log(self, bar: tqdm, train_loss: float) -> None:
+        """Validation metrics, kept in the state and logged: a row of ``train_log.csv`` and a line."""
+        state = self.state
+        state.metrics = self._evaluate()
+        self._log(
+            {
+                "step": state.step,
+                "seconds": round(state.train_seconds, 2),
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "train_loss": round(train_loss, 5),
+                **{k: round(v, 5) for k, v in state.metrics.items()},
+            }
+        )
+        bar.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in state.metrics.items()))
+
     def fit(self, quiet: bool = False) -> dict[str, Any]:
         """Train until ``max_steps`` or ``max_minutes``; return the final metrics."""
         cfg, state = self.cfg, self.state
@@ -202,60 +286,45 @@ class Trainer:
         smoothed = None
         window_tokens, window_start = 0, time.perf_counter()
         last = time.perf_counter()
-        try:
+        self.stop_signal = None
+        with bar, self._stop_requests():
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
                 loss, tokens, applied = self._step()
                 now = time.perf_counter()
                 state.train_seconds += now - last
                 last = now
+                saved = False
                 if not applied:
-                    state.bad_steps += 1
-                    if state.bad_steps >= cfg.max_bad_steps:
-                        raise VaswaniError(
-                            f"{state.bad_steps} steps in a row had a non-finite loss or gradient; "
-                            f"stopping (last good checkpoint in {self.run_dir / 'checkpoints'})"
-                        )
-                    continue
-                state.bad_steps = 0
-                state.step += 1
-                state.tokens += tokens
-                window_tokens += tokens
-                smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
-                elapsed = now - window_start
-                bar.update(1)
-                bar.set_postfix(
-                    loss=f"{smoothed:.3f}",
-                    lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
-                    tok_s=f"{window_tokens / max(elapsed, 1e-9):,.0f}",
-                )
-                done = state.step >= cfg.max_steps or (budget is not None and state.train_seconds >= budget)
-                if state.step % cfg.eval_every == 0 or done:
-                    metrics = self._evaluate()
-                    state.metrics = metrics
-                    self._log(
-                        {
-                            "step": state.step,
-                            "seconds": round(state.train_seconds, 2),
-                            "lr": self.optimizer.param_groups[0]["lr"],
-                            "train_loss": round(smoothed, 5),
-                            **{k: round(v, 5) for k, v in metrics.items()},
-                        }
+                    self._skipped(bar, loss)
+                else:
+                    state.bad_steps = 0
+                    state.step += 1
+                    state.tokens += tokens
+                    window_tokens += tokens
+                    smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
+                    elapsed = now - window_start
+                    bar.update(1)
+                    bar.set_postfix(
+                        loss=f"{smoothed:.3f}",
+                        lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
+                        tok_s=f"{window_tokens / max(elapsed, 1e-9):,.0f}",
                     )
-                    bar.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
-                    last = time.perf_counter()
-                    window_tokens, window_start = 0, last
-                if (cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or done:
-                    self._checkpoint()
-                    last = time.perf_counter()
-        except KeyboardInterrupt:
-            bar.close()
-            self._checkpoint()
-            atomic_save_model(self.model, self.run_dir / "model.safetensors")
-            raise TrainingInterrupted(
-                f"interrupted at step {state.step}; checkpoint written. "
-                f"continue it with --resume {self.run_dir}"
-            ) from None
-        bar.close()
+                    done = state.step >= cfg.max_steps or (
+                        budget is not None and state.train_seconds >= budget
+                    )
+                    if state.step % cfg.eval_every == 0 or done:
+                        self._evaluate_and_log(bar, smoothed)
+                        last = time.perf_counter()
+                        window_tokens, window_start = 0, last
+                    saved = bool(cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or done
+                    if saved:
+                        self._checkpoint()
+                        last = time.perf_counter()
+                if self.stop_signal is not None:
+                    if not saved:
+                        self._checkpoint()
+                    atomic_save_model(self.model, self.run_dir / "model.safetensors")
+                    raise TrainingInterrupted(self.stop_signal, state.step, self.run_dir)
         if not state.metrics:
             state.metrics = self._evaluate()
         atomic_save_model(self.model, self.run_dir / "model.safetensors")
@@ -263,6 +332,7 @@ class Trainer:
             **state.metrics,
             "train_seconds": round(state.train_seconds, 2),
             "steps": state.step,
+            "skipped_steps": state.skipped_steps,
             "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
         }
         atomic_write_text(self.run_dir / "metrics.json", json.dumps(result, indent=2) + "\n")
