@@ -4,10 +4,15 @@ Special tokens have fixed ids in every vaswani tokenizer, saved with it:
 ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3.
 
 Text is split on spaces SentencePiece-style (a word starts with "▁"), so
-decoding gives back the exact spacing of the input, and no Unicode
-normalisation is applied, so Chinese punctuation (，。？) survives unchanged.
-A language written without spaces (Chinese) becomes one "word" per sentence
-and BPE learns its frequent characters and words as pieces.
+decoding gives back the spacing of the input (all but one leading space; a
+"▁" in the input reads as a space), and no Unicode normalisation is applied,
+so Chinese punctuation (，。？) survives unchanged. A character not seen in
+training becomes ``<unk>``, which decoding leaves out. A language written
+without spaces (Chinese) becomes one "word" per sentence and BPE learns its
+frequent characters and words as pieces.
+
+Special tokens are ids only: the text ``<eos>`` in the input is encoded as
+ordinary characters, never as the control token.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class TextTokenizer:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
+        tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
         for token_id, token in enumerate(SPECIALS):
             if tokenizer.token_to_id(token) != token_id:
                 raise RunDirError(f"tokenizer does not have {token} at id {token_id}")
