@@ -110,11 +110,6 @@ def test_malicious_optimizer_state_is_refused_and_never_run(run, tmp_path, capsy
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load_checkpoint passes on torch's multi-line UnpicklingError message, which also advises "
-    "weights_only=False; it should say in one line that optimizer.pt was refused",
-)
 def test_refused_optimizer_state_is_reported_in_one_line(run, tmp_path, capsys):
     checkpoint = list_checkpoints(run)[-1]
     (checkpoint / "optimizer.pt").write_bytes(malicious_files(tmp_path / "marker")["torch.save"])
@@ -192,11 +187,6 @@ DATA_CASES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 'data' section is not validated field by field, neither from the user (cli) nor from a run "
-    "directory: it needs a typed, validated section in vaswani.config (e.g. a DataConfig)",
-)
 @pytest.mark.parametrize(("name", "fields", "argv", "words"), DATA_CASES, ids=[c[0] for c in DATA_CASES])
 def test_a_bad_data_field_is_refused_in_one_line(run, capsys, name, fields, argv, words):
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
@@ -221,11 +211,6 @@ def test_a_config_that_is_not_a_json_object_is_refused(run, capsys, content, wor
         assert word in err, (word, err)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load_weights passes on torch's multi-line size-mismatch message; it should compare the "
-    "shapes in the safetensors header with the model's first and name one tensor in one line",
-)
 def test_a_config_that_does_not_fit_the_weights_is_refused_in_one_line(run, capsys):
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     config["model"]["d_model"] = 128

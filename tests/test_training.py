@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import write_reverse_task
-from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.tasks.translation import resume_translation, train_translation
 from vaswani.training.checkpoint import list_checkpoints
 from vaswani.training.schedules import cosine, inverse_sqrt
@@ -23,7 +23,7 @@ def _run(tmp_path, name: str, max_steps: int, data: dict) -> RunConfig:
         batch_tokens=300, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000,
         checkpoint_every=5, eval_sentences=8, seed=3,
     )  # fmt: skip
-    return RunConfig("translation", model, train, {**data, "vocab_size": 60})
+    return RunConfig("translation", model, train, DataConfig(**data, vocab_size=60))
 
 
 def test_resumed_run_ends_with_the_same_weights(tmp_path):

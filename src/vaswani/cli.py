@@ -19,11 +19,13 @@ import yaml
 
 from vaswani.config import (
     ACTIVATIONS,
+    BLEU_TOKENIZERS,
     NORMS,
     POSITIONS,
     PRESETS,
     SCHEDULES,
     TIES,
+    DataConfig,
     ModelConfig,
     RunConfig,
     TrainConfig,
@@ -72,7 +74,11 @@ def _translation_parser(sub: Any) -> None:
     data.add_argument("--test-tgt", type=Path)
     data.add_argument("--vocab-size", type=int, help="BPE vocabulary size per tokenizer")
     data.add_argument("--shared-vocab", action="store_true", help="one BPE for both languages")
-    data.add_argument("--bleu-tokenize", help="sacrebleu tokenizer (default: zh for Chinese, else 13a)")
+    data.add_argument(
+        "--bleu-tokenize",
+        choices=BLEU_TOKENIZERS,
+        help="sacrebleu tokenizer (default: zh for Chinese, else 13a)",
+    )
     run = p.add_argument_group("run")
     run.add_argument("--config", type=Path, help="YAML file with model:, train: and data: sections")
     run.add_argument("--out", type=Path, help="run directory to write (default: runs/NAME)")
@@ -181,6 +187,9 @@ def default_corpus_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str,
     return model, train, data
 
 
+PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+
+
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     """Defaults < --config file < flags."""
     if (args.src is None) != (args.tgt is None):
@@ -191,18 +200,8 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
         model, train, data = default_corpus_settings()
     else:
         model, train = dict(PRESETS["transformer-small"]), {}
-        data = {
-            "source": "files",
-            **{
-                k: str(Path(v).resolve())
-                for k, v in {
-                    "src": args.src, "tgt": args.tgt, "valid_src": args.valid_src,
-                    "valid_tgt": args.valid_tgt, "test_src": args.test_src,
-                    "test_tgt": args.test_tgt,
-                }.items()
-                if v is not None
-            },
-        }  # fmt: skip
+        data = {"source": "files"}
+        data.update({k: getattr(args, k) for k in PATH_FIELDS if getattr(args, k) is not None})
     if args.preset:
         model.update(PRESETS[args.preset])
     if args.config:
@@ -227,12 +226,15 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
         model["tie_embeddings"] = "output"
     if args.bleu_tokenize:
         data["bleu_tokenize"] = args.bleu_tokenize
+    for key in PATH_FIELDS:  # stored absolute, so that --resume works from any folder
+        if isinstance(data.get(key), (str, Path)):
+            data[key] = str(Path(data[key]).resolve())
     source = str(args.config) if args.config else "flags"
     return RunConfig(
         "translation",
         ModelConfig.from_dict(model, source=source),
         TrainConfig.from_dict(train, source=source),
-        data,
+        DataConfig.from_dict(data, source=source),
     )
 
 

@@ -75,7 +75,7 @@ class _Validated:
     def _positive(self, *names: str) -> None:
         for name in names:
             value = getattr(self, name)
-            if value is not None and value <= 0:
+            if value is not None and not value > 0:  # "not >" also refuses NaN
                 self._fail(name, f"must be > 0, got {value}")
 
     def _one_of(self, name: str, choices: tuple[str, ...]) -> None:
@@ -253,6 +253,59 @@ class TrainConfig(_Validated):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
 
 
+BLEU_TOKENIZERS = (
+    "13a",
+    "zh",
+    "intl",
+    "char",
+    "none",
+    "ja-mecab",
+    "ko-mecab",
+    "spm",
+    "flores101",
+    "flores200",
+)
+SOURCES = ("default", "files")
+
+
+@dataclass(frozen=True)
+class DataConfig(_Validated):
+    """Where the text comes from and how it is tokenized and scored.
+
+    ``source="default"`` generates the embedded corpus (``seed``, ``n_*`` sizes);
+    ``source="files"`` reads the user's parallel files (absolute paths). ``bleu_tokenize``
+    is sacreBLEU's tokenizer; left null, it is chosen from the target language.
+    """
+
+    _section = "data"
+
+    source: str = "files"
+    seed: int = 0
+    n_train: int = 60_000
+    n_valid: int = 500
+    n_test: int = 1_000
+    src: str | None = None
+    tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    vocab_size: int = 8000
+    shared_vocab: bool = False
+    bleu_tokenize: str | None = None
+
+    def _check(self) -> None:
+        self._one_of("source", SOURCES)
+        self._positive("n_train", "n_valid", "n_test", "vocab_size")
+        if self.bleu_tokenize is not None:
+            self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
+        if self.source == "files" and (self.src is None or self.tgt is None):
+            self._fail("src", "files need both 'src' and 'tgt'")
+        for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
+            if (getattr(self, a) is None) != (getattr(self, b) is None):
+                self._fail(a, f"'{a}' and '{b}' go together")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What ``config.json`` in a run directory holds: the task, the model and its training."""
@@ -260,4 +313,4 @@ class RunConfig:
     task: str
     model: ModelConfig
     train: TrainConfig = field(default_factory=TrainConfig)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: DataConfig = field(default_factory=lambda: DataConfig(source="default"))

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.training.checkpoint import atomic_write_text
 
@@ -32,7 +32,7 @@ def write_run_config(run_dir: Path, run: RunConfig) -> None:
         "task": run.task,
         "model": run.model.to_dict(),
         "train": run.train.to_dict(),
-        "data": run.data,
+        "data": run.data.to_dict(),
     }
     atomic_write_text(run_dir / CONFIG, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
@@ -73,12 +73,11 @@ def read_run_config(run_dir: Path, task: str | None = None) -> RunConfig:
     found = payload["task"]
     if task is not None and found != task:
         raise RunDirError(f"{run_dir}: a run directory of task {found!r}, not {task!r}")
-    if not isinstance(payload["data"], dict):
-        raise ConfigError(f"{path}: section 'data' must be a mapping")
     try:
         model = ModelConfig.from_dict(payload["model"], source=str(path))
         train = TrainConfig.from_dict(payload["train"], source=str(path))
+        data = DataConfig.from_dict(payload["data"], source=str(path))
     except ConfigError as exc:  # name the file when the message does not already
         message = str(exc)
         raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
-    return RunConfig(task=str(found), model=model, train=train, data=dict(payload["data"]))
+    return RunConfig(task=str(found), model=model, train=train, data=data)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from vaswani.config import ModelConfig, RunConfig
+from vaswani.config import DataConfig, ModelConfig, RunConfig
 from vaswani.data import grammar
 from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
 from vaswani.data.readers import read_parallel
@@ -47,28 +47,28 @@ class TranslationData:
     valid_name: str = "valid"
 
 
-def load_data(spec: dict[str, Any]) -> TranslationData:
+def load_data(spec: DataConfig) -> TranslationData:
     """Read the data a run's ``data`` config section describes."""
-    if spec.get("source") == "default":
+    if spec.source == "default":
         corpus = grammar.default_corpus(
-            seed=spec.get("seed", 0), n_train=spec["n_train"], n_test=spec["n_test"],
-            n_valid=spec["n_valid"],
-        )  # fmt: skip
+            seed=spec.seed, n_train=spec.n_train, n_valid=spec.n_valid, n_test=spec.n_test
+        )
         return TranslationData(corpus.train, corpus.valid, corpus.test, DEFAULT_CORPUS)
-    train = read_parallel(spec["src"], spec["tgt"])
-    valid_name = str(spec.get("valid_src"))
-    if spec.get("valid_src") and spec.get("valid_tgt"):
-        valid = read_parallel(spec["valid_src"], spec["valid_tgt"])
+    assert spec.src is not None and spec.tgt is not None  # DataConfig checks it
+    train = read_parallel(spec.src, spec.tgt)
+    if spec.valid_src and spec.valid_tgt:
+        valid = read_parallel(spec.valid_src, spec.valid_tgt)
+        valid_name = spec.valid_src
     else:
-        valid_name = f"{spec['src']} (held-out tail)"
         cut = max(1, min(1000, len(train) // 20))
         train, valid = train[:-cut], train[-cut:]
+        valid_name = f"{spec.src} (held-out tail)"
         if not train:
-            raise DataError(f"{spec['src']}: too few lines to hold out a validation split")
+            raise DataError(f"{spec.src}: too few lines to hold out a validation split")
     test: Pairs = []
-    if spec.get("test_src") and spec.get("test_tgt"):
-        test = read_parallel(spec["test_src"], spec["test_tgt"])
-    return TranslationData(train, valid, test, str(spec["src"]), valid_name)
+    if spec.test_src and spec.test_tgt:
+        test = read_parallel(spec.test_src, spec.test_tgt)
+    return TranslationData(train, valid, test, spec.src, valid_name)
 
 
 def build_tokenizers(
@@ -108,7 +108,7 @@ class TranslationTask:
     ) -> None:
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
         self.smoothing = run.train.label_smoothing
-        self.bleu_tokenize = run.data["bleu_tokenize"]
+        self.bleu_tokenize = run.data.bleu_tokenize or "13a"
         self.pad_id = run.model.pad_id
         self._batches = self._batches_of(data.train, data.train_name, run)
         self._valid = self._batches_of(data.valid, data.valid_name, run)
@@ -174,7 +174,7 @@ class Translator:
         model = Transformer(run.model)
         load_weights(model, run_dir / "model.safetensors")
         model.eval()
-        return cls(model, src_tok, tgt_tok, run.data.get("bleu_tokenize", "13a"))
+        return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
 
     @torch.no_grad()
     def translate(
@@ -240,9 +240,7 @@ def train_translation(
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
     else:
-        src_tok, tgt_tok = build_tokenizers(
-            data, run.data.get("vocab_size", 8000), run.data.get("shared_vocab", False)
-        )
+        src_tok, tgt_tok = build_tokenizers(data, run.data.vocab_size, run.data.shared_vocab)
         run = fit_vocab(run, src_tok, tgt_tok, data)
     check_vocab(run.model, src_tok, tgt_tok, run_dir)
     task = TranslationTask(run, src_tok, tgt_tok, data)
@@ -258,7 +256,7 @@ def train_translation(
         trainer.resume()
         write_run_config(run_dir, run)  # with the resume's changes, for the next resume
     metrics = trainer.fit(quiet=quiet)
-    return metrics, Translator(model, src_tok, tgt_tok, run.data["bleu_tokenize"]), data
+    return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
 
 
 def fit_vocab(
@@ -278,10 +276,8 @@ def fit_vocab(
             "config field 'model.tie_embeddings': 'all' needs one shared vocabulary "
             "(--shared-vocab); use 'output' with separate vocabularies"
         )
-    tokenize = run.data.get("bleu_tokenize") or (
-        "zh" if is_cjk("".join(t for _, t in data.train[:200])) else "13a"
-    )
-    return RunConfig(run.task, model, run.train, {**run.data, "bleu_tokenize": tokenize})
+    tokenize = run.data.bleu_tokenize or ("zh" if is_cjk("".join(t for _, t in data.train[:200])) else "13a")
+    return RunConfig(run.task, model, run.train, run.data.replace(bleu_tokenize=tokenize))
 
 
 def evaluate_split(

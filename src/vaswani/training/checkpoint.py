@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
 
@@ -102,18 +104,37 @@ def atomic_save_model(model: nn.Module, path: Path) -> None:
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
-    """Load safetensors weights, refusing missing or unexpected tensors."""
+    """Load safetensors weights, refusing a file that is not safetensors and tensors that are
+    missing, unexpected or of another shape (the first offender is named)."""
     if not path.is_file():
         raise RunDirError(f"{path}: no such weights file")
     try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except Exception as exc:  # safetensors raises its own error types on foreign or corrupt files
+        raise RunDirError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name, shape in shapes.items():
+        if name in expected and expected[name] != shape:
+            raise RunDirError(
+                f"{path}: tensor '{name}' has shape {list(shape)}, the model expects "
+                f"{list(expected[name])}: weights and config.json do not match"
+            )
+    try:
         missing, unexpected = load_model(model, str(path), strict=False)
-    except Exception as exc:  # safetensors raises its own errors on corrupt files or shapes
-        raise RunDirError(f"{path}: cannot load weights ({exc})") from None
+    except Exception as exc:
+        raise RunDirError(f"{path}: cannot load weights ({first_line(exc)})") from None
     if missing or unexpected:
         raise RunDirError(
             f"{path}: weights do not fit the model (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]})"
         )
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def rng_state() -> dict[str, Any]:
@@ -233,9 +254,16 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     load_weights(model, path / "model.safetensors")
     try:
         extra = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
-        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except pickle.UnpicklingError:
+        raise RunDirError(
+            f"{path / 'optimizer.pt'}: refused: not plain tensor data (loading it could run code)"
+        ) from None
     except Exception as exc:  # a truncated or foreign file
-        raise RunDirError(f"{path}: unreadable checkpoint ({exc})") from None
+        raise RunDirError(f"{path / 'optimizer.pt'}: unreadable ({first_line(exc)})") from None
+    try:
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path / 'trainer_state.json'}: unreadable ({first_line(exc)})") from None
     optimizer.load_state_dict(extra["optimizer"])
     set_rng_state(extra["rng"])
     return state
