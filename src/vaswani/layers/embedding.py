@@ -48,11 +48,11 @@ class Embeddings(nn.Module):
         x = self.token(tokens) * self.scale
         if self.positions is not None:
             if positions is None:
-                positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
-            if int(positions.max()) >= self.positions.max_len:
-                raise ValueError(
-                    f"sequence of {int(positions.max()) + 1} positions exceeds max_len="
-                    f"{self.positions.max_len}"
-                )
+                last = offset + tokens.shape[1] - 1  # known without reading the tensor back
+                positions = torch.arange(offset, last + 1, device=tokens.device)
+            else:
+                last = int(positions.max())
+            if last >= self.positions.max_len:
+                raise ValueError(f"sequence of {last + 1} positions exceeds max_len={self.positions.max_len}")
             x = x + self.positions(positions)
         return self.dropout(x)
