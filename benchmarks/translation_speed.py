@@ -36,11 +36,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from vaswani.cli import default_corpus_settings
 from vaswani.config import ModelConfig
 from vaswani.generation import translate_ids
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models import Transformer
+from vaswani.tasks.translation import default_settings
 from vaswani.training.losses import label_smoothed_nll
 
 PAD, BOS, EOS = 0, 1, 2
@@ -52,8 +52,8 @@ clock = time.perf_counter  # --clock cpu: CPU seconds of this process (use with 
 
 
 def default_model_config(src_vocab: int = 2048, tgt_vocab: int = 2048) -> ModelConfig:
-    """The model of the default translation job (``cli.default_corpus_settings``)."""
-    model, _, _ = default_corpus_settings()
+    """The model of the default translation job (``tasks.translation.default_settings``)."""
+    model, _, _ = default_settings()
     return ModelConfig(**{**model, "src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab, "pad_id": PAD})
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.generation import greedy_search, translate_ids
+from vaswani.generation import generate, translate_ids
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -140,12 +140,12 @@ def test_greedy_search_with_a_toy_next_token_function():
         nxt = torch.where(t - 1 >= lengths, torch.full_like(lengths, eos), torch.full_like(lengths, t + 1))
         return torch.nn.functional.one_hot(nxt, 10).to(DT)
 
-    out = greedy_search(next_logits, torch.ones(3, 1, dtype=torch.long), 20, eos, pad, keep_logits=True)
+    out = generate(next_logits, torch.ones(3, 1, dtype=torch.long), 20, eos, pad, keep_logits=True)
     assert out.tokens.tolist() == [
         [2, 3, 9, 0, 0, 0, 0, 0],
         [2, 3, 4, 5, 9, 0, 0, 0],
         [2, 3, 4, 5, 6, 7, 8, 9],
     ]
     assert out.logits.shape == (3, 8, 10)
-    capped = greedy_search(next_logits, torch.ones(3, 1, dtype=torch.long), 3, eos, pad)
+    capped = generate(next_logits, torch.ones(3, 1, dtype=torch.long), 3, eos, pad)
     assert capped.tokens.shape == (3, 3) and capped.logits is None

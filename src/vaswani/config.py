@@ -19,7 +19,7 @@ from vaswani.errors import ConfigError
 
 T = TypeVar("T")
 
-ARCHS = ("encoder_decoder",)
+ARCHS = ("encoder_decoder", "decoder_only")
 NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "relative")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
@@ -36,8 +36,13 @@ def _matches(value: Any, annotation: Any) -> bool:
     if annotation is type(None):
         return value is None
     if origin is tuple:
-        return isinstance(value, (tuple, list)) and all(
-            _matches(v, a) for v, a in zip(value, typing.get_args(annotation), strict=False)
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
+            return isinstance(value, (tuple, list)) and all(_matches(v, args[0]) for v in value)
+        return (
+            isinstance(value, (tuple, list))
+            and len(value) == len(args)
+            and all(_matches(v, a) for v, a in zip(value, args, strict=True))
         )
     if annotation is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -120,6 +125,9 @@ class ModelConfig(_Validated):
     final norm after each stack. ``tie_embeddings``: ``output`` shares the
     target embedding with the output projection, ``all`` also shares the
     source embedding (needs one vocabulary, as the paper's shared BPE).
+
+    ``arch="decoder_only"`` is a GPT: its vocabulary is ``tgt_vocab_size``, its depth
+    ``n_decoder_layers`` and its context ``max_len``; the encoder fields are unused.
     """
 
     _section = "model"
@@ -162,7 +170,11 @@ class ModelConfig(_Validated):
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
         if self.attn_window is not None and self.attn_window < 1:
             self._fail("attn_window", f"must be >= 1 or null, got {self.attn_window}")
-        if self.tie_embeddings == "all" and self.src_vocab_size != self.tgt_vocab_size:
+        if (
+            self.arch == "encoder_decoder"
+            and self.tie_embeddings == "all"
+            and self.src_vocab_size != self.tgt_vocab_size
+        ):
             self._fail(
                 "tie_embeddings",
                 "'all' needs one shared vocabulary (src_vocab_size == tgt_vocab_size); "
@@ -184,6 +196,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "transformer-big": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3},
     "transformer-small": {
         "d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
+    },
+    "gpt2": {
+        "arch": "decoder_only", "tgt_vocab_size": 50257, "d_model": 768, "n_heads": 12, "d_ff": 3072,
+        "n_decoder_layers": 12, "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned",
+        "max_len": 1024, "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True,
+    },
+    "gpt-mini": {
+        "arch": "decoder_only", "d_model": 192, "n_heads": 6, "d_ff": 768, "n_decoder_layers": 4,
+        "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned", "max_len": 128,
+        "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True, "dropout": 0.0,
     },
     "tiny": {
         "d_model": 64, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2, "n_decoder_layers": 2,
@@ -265,7 +287,8 @@ BLEU_TOKENIZERS = (
     "flores101",
     "flores200",
 )
-SOURCES = ("default", "files")
+SOURCES = ("default", "files", "text")
+LM_TOKENIZERS = ("bpe", "char")
 
 
 @dataclass(frozen=True)
@@ -275,6 +298,11 @@ class DataConfig(_Validated):
     ``source="default"`` generates the embedded corpus (``seed``, ``n_*`` sizes);
     ``source="files"`` reads the user's parallel files (absolute paths). ``bleu_tokenize``
     is sacreBLEU's tokenizer; left null, it is chosen from the target language.
+
+    A language model reads ``text`` (files or folders, ``source="text"``), or the embedded
+    default (Python's own documentation), holds out the last ``valid_fraction`` of it, and
+    splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size`` pieces, as GPT-2;
+    "char": one token per character).
     """
 
     _section = "data"
@@ -293,9 +321,17 @@ class DataConfig(_Validated):
     vocab_size: int = 8000
     shared_vocab: bool = False
     bleu_tokenize: str | None = None
+    text: tuple[str, ...] | None = None
+    tokenizer: str = "bpe"
+    valid_fraction: float = 0.1
 
     def _check(self) -> None:
         self._one_of("source", SOURCES)
+        self._one_of("tokenizer", LM_TOKENIZERS)
+        if not 0.0 < self.valid_fraction < 1.0:
+            self._fail("valid_fraction", f"must be in (0, 1), got {self.valid_fraction}")
+        if self.source == "text" and not self.text:
+            self._fail("text", "source 'text' needs at least one file or folder")
         self._positive("n_train", "n_valid", "n_test", "vocab_size")
         if self.bleu_tokenize is not None:
             self._one_of("bleu_tokenize", BLEU_TOKENIZERS)

@@ -84,3 +84,76 @@ class TextTokenizer:
         if EOS_ID in ids:
             ids = ids[: ids.index(EOS_ID)]
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+END_OF_TEXT = "<|endoftext|>"
+LM_UNK = "<unk>"
+
+
+class LMTokenizer:
+    """A language model's tokenizer: byte-level BPE (GPT-2's scheme) or characters.
+
+    Byte-level BPE maps every byte to one of 256 printable symbols before the merges, so
+    any text, in any script, encodes without an unknown token and decodes back exactly.
+    The character tokenizer has one token per character seen in training, and ``<unk>``
+    for the others. ``<|endoftext|>`` separates documents and ends generation; it also
+    pads batched prompts (padding is masked, so its id does not matter). As in
+    :class:`TextTokenizer`, typed text is never read as a special token.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        tokenizer.encode_special_tokens = True
+        eos = tokenizer.token_to_id(END_OF_TEXT)
+        if eos is None:
+            raise RunDirError(f"tokenizer has no {END_OF_TEXT} token")
+        self.eos_id = self.pad_id = eos
+
+    @classmethod
+    def train(cls, texts: Iterable[str], kind: str, vocab_size: int) -> LMTokenizer:
+        """Train a ``kind`` ("bpe" or "char") tokenizer on ``texts``."""
+        texts = list(texts)
+        if kind == "char":
+            chars = sorted(set("".join(texts)) - {"\r"})
+            vocab = {END_OF_TEXT: 0, LM_UNK: 1, **{c: i + 2 for i, c in enumerate(chars)}}
+            tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=LM_UNK))
+            tokenizer.decoder = decoders.Fuse()
+            tokenizer.add_special_tokens([END_OF_TEXT, LM_UNK])
+            return cls(tokenizer)
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[END_OF_TEXT],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer)
+
+    @classmethod
+    def load(cls, path: Path) -> LMTokenizer:
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as exc:
+            if isinstance(exc, RunDirError):
+                raise RunDirError(f"{path}: {exc}") from None
+            raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
+
+    def save(self, path: Path) -> None:
+        self.tokenizer.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, leaving out special tokens."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)

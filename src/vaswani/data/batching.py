@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,9 +79,11 @@ def token_buckets(lengths: Sequence[int], batch_tokens: int, seed: int = 0) -> l
     return batches
 
 
-def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
+@functools.lru_cache(maxsize=2)
+def epoch_order(n_batches: int, seed: int, epoch: int) -> tuple[int, ...]:
     """The order of the batches in one epoch: a shuffle that depends only on (seed, epoch),
-    so that a resumed run sees the same batches in the same order."""
+    so that a resumed run sees the same batches in the same order (cached: it is asked for
+    at every step)."""
     order = list(range(n_batches))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
+    return tuple(order)

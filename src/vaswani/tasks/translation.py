@@ -307,3 +307,21 @@ def write_test_metrics(
     }
     atomic_write_text(run_dir / "metrics.json", json.dumps(merged, indent=2) + "\n")
     return merged
+
+
+def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Model, training and data settings of ``vaswani train translation`` on the embedded
+    corpus (sized to finish in under five minutes on two CPU cores)."""
+    model = {
+        "d_model": 128, "n_heads": 4, "d_ff": 512, "n_encoder_layers": 2, "n_decoder_layers": 2,
+        "dropout": 0.0, "max_len": 64, "tie_embeddings": "output",
+    }  # fmt: skip
+    train = {
+        "batch_tokens": 3000, "max_steps": 1000, "max_minutes": 3.5, "lr": 2e-3,
+        "warmup_steps": 200, "schedule": "cosine", "eval_every": 250, "eval_sentences": 300,
+    }  # fmt: skip
+    data = {
+        "source": "default", "seed": 0, "n_train": 60_000, "n_valid": 500, "n_test": 1000,
+        "vocab_size": 2000,
+    }  # fmt: skip
+    return model, train, data

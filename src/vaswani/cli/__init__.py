@@ -1,0 +1,73 @@
+"""The ``vaswani`` command: parse, call the Python API, print.
+
+Errors caused by the user's input print one line (``vaswani: error: …``) and
+exit with status 2, without a traceback unless ``--debug`` is given. SIGINT or
+SIGTERM during training finishes the step, writes a checkpoint, prints one line
+saying how to resume and exits with status 130 or 143 (128 + the signal number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vaswani.cli import lm, translation
+from vaswani.errors import VaswaniError
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Dispatch on the run directory's task."""
+    from vaswani.rundir import read_run_config
+
+    task = read_run_config(args.run_dir).task
+    if task == "lm":
+        lm.cmd_evaluate(args)
+    else:
+        translation.cmd_evaluate(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani", description="The Transformer family, from scratch on PyTorch."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train a model")
+    tasks = train.add_subparsers(dest="task", required=True)
+    translation.add_parser(tasks)
+    lm.add_parser(tasks)
+    translation.add_translate_parser(commands)
+    lm.add_generate_parser(commands)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="score a trained run: BLEU and chrF (translation), perplexity (lm)",
+        description="Translation runs: BLEU and chrF on --src/--ref, hypotheses written to --out. "
+        "Language models: loss and perplexity on --text.",
+    )
+    evaluate.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    evaluate.add_argument("--src", type=Path, help="source sentences (translation)")
+    evaluate.add_argument("--ref", type=Path, help="reference translations (translation)")
+    evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
+    evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm)")
+    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.set_defaults(handler=cmd_evaluate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.handler(args)
+    except VaswaniError as exc:
+        if args.debug:
+            raise
+        print(f"vaswani: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vaswani: interrupted", file=sys.stderr)
+        return 130
+    return status or 0

@@ -1,0 +1,97 @@
+"""The decoder-only Transformer language model (GPT, Radford et al. 2018, 2019)."""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
+from vaswani.layers.blocks import BlockStack, LayerCache
+from vaswani.layers.embedding import Embeddings, make_positions
+
+
+def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
+    """Position ids of left-padded rows: each real token counts the real tokens before it.
+
+    ``attention_mask`` (batch, seq) is True on real tokens; padding gets position 0 (it is
+    masked anyway). ``offset`` skips the first columns (the part already in the cache).
+    """
+    positions = attention_mask.long().cumsum(dim=1) - 1
+    return positions.clamp(min=0)[:, offset:]
+
+
+class GPT(nn.Module):
+    """P(x_t | x_<t) = softmax(LM_head(BlockStack_causal(Embed(x_<t)))).
+
+    Causal blocks without cross-attention (GPT-2: pre-LN, GELU, learned positions,
+    a final LayerNorm, the head tied to the token embedding). ``tokens`` (batch, seq) →
+    logits (batch, seq, vocab).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.arch != "decoder_only":
+            raise ValueError(f"GPT needs arch='decoder_only', got {cfg.arch!r}")
+        self.config = cfg
+        d = cfg.d_model
+        self.embed = Embeddings(
+            cfg.tgt_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
+            cfg.scale_embeddings,
+        )  # fmt: skip
+        self.blocks = BlockStack(cfg, cfg.n_decoder_layers, causal=True, cross=False)
+        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings != "none":
+            self.output.weight = self.embed.token.weight
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the
+        projections that write into the residual stream scaled by 1/sqrt(2 · n_layers)."""
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_decoder_layers)
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                continue
+            if p.dim() > 1:
+                is_residual = name.endswith(("out_proj.weight", "ffn.linear2.weight"))
+                nn.init.normal_(p, 0.0, residual_std if is_residual else 0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def new_cache(self) -> list[LayerCache]:
+        return self.blocks.new_cache()
+
+    def forward(
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        last_only: bool = False,
+        need_weights: bool = False,
+    ) -> Tensor:
+        """Logits of the next token at each position (of the last one with ``last_only``).
+
+        ``attention_mask`` (batch, cached + seq), True on real tokens, is needed only for
+        left-padded batches: it masks the padding keys and gives the positions. With a
+        ``cache`` the tokens continue after the cached ones.
+        """
+        return self.run(tokens, attention_mask, cache, last_only, need_weights)[0]
+
+    def run(
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        last_only: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """:meth:`forward`, and the attention weights of each layer when asked for."""
+        offset = cache[0].self_attn.length if cache else 0
+        positions = None
+        key_mask = None
+        if attention_mask is not None:
+            positions = positions_from_mask(attention_mask, offset)
+            key_mask = attention_mask[:, None, None, :]
+        x = self.embed(tokens, positions=positions, offset=offset)
+        h, weights = self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights)
+        return self.output(h[:, -1:] if last_only else h), weights

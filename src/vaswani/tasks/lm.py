@@ -1,0 +1,297 @@
+"""Language modelling: the task adapter (next-token prediction) and the model that uses a run.
+
+Text comes from the user's files or, by default, from Python's own documentation
+(:mod:`vaswani.data.text`). The token stream is cut into windows of ``max_len + 1``
+tokens: the model reads the first ``max_len`` and predicts each next one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.config import DataConfig, RunConfig
+from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
+from vaswani.errors import ConfigError, DataError
+from vaswani.generation import Sampling, generate, lm_next_logits
+from vaswani.models.gpt import GPT
+from vaswani.rundir import read_run_config, write_run_config
+from vaswani.tokenizer import LMTokenizer
+from vaswani.training.checkpoint import load_weights
+from vaswani.training.trainer import Trainer, seed_everything
+
+TASK = "lm"
+TOKENIZER = "tokenizer.json"
+
+
+def load_documents(spec: DataConfig) -> tuple[list[str], str]:
+    """The documents of a run and a name for them."""
+    if spec.source == "default":
+        return default_documents(), DEFAULT_TEXT
+    if spec.source != "text" or not spec.text:
+        raise ConfigError("config field 'data.text': a language model needs text files (--text)")
+    return read_documents(spec.text), ", ".join(spec.text)
+
+
+def encode_documents(tok: LMTokenizer, documents: Sequence[str]) -> Tensor:
+    """One stream of token ids, each document followed by ``<|endoftext|>``."""
+    ids: list[int] = []
+    for encoded in tok.encode_batch(documents):
+        ids.extend(encoded)
+        ids.append(tok.eos_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def windows(ids: Tensor, starts: Tensor, length: int) -> Tensor:
+    """The (len(starts), length) windows ``ids[s : s + length]``."""
+    return ids[starts[:, None] + torch.arange(length)]
+
+
+def next_token_loss(model: nn.Module, chunk: Tensor) -> tuple[Tensor, int]:
+    """Summed cross-entropy of predicting ``chunk[:, 1:]`` from ``chunk[:, :-1]``, and the count."""
+    logits = model(chunk[:, :-1])
+    targets = chunk[:, 1:]
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")
+    return loss, targets.numel()
+
+
+@torch.no_grad()
+def stream_loss(model: GPT, ids: Tensor, batch_size: int = 16, max_windows: int | None = None) -> float:
+    """Mean next-token loss (nats) over ``ids``, cut into non-overlapping windows of the model's
+    context, so that each token is predicted once (at most ``max_windows`` windows, spread
+    evenly over the text)."""
+    context = model.config.max_len
+    starts = torch.arange(0, max(1, len(ids) - 1), context)
+    if max_windows is not None and len(starts) > max_windows:
+        starts = starts[torch.linspace(0, len(starts) - 1, max_windows).long()]
+    total, count = 0.0, 0
+    for i in range(0, len(starts), batch_size):
+        group = starts[i : i + batch_size]
+        full = group[group + context + 1 <= len(ids)]
+        if len(full):
+            loss, n = next_token_loss(model, windows(ids, full, context + 1))
+            total, count = total + float(loss), count + n
+        for start in group[group + context + 1 > len(ids)].tolist():  # the short last window
+            loss, n = next_token_loss(model, ids[start:][None])
+            total, count = total + float(loss), count + n
+    if count == 0:
+        raise DataError("the text has fewer than two tokens: nothing to predict")
+    return total / count
+
+
+class LMTask:
+    """Next-token prediction on windows of ``max_len + 1`` tokens, ``batch_tokens // max_len``
+    windows a batch, the window starts shuffled once by the seed (every offset is a window)."""
+
+    def __init__(self, run: RunConfig, train_ids: Tensor, valid_ids: Tensor) -> None:
+        self.context = run.model.max_len
+        self.train_ids, self.valid_ids = train_ids, valid_ids
+        self.batch_size = max(1, run.train.batch_tokens // self.context)
+        self.eval_windows = run.train.eval_sentences
+        n_windows = len(train_ids) - self.context
+        if n_windows < 1:
+            raise DataError(
+                f"the training text has {len(train_ids)} tokens, fewer than the context of "
+                f"{self.context} + 1 (model.max_len)"
+            )
+        generator = torch.Generator().manual_seed(run.train.seed)
+        self.starts = torch.randperm(n_windows, generator=generator)
+        self.n_batches = max(1, n_windows // self.batch_size)
+
+    def train_batches(self) -> list[int]:
+        return list(range(self.n_batches))
+
+    def loss(self, model: nn.Module, batch: int) -> tuple[Tensor, int]:
+        starts = self.starts[batch * self.batch_size : (batch + 1) * self.batch_size]
+        return next_token_loss(model, windows(self.train_ids, starts, self.context + 1))
+
+    def batch_tokens(self, batch: int) -> int:
+        return min(self.batch_size, len(self.starts) - batch * self.batch_size) * self.context
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        assert isinstance(model, GPT)
+        loss = stream_loss(model, self.valid_ids, max_windows=self.eval_windows)
+        return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+
+class LanguageModel:
+    """A trained GPT with its tokenizer: ``LanguageModel.load(run_dir).generate(["Once"])``."""
+
+    def __init__(self, model: GPT, tokenizer: LMTokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> LanguageModel:
+        run_dir = Path(run_dir)
+        run = read_run_config(run_dir, task=TASK)
+        tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
+        check_vocab(run, tokenizer, run_dir)
+        model = GPT(run.model)
+        load_weights(model, run_dir / "model.safetensors")
+        model.eval()
+        return cls(model, tokenizer)
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Left-padded prompt ids (batch, longest) and their mask (True on real tokens). An empty
+        prompt starts from ``<|endoftext|>``, as a new document."""
+        context = self.model.config.max_len
+        rows = [ids or [self.tokenizer.eos_id] for ids in self.tokenizer.encode_batch(list(prompts))]
+        for number, row in enumerate(rows, start=1):
+            if len(row) >= context:
+                raise DataError(
+                    f"prompt {number}: {len(row)} tokens do not fit the model's context of {context} "
+                    "(model.max_len) with room to generate"
+                )
+        longest = max(len(r) for r in rows)
+        ids = torch.full((len(rows), longest), self.tokenizer.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), longest, dtype=torch.bool)
+        for i, row in enumerate(rows):
+            ids[i, longest - len(row) :] = torch.tensor(row)
+            mask[i, longest - len(row) :] = True
+        return ids, mask
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 100,
+        sampling: Sampling | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        stream: Callable[[str], None] | None = None,
+        use_cache: bool = True,
+    ) -> list[str]:
+        """The continuation of each prompt (without the prompt), cut before the first ``stop``
+        string; generation ends at ``<|endoftext|>``, after ``max_new_tokens`` tokens, or when
+        every row has met a stop string. ``stream`` receives the first row's text as it grows."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model.eval()
+        ids, mask = self.encode_prompts(prompts)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        rows: list[list[int]] = [[] for _ in prompts]
+        shown = 0
+
+        def on_step(choice: Tensor) -> bool:
+            nonlocal shown
+            for row, token in zip(rows, choice.tolist(), strict=True):
+                if not row or row[-1] != self.tokenizer.eos_id:
+                    row.append(token)
+            texts = [self.tokenizer.decode(row) for row in rows]
+            if stream is not None:
+                text, _ = cut_at_stop(texts[0], stop)
+                safe = len(text) - held_back(text, stop)
+                if safe > shown:
+                    stream(text[shown:safe])
+                    shown = safe
+            return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
+
+        result = generate(
+            lm_next_logits(self.model, mask, use_cache, self.tokenizer.vocab_size),
+            ids,
+            max_new_tokens,
+            self.tokenizer.eos_id,
+            self.tokenizer.pad_id,
+            sampling=sampling,
+            generator=generator,
+            on_step=on_step if stream is not None or stop else None,
+        )
+        if not rows[0] and result.tokens.shape[1]:  # no step was watched
+            rows = [
+                row[: row.index(self.tokenizer.eos_id) + 1] if self.tokenizer.eos_id in row else row
+                for row in result.tokens.tolist()
+            ]
+        texts = [cut_at_stop(self.tokenizer.decode(row), stop)[0] for row in rows]
+        if stream is not None and len(texts[0]) > shown:
+            stream(texts[0][shown:])
+        return texts
+
+    def loss(self, text: str) -> float:
+        """Mean next-token loss (nats per token) of ``text``."""
+        return stream_loss(self.model, encode_documents(self.tokenizer, [text]))
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found."""
+    found = [text.index(s) for s in stop if s and s in text]
+    return (text[: min(found)], True) if found else (text, False)
+
+
+def held_back(text: str, stop: Sequence[str]) -> int:
+    """How many trailing characters to keep from a stream for now: an incomplete UTF-8
+    character (decoded as U+FFFD) or the beginning of a stop string."""
+    hold = 1 if text.endswith("\ufffd") else 0
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return hold
+
+
+def check_vocab(run: RunConfig, tokenizer: LMTokenizer, run_dir: Path) -> None:
+    if tokenizer.vocab_size > run.model.tgt_vocab_size:
+        raise ConfigError(
+            f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
+            f"embedding of {run.model.tgt_vocab_size}"
+        )
+
+
+def train_lm(
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+) -> tuple[dict[str, Any], LanguageModel, str]:
+    """Train (or, with ``resume``, continue) a language model in ``run_dir``; return the
+    metrics, the model and the name of its text."""
+    documents, name = load_documents(run.data)
+    train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
+    if resume:
+        tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
+    else:
+        tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
+        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        run = RunConfig(run.task, run.model.replace(tgt_vocab_size=vocab), run.train, run.data)
+    check_vocab(run, tokenizer, run_dir)
+    task = LMTask(run, encode_documents(tokenizer, train_docs), encode_documents(tokenizer, valid_docs))
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(run_dir / TOKENIZER)
+        write_run_config(run_dir, run)
+    seed_everything(run.train.seed)
+    model = GPT(run.model)
+    trainer = Trainer(model, task, run.train, run_dir)
+    if resume:
+        trainer.resume()
+        write_run_config(run_dir, run)
+    metrics = trainer.fit(quiet=quiet)
+    return metrics, LanguageModel(model, tokenizer), name
+
+
+def resume_lm(
+    run_dir: Path, quiet: bool = False, **train_changes: Any
+) -> tuple[dict[str, Any], LanguageModel, str]:
+    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
+    run = read_run_config(run_dir, task=TASK)
+    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    return train_lm(run, run_dir, resume=True, quiet=quiet)
+
+
+def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Model, training and data settings of ``vaswani train lm`` (on the embedded default text,
+    sized to finish in under five minutes on two CPU cores). bf16 autocast is on where the CPU
+    computes bf16 natively (AVX512-BF16), where it is several times faster than fp32."""
+    from vaswani.config import PRESETS
+
+    model = dict(PRESETS["gpt-mini"])
+    train = {
+        "batch_tokens": 4096, "max_steps": 3000, "max_minutes": 3.5, "lr": 2e-3, "min_lr": 2e-4,
+        "warmup_steps": 100, "schedule": "cosine", "optimizer": "adamw", "betas": (0.9, 0.99),
+        "weight_decay": 0.1, "label_smoothing": 0.0, "eval_every": 250, "eval_sentences": 200,
+        "bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+    }  # fmt: skip
+    data = {"source": "default", "tokenizer": "bpe", "vocab_size": 2048, "valid_fraction": 0.1}
+    return model, train, data
