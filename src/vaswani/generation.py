@@ -157,6 +157,7 @@ def lm_next_logits(
     batch, prompt_len = prompt_mask.shape
     columns = torch.arange(prompt_len, device=prompt_mask.device)
     view_from = torch.where(prompt_mask, columns, prompt_len).amin(dim=1)  # first column in view
+    padded = not bool(prompt_mask.all())
     cache = model.new_cache() if use_cache else None
     state = {"first": 0, "fed": 0}  # first column fed to the model, columns in the cache
 
@@ -169,12 +170,14 @@ def lm_next_logits(
             state["first"] = int(view_from.min())
             state["fed"] = state["first"]
             cache = model.new_cache() if use_cache else None
-        new = prompt_mask.new_ones(batch, length - prompt_len)
-        columns = torch.arange(length, device=tokens.device)
-        mask = torch.cat([prompt_mask, new], dim=1) & (columns >= view_from[:, None])
         first = state["first"]
+        mask = None
+        if padded or first:  # else every token is in view: positions follow the cache
+            new = prompt_mask.new_ones(batch, length - prompt_len)
+            columns = torch.arange(length, device=tokens.device)
+            mask = (torch.cat([prompt_mask, new], dim=1) & (columns >= view_from[:, None]))[:, first:]
         start = state["fed"] if cache is not None else first
-        logits = model(tokens[:, start:], attention_mask=mask[:, first:], cache=cache, last_only=True)[:, -1]
+        logits = model(tokens[:, start:], attention_mask=mask, cache=cache, last_only=True)[:, -1]
         state["fed"] = length
         if vocab_size is not None and vocab_size < logits.shape[-1]:
             logits[:, vocab_size:] = -math.inf

@@ -8,7 +8,6 @@ Shapes: inputs are ``(batch, seq, d_model)``; inside, heads are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,32 +17,48 @@ from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import RelativePositions
 
 
-@dataclass
 class KVCache:
     """Keys and values of one attention layer kept between decoding steps.
 
     Self-attention appends the new step's keys and values; cross-attention
-    fills it once from the encoder output and reuses it.
+    fills it once from the encoder output and reuses it. Keys and values live in
+    buffers (batch, heads, capacity, d_head) that grow by doubling, so a step
+    writes only its own slice instead of copying the whole history.
     """
 
-    key: Tensor | None = None
-    value: Tensor | None = None
+    def __init__(self) -> None:
+        self._key: Tensor | None = None
+        self._value: Tensor | None = None
+        self.length = 0
 
     @property
-    def length(self) -> int:
-        return 0 if self.key is None else self.key.shape[2]
+    def key(self) -> Tensor | None:
+        return None if self._key is None else self._key[:, :, : self.length]
+
+    @property
+    def value(self) -> Tensor | None:
+        return None if self._value is None else self._value[:, :, : self.length]
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        if self.key is not None and self.value is not None:
-            key = torch.cat([self.key, key], dim=2)
-            value = torch.cat([self.value, value], dim=2)
-        self.key, self.value = key, value
-        return key, value
+        """Add (batch, heads, new, d_head) keys and values; return all of them so far."""
+        end = self.length + key.shape[2]
+        if self._key is None or self._value is None or end > self._key.shape[2]:
+            capacity = max(end, 2 * self.length, 16)
+            grown_key = key.new_empty(*key.shape[:2], capacity, key.shape[3])
+            grown_value = value.new_empty(*value.shape[:2], capacity, value.shape[3])
+            if self._key is not None and self._value is not None:
+                grown_key[:, :, : self.length] = self._key[:, :, : self.length]
+                grown_value[:, :, : self.length] = self._value[:, :, : self.length]
+            self._key, self._value = grown_key, grown_value
+        self._key[:, :, self.length : end] = key
+        self._value[:, :, self.length : end] = value
+        self.length = end
+        return self._key[:, :, :end], self._value[:, :, :end]
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows ``index`` (beam search, dropping finished rows)."""
-        if self.key is not None and self.value is not None:
-            self.key, self.value = self.key[index], self.value[index]
+        if self._key is not None and self._value is not None:
+            self._key, self._value = self._key[index], self._value[index]
 
 
 def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -132,7 +147,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._heads(q), self._heads(k), self._heads(v)
             return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
         q = self._heads(self.q_proj(x))
-        if self.cross and cache is not None and cache.key is not None:
+        if self.cross and cache is not None and cache.length:
             return q, cache.key, cache.value
         if self.fused:
             k, v = self.kv_proj(source).chunk(2, dim=-1)
