@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import lm, translation
+from vaswani.cli import interop, lm, translation
 from vaswani.errors import VaswaniError
 
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_parser(tasks)
     translation.add_translate_parser(commands)
     lm.add_generate_parser(commands)
+    interop.add_parsers(commands)
 
     evaluate = commands.add_parser(
         "evaluate",

@@ -1,0 +1,45 @@
+"""``vaswani import-hf`` and ``vaswani export-hf``: Hugging Face-format checkpoints in and out."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parsers(commands: Any) -> None:
+    p = commands.add_parser(
+        "import-hf",
+        help="convert a Hugging Face model folder into a vaswani run directory",
+        description="Read DIR (config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or "
+        "vocab.json + merges.txt) and write the run directory OUT, which `vaswani generate` and "
+        "`vaswani evaluate` use. Supported: GPT-2 (model_type gpt2). Pickled weights are read as "
+        "plain tensor data only. OUT must be new or empty.",
+    )
+    p.add_argument("src", type=Path, metavar="DIR")
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.set_defaults(handler=cmd_import)
+    p = commands.add_parser(
+        "export-hf",
+        help="write a vaswani run as a Hugging Face model folder",
+        description="Write the run RUN_DIR as a Hugging Face model folder OUT (config.json, "
+        "model.safetensors, tokenizer files) that transformers' from_pretrained loads. Supported: "
+        "language models (lm), as GPT-2. OUT must be new or empty.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.set_defaults(handler=cmd_export)
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    from vaswani.interop import import_hf
+
+    out = import_hf(args.src, args.out)
+    print(f"wrote run directory {out} (from {args.src})")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from vaswani.interop import export_hf
+
+    out = export_hf(args.run_dir, args.out)
+    print(f"wrote Hugging Face model folder {out} (from {args.run_dir})")

@@ -1,0 +1,60 @@
+"""Hugging Face-format checkpoints: import them as vaswani run directories, export runs to them.
+
+One module per model family holds its key-mapping table, used in both directions
+(:mod:`vaswani.interop.gpt2`); :mod:`vaswani.interop.common` has what they share. Imports are
+chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by
+the task of the run (:data:`EXPORTERS`). The output folder is written beside its final place
+and renamed into it, so that it appears complete or not at all; an existing non-empty one is
+refused, never overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from vaswani.config import RunConfig
+from vaswani.errors import ConfigError, RunDirError
+from vaswani.interop import gpt2
+from vaswani.interop.common import CONFIG, new_folder, read_hf_config
+from vaswani.rundir import read_run_config
+
+Importer = Callable[[Path, Mapping[str, Any], Path], None]
+"""(Hugging Face folder, its config.json, output folder to fill) → None."""
+Exporter = Callable[[Path, RunConfig, Path], None]
+"""(run directory, its config, output folder to fill) → None."""
+
+IMPORTERS: dict[str, Importer] = {gpt2.MODEL_TYPE: gpt2.import_folder}
+EXPORTERS: dict[str, tuple[str, Exporter]] = {"lm": ("GPT-2", gpt2.export_run)}
+
+
+def import_hf(src_dir: Path, out_dir: Path) -> Path:
+    """Convert the Hugging Face model folder ``src_dir`` into the vaswani run directory ``out_dir``
+    (a new or empty folder) and return it."""
+    src_dir, out_dir = Path(src_dir), Path(out_dir)
+    hf_config = read_hf_config(src_dir)
+    model_type = hf_config.get("model_type")
+    if model_type not in IMPORTERS:
+        raise ConfigError(
+            f"{src_dir / CONFIG}: model_type {model_type!r} is not supported; "
+            f"supported: {', '.join(sorted(IMPORTERS))}"
+        )
+    with new_folder(out_dir) as tmp:
+        IMPORTERS[model_type](src_dir, hf_config, tmp)
+    return out_dir
+
+
+def export_hf(run_dir: Path, out_dir: Path) -> Path:
+    """Write the vaswani run ``run_dir`` as a Hugging Face model folder ``out_dir`` (a new or empty
+    folder) and return it."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run = read_run_config(run_dir)
+    if run.task not in EXPORTERS:
+        supported = ", ".join(f"{task} (as {family})" for task, (family, _) in sorted(EXPORTERS.items()))
+        raise RunDirError(
+            f"{run_dir}: runs of task {run.task!r} cannot be exported yet; supported: {supported}"
+        )
+    with new_folder(out_dir) as tmp:
+        EXPORTERS[run.task][1](run_dir, run, tmp)
+    return out_dir

@@ -1,0 +1,182 @@
+"""What every Hugging Face family shares: reading a model folder, key-mapping tables applied in
+both directions, and output folders that appear whole or not at all.
+
+A family module (``gpt2.py``, later ``marian.py``, ``bert.py``) states its mapping as a table of
+:class:`KeyMap` rows and converts with :func:`rename`; it reads the Hugging Face folder with
+:func:`read_hf_config` and :func:`read_hf_weights` and writes into the folder that
+:func:`new_folder` gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save
+from torch import Tensor
+
+from vaswani.errors import DataError, RunDirError
+from vaswani.training.checkpoint import first_line, fsync_path, write_error, write_file
+
+CONFIG = "config.json"
+SAFETENSORS = "model.safetensors"
+PICKLED = "pytorch_model.bin"
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """One row of a key-mapping table: a Hugging Face tensor name and ours.
+
+    ``{i}`` in both names stands for the layer number (see :func:`expand`). ``transposed``
+    says that the Hugging Face tensor is stored as the transpose of ours: GPT-2's ``Conv1D``
+    keeps its weight as (in, out), where ``nn.Linear`` keeps (out, in).
+    """
+
+    hf: str
+    ours: str
+    transposed: bool = False
+
+
+def expand(table: Sequence[KeyMap], n_layers: int) -> list[KeyMap]:
+    """The rows of ``table`` with each ``{i}`` row repeated for layers 0 … n_layers - 1."""
+    rows: list[KeyMap] = []
+    for row in table:
+        if "{i}" in row.hf:
+            rows.extend(
+                KeyMap(row.hf.format(i=i), row.ours.format(i=i), row.transposed) for i in range(n_layers)
+            )
+        else:
+            rows.append(row)
+    return rows
+
+
+def rename(
+    tensors: Mapping[str, Tensor],
+    rows: Sequence[KeyMap],
+    to_ours: bool,
+    our_shapes: Mapping[str, tuple[int, ...]],
+) -> dict[str, Tensor]:
+    """Apply a table to ``tensors``: Hugging Face names → ours with ``to_ours``, ours → Hugging
+    Face names without. Transposed rows are transposed; every result is contiguous.
+
+    Each row's tensor must be present and have the shape that ``our_shapes`` (in our naming and
+    orientation) implies, and no tensor may be left over: the first offender is named in a
+    one-line :class:`~vaswani.errors.DataError`.
+    """
+    converted: dict[str, Tensor] = {}
+    for row in rows:
+        source, target = (row.hf, row.ours) if to_ours else (row.ours, row.hf)
+        if source not in tensors:
+            raise DataError(f"tensor '{source}' is missing")
+        expected = our_shapes[row.ours]
+        if row.transposed and to_ours:
+            expected = expected[::-1]
+        tensor = tensors[source]
+        if tuple(tensor.shape) != expected:
+            raise DataError(
+                f"tensor '{source}' has shape {list(tensor.shape)}, the config expects {list(expected)}"
+            )
+        converted[target] = (tensor.t() if row.transposed else tensor).contiguous()
+    known = {row.hf if to_ours else row.ours for row in rows}
+    extra = sorted(set(tensors) - known)
+    if extra:
+        raise DataError(f"unexpected tensor '{extra[0]}' ({len(extra)} in all)")
+    return converted
+
+
+def read_hf_config(src: Path) -> dict[str, Any]:
+    """The ``config.json`` of a Hugging Face model folder, as a mapping."""
+    if not src.is_dir():
+        raise DataError(f"{src}: no such folder")
+    path = src / CONFIG
+    if not path.is_file():
+        raise DataError(f"{src}: no {CONFIG}: not a Hugging Face model folder")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise DataError(f"{path}: not valid JSON ({first_line(exc)})") from None
+    if not isinstance(config, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return config
+
+
+def read_hf_weights(src: Path) -> tuple[dict[str, Tensor], Path]:
+    """The tensors of a Hugging Face model folder and the file they came from.
+
+    ``model.safetensors`` is preferred; ``pytorch_model.bin`` is read with
+    ``torch.load(weights_only=True)``, which refuses anything but plain tensor data, so that
+    a file carrying code is never run.
+    """
+    path = src / SAFETENSORS
+    if path.is_file():
+        try:
+            return load_file(str(path)), path
+        except Exception as exc:  # safetensors raises its own error types on foreign or corrupt files
+            raise DataError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
+    path = src / PICKLED
+    if not path.is_file():
+        raise DataError(f"{src}: no weights ({SAFETENSORS} or {PICKLED})")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise DataError(f"{path}: refused: not plain tensor data (loading it could run code)") from None
+    except Exception as exc:  # a truncated or foreign file
+        raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
+    if not isinstance(loaded, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in loaded.items()
+    ):
+        raise DataError(f"{path}: expected a mapping of tensor names to tensors")
+    return loaded, path
+
+
+def write_json(path: Path, payload: Mapping[str, Any]) -> None:
+    write_file(path, (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, Tensor]) -> None:
+    """Contiguous, unshared ``tensors`` as safetensors with ``{"format": "pt"}`` metadata, the
+    marker that ``transformers`` expects of PyTorch weights."""
+    write_file(path, save(dict(tensors), metadata={"format": "pt"}))
+
+
+@contextmanager
+def new_folder(out: Path) -> Iterator[Path]:
+    """A temporary folder beside ``out``, renamed to ``out`` when the block succeeds and removed
+    when it fails, so that ``out`` appears complete or not at all.
+
+    An existing ``out`` that is not an empty folder is refused before anything is written, and
+    never overwritten (also when it is filled in the meantime).
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(f"{out}: already exists and is not empty; choose another output folder")
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a crash of a process with the same id
+        tmp.mkdir()
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    try:
+        yield tmp
+        fsync_path(tmp)
+        try:
+            os.replace(tmp, out)
+        except OSError as exc:
+            if out.exists():
+                raise RunDirError(f"{out}: was filled by someone else meanwhile; nothing written") from None
+            raise write_error(out, exc) from None
+        fsync_path(out.parent)
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

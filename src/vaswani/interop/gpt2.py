@@ -1,0 +1,397 @@
+"""GPT-2 checkpoints in Hugging Face's format (``GPT2LMHeadModel``, ``GPT2Model``), both ways.
+
+GPT-2 is our :class:`~vaswani.models.gpt.GPT` with pre-LN blocks, learned positions, unscaled
+embeddings, biases everywhere and a final LayerNorm; its ``c_attn`` holds W_q, W_k, W_v
+concatenated on the output dimension, as our fused ``qkv_proj`` does. The key mapping
+(:data:`TABLE`, used in both directions; ``{i}`` is the layer, T marks the tensors that GPT-2's
+``Conv1D`` stores transposed, as (in, out)):
+
+=========================================  ==============================================  ===
+Hugging Face                               vaswani
+=========================================  ==============================================  ===
+transformer.wte.weight                     embed.token.weight
+transformer.wpe.weight                     embed.positions.embedding.weight
+transformer.h.{i}.ln_1.weight / .bias      blocks.layers.{i}.self_attn_norm.weight / .bias
+transformer.h.{i}.attn.c_attn.weight       blocks.layers.{i}.self_attn.qkv_proj.weight      T
+transformer.h.{i}.attn.c_attn.bias         blocks.layers.{i}.self_attn.qkv_proj.bias
+transformer.h.{i}.attn.c_proj.weight       blocks.layers.{i}.self_attn.out_proj.weight      T
+transformer.h.{i}.attn.c_proj.bias         blocks.layers.{i}.self_attn.out_proj.bias
+transformer.h.{i}.ln_2.weight / .bias      blocks.layers.{i}.ffn_norm.weight / .bias
+transformer.h.{i}.mlp.c_fc.weight          blocks.layers.{i}.ffn.linear1.weight             T
+transformer.h.{i}.mlp.c_fc.bias            blocks.layers.{i}.ffn.linear1.bias
+transformer.h.{i}.mlp.c_proj.weight        blocks.layers.{i}.ffn.linear2.weight             T
+transformer.h.{i}.mlp.c_proj.bias          blocks.layers.{i}.ffn.linear2.bias
+transformer.ln_f.weight / .bias            blocks.final_norm.weight / .bias
+lm_head.weight (untied models only)        output.weight
+=========================================  ==============================================  ===
+
+A tied head (``tie_word_embeddings``, GPT-2's default) is not stored: Hugging Face's
+``save_pretrained`` leaves ``lm_head.weight`` out and ties it on loading, and so do we.
+``GPT2Model`` checkpoints name the same tensors without the ``transformer.`` prefix, and older
+ones carry the causal-mask buffers ``h.{i}.attn.bias`` / ``.masked_bias``, which are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from torch import Tensor
+
+from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop.common import (
+    CONFIG,
+    SAFETENSORS,
+    KeyMap,
+    expand,
+    read_hf_weights,
+    rename,
+    write_json,
+    write_safetensors,
+)
+from vaswani.models.gpt import GPT
+from vaswani.rundir import write_run_config
+from vaswani.tasks.lm import TASK, TOKENIZER, default_settings
+from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
+from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
+
+MODEL_TYPE = "gpt2"
+PREFIX = "transformer."
+VOCAB, MERGES = "vocab.json", "merges.txt"
+
+TABLE = (
+    KeyMap("transformer.wte.weight", "embed.token.weight"),
+    KeyMap("transformer.wpe.weight", "embed.positions.embedding.weight"),
+    KeyMap("transformer.h.{i}.ln_1.weight", "blocks.layers.{i}.self_attn_norm.weight"),
+    KeyMap("transformer.h.{i}.ln_1.bias", "blocks.layers.{i}.self_attn_norm.bias"),
+    KeyMap("transformer.h.{i}.attn.c_attn.weight", "blocks.layers.{i}.self_attn.qkv_proj.weight", True),
+    KeyMap("transformer.h.{i}.attn.c_attn.bias", "blocks.layers.{i}.self_attn.qkv_proj.bias"),
+    KeyMap("transformer.h.{i}.attn.c_proj.weight", "blocks.layers.{i}.self_attn.out_proj.weight", True),
+    KeyMap("transformer.h.{i}.attn.c_proj.bias", "blocks.layers.{i}.self_attn.out_proj.bias"),
+    KeyMap("transformer.h.{i}.ln_2.weight", "blocks.layers.{i}.ffn_norm.weight"),
+    KeyMap("transformer.h.{i}.ln_2.bias", "blocks.layers.{i}.ffn_norm.bias"),
+    KeyMap("transformer.h.{i}.mlp.c_fc.weight", "blocks.layers.{i}.ffn.linear1.weight", True),
+    KeyMap("transformer.h.{i}.mlp.c_fc.bias", "blocks.layers.{i}.ffn.linear1.bias"),
+    KeyMap("transformer.h.{i}.mlp.c_proj.weight", "blocks.layers.{i}.ffn.linear2.weight", True),
+    KeyMap("transformer.h.{i}.mlp.c_proj.bias", "blocks.layers.{i}.ffn.linear2.bias"),
+    KeyMap("transformer.ln_f.weight", "blocks.final_norm.weight"),
+    KeyMap("transformer.ln_f.bias", "blocks.final_norm.bias"),
+)
+UNTIED_HEAD = KeyMap("lm_head.weight", "output.weight")
+MASK_BUFFER = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
+
+# Hugging Face activation name → ours; gelu_new, gelu_pytorch_tanh and gelu_fast are all
+# 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))).
+ACTIVATIONS_FROM_HF = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
+ACTIVATIONS_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+# GPT2Config's defaults (GPT-2 small), which apply to the fields a config.json leaves out.
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+    "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+    "add_cross_attention": False,
+}  # fmt: skip
+
+# Flags whose other value changes the computation in a way our GPT does not: the value it needs.
+REQUIRED_FLAGS = {
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "reorder_and_upcast_attn": False,
+    "add_cross_attention": False,
+}
+
+
+def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
+    """``hf[name]`` (or GPT2Config's default), refused when it is not a ``kind``."""
+    value = hf[name] if name in hf else HF_DEFAULTS[name]
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ConfigError(f"field '{name}': expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
+    """Our :class:`ModelConfig` of a GPT-2 ``config.json``.
+
+    n_embd → d_model, n_head → n_heads, n_layer → n_decoder_layers, n_inner (or 4 · n_embd)
+    → d_ff, n_positions → max_len, vocab_size → tgt_vocab_size, activation_function →
+    activation, layer_norm_epsilon → norm_eps, resid_pdrop → dropout (embd_pdrop is not kept
+    apart), attn_pdrop → attn_dropout, tie_word_embeddings → tie_embeddings "output" or "none";
+    pre-LN, learned positions, unscaled embeddings and fused q/k/v are GPT-2's design. A field
+    our GPT cannot reproduce is refused with a :class:`ConfigError` naming it.
+    """
+    model_type = hf.get("model_type", MODEL_TYPE)
+    if model_type != MODEL_TYPE:
+        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
+    for name, needed in REQUIRED_FLAGS.items():
+        if _hf_field(hf, name, bool) != needed:
+            raise ConfigError(f"field '{name}': {str(not needed).lower()} is not supported")
+    names = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+    sizes = {name: _hf_field(hf, name, int) for name in names}
+    n_inner = hf.get("n_inner")
+    if n_inner is not None:
+        sizes["n_inner"] = _hf_field(hf, "n_inner", int)
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    if sizes["n_embd"] % sizes["n_head"]:
+        raise ConfigError(f"field 'n_head': must divide n_embd={sizes['n_embd']}, got {sizes['n_head']}")
+    activation = _hf_field(hf, "activation_function", str)
+    if activation not in ACTIVATIONS_FROM_HF:
+        raise ConfigError(
+            f"field 'activation_function': {activation!r} is not supported; "
+            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
+        )
+    rates = {name: _hf_field(hf, name, float) for name in ("resid_pdrop", "attn_pdrop")}
+    for name, rate in rates.items():
+        if not 0.0 <= rate < 1.0:
+            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
+    eps = _hf_field(hf, "layer_norm_epsilon", float)
+    if not eps > 0:
+        raise ConfigError(f"field 'layer_norm_epsilon': must be > 0, got {eps}")
+    return ModelConfig(
+        arch="decoder_only",
+        tgt_vocab_size=sizes["vocab_size"],
+        d_model=sizes["n_embd"],
+        n_heads=sizes["n_head"],
+        d_ff=sizes.get("n_inner", 4 * sizes["n_embd"]),
+        n_decoder_layers=sizes["n_layer"],
+        dropout=float(rates["resid_pdrop"]),
+        attn_dropout=float(rates["attn_pdrop"]),
+        activation=ACTIVATIONS_FROM_HF[activation],
+        norm="pre_ln",
+        norm_eps=float(eps),
+        position="learned",
+        max_len=sizes["n_positions"],
+        fused_qkv=True,
+        scale_embeddings=False,
+        tie_embeddings="output" if _hf_field(hf, "tie_word_embeddings", bool) else "none",
+    )
+
+
+def check_expressible(cfg: ModelConfig) -> None:
+    """Refuse, naming the field, a config that GPT-2 cannot express. ``fused_qkv`` and the
+    activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
+    needed = {
+        "arch": "decoder_only", "norm": "pre_ln", "position": "learned", "attn_window": None,
+        "bias": True, "scale_embeddings": False,
+    }  # fmt: skip
+    for name, value in needed.items():
+        found = getattr(cfg, name)
+        if found != value:
+            raise ConfigError(
+                f"config field 'model.{name}': GPT-2 needs {json.dumps(value)}, got {json.dumps(found)}"
+            )
+
+
+def config_to_hf(cfg: ModelConfig, eos_id: int | None = None) -> dict[str, Any]:
+    """The ``config.json`` of ``cfg`` as a ``GPT2LMHeadModel`` (the inverse of
+    :func:`config_from_hf`); ``eos_id`` becomes its BOS and EOS token id."""
+    check_expressible(cfg)
+    hf: dict[str, Any] = {
+        "model_type": MODEL_TYPE,
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": cfg.tgt_vocab_size,
+        "n_positions": cfg.max_len,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.n_decoder_layers,
+        "n_head": cfg.n_heads,
+        "n_inner": cfg.d_ff,
+        "activation_function": ACTIVATIONS_TO_HF[cfg.activation],
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.attn_dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": cfg.tie_embeddings != "none",
+        **REQUIRED_FLAGS,
+        "use_cache": True,
+    }
+    if eos_id is not None:
+        hf["bos_token_id"] = hf["eos_token_id"] = eos_id
+    return hf
+
+
+def _rows(cfg: ModelConfig) -> list[KeyMap]:
+    rows = expand(TABLE, cfg.n_decoder_layers)
+    return rows if cfg.tie_embeddings != "none" else [*rows, UNTIED_HEAD]
+
+
+def _our_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of each of our tensors for ``cfg`` with fused q/k/v (on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = GPT(cfg.replace(fused_qkv=True))
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """Our state dict (for ``GPT(cfg).load_state_dict(..., strict=True)``) of GPT-2 tensors,
+    by :data:`TABLE`. A missing, unexpected or misshapen tensor is a :class:`DataError` naming
+    it. With a tied head ``output.weight`` is the token embedding itself (any stored
+    ``lm_head.weight`` is ignored, as Hugging Face does)."""
+    check_expressible(cfg)
+    if not cfg.fused_qkv:
+        raise ConfigError("config field 'model.fused_qkv': GPT-2 weights load into fused q/k/v; got false")
+    tied = cfg.tie_embeddings != "none"
+    named: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        if MASK_BUFFER.fullmatch(name) or (tied and name == UNTIED_HEAD.hf):
+            continue
+        named[name if name.startswith(PREFIX) or name == UNTIED_HEAD.hf else PREFIX + name] = tensor
+    state = rename(named, _rows(cfg), to_ours=True, our_shapes=_our_shapes(cfg))
+    if tied:
+        state[UNTIED_HEAD.ours] = state["embed.token.weight"]
+    return state
+
+
+def _fuse_qkv(state: Mapping[str, Tensor], n_layers: int) -> dict[str, Tensor]:
+    """``q_proj``, ``k_proj`` and ``v_proj`` of each layer concatenated into ``qkv_proj``."""
+    fused = dict(state)
+    for i in range(n_layers):
+        prefix = f"blocks.layers.{i}.self_attn."
+        for kind in ("weight", "bias"):
+            names = [f"{prefix}{part}_proj.{kind}" for part in "qkv"]
+            missing = [name for name in names if name not in fused]
+            if missing:
+                raise DataError(f"tensor '{missing[0]}' is missing")
+            fused[f"{prefix}qkv_proj.{kind}"] = torch.cat([fused.pop(name) for name in names])
+    return fused
+
+
+def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """GPT-2 tensors (``GPT2LMHeadModel`` names, contiguous, safetensors-ready) of our state
+    dict, by :data:`TABLE`. Separate q/k/v projections are fused; a tied head is left out
+    (with or without ``output.weight`` in ``state``), as ``save_pretrained`` does."""
+    check_expressible(cfg)
+    state = dict(state)
+    if cfg.tie_embeddings != "none":
+        state.pop(UNTIED_HEAD.ours, None)
+    if not cfg.fused_qkv:
+        state = _fuse_qkv(state, cfg.n_decoder_layers)
+    return rename(state, _rows(cfg), to_ours=False, our_shapes=_our_shapes(cfg))
+
+
+def is_byte_level_bpe(tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` is GPT-2's kind: BPE over a byte-level pre-tokenizer."""
+    return isinstance(tokenizer.model, models.BPE) and isinstance(
+        tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel
+    )
+
+
+def byte_level_bpe(vocab: Path, merges: Path) -> Tokenizer:
+    """GPT-2's tokenizer from its ``vocab.json`` and ``merges.txt``: byte-level pre-tokenizer
+    without a prefix space, BPE, byte-level decoder, ``<|endoftext|>`` special when present."""
+    tokenizer = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    if tokenizer.token_to_id(END_OF_TEXT) is not None:
+        tokenizer.add_special_tokens([END_OF_TEXT])
+    return tokenizer
+
+
+def read_tokenizer(src: Path) -> tuple[LMTokenizer, Path]:
+    """The tokenizer of a GPT-2 folder and the file it came from: ``tokenizer.json`` as it is,
+    else :func:`byte_level_bpe` of ``vocab.json`` and ``merges.txt``. Truncation and padding
+    settings are dropped (a run's tokenizer encodes whole texts)."""
+    path = src / TOKENIZER
+    if not path.is_file() and not ((src / VOCAB).is_file() and (src / MERGES).is_file()):
+        raise DataError(
+            f"{src}: no tokenizer ({TOKENIZER}, or {VOCAB} and {MERGES}); a run directory needs one"
+        )
+    try:
+        if path.is_file():
+            tokenizer = Tokenizer.from_file(str(path))
+        else:
+            path = src / VOCAB
+            tokenizer = byte_level_bpe(path, src / MERGES)
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise DataError(f"{path}: not a readable tokenizer ({first_line(exc)})") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    try:
+        return LMTokenizer(tokenizer), path
+    except RunDirError as exc:  # no <|endoftext|>
+        raise DataError(f"{path}: {exc}") from None
+
+
+def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
+    """Write a vaswani ``lm`` run directory into ``out`` from the GPT-2 folder ``src``."""
+    try:
+        cfg = config_from_hf(hf_config)
+    except ConfigError as exc:
+        raise ConfigError(f"{src / CONFIG}: {exc}") from None
+    tokenizer, tokenizer_path = read_tokenizer(src)
+    if tokenizer.vocab_size > cfg.tgt_vocab_size:
+        raise DataError(
+            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
+            f"vocab_size of {cfg.tgt_vocab_size}"
+        )
+    tensors, weights_path = read_hf_weights(src)
+    try:
+        state = state_from_hf(tensors, cfg)
+    except DataError as exc:
+        raise DataError(f"{weights_path}: {exc}") from None
+    model = GPT(cfg)
+    model.load_state_dict(state, strict=True)
+    _, train, _ = default_settings()
+    data = DataConfig(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
+    write_run_config(out, RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
+    atomic_save_model(model, out / SAFETENSORS)
+    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+
+
+def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
+    """Write a ``GPT2LMHeadModel`` folder into ``out`` from the ``lm`` run ``run_dir``:
+    ``config.json``, ``model.safetensors``, ``tokenizer.json`` with a ``tokenizer_config.json``
+    and, for byte-level BPE, GPT-2's ``vocab.json`` and ``merges.txt``.
+
+    The embedding may be larger than the tokenizer (vaswani pads it to a multiple of 64);
+    vaswani never generates the padding ids, a Hugging Face model may.
+    """
+    tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
+    try:
+        hf_config = config_to_hf(run.model, tokenizer.eos_id)
+    except ConfigError as exc:
+        raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
+    model = GPT(run.model)
+    load_weights(model, run_dir / SAFETENSORS)
+    write_json(out / CONFIG, hf_config)
+    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model))
+    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    byte_level = is_byte_level_bpe(tokenizer.tokenizer)
+    unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK
+    write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "GPT2Tokenizer" if byte_level else "PreTrainedTokenizerFast",
+            "bos_token": END_OF_TEXT,
+            "eos_token": END_OF_TEXT,
+            "unk_token": unk,
+            "add_prefix_space": False,
+            "model_max_length": run.model.max_len,
+        },
+    )
+    if byte_level:
+        bpe = json.loads(tokenizer.tokenizer.to_str())["model"]
+        write_json(out / VOCAB, bpe["vocab"])
+        merges = [m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]]
+        write_file(out / MERGES, "".join(f"{m}\n" for m in ["#version: 0.2", *merges]).encode("utf-8"))
