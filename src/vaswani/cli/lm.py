@@ -71,6 +71,8 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     from vaswani.tasks.lm import default_settings
 
     model, train, data = default_settings()
+    if args.text or args.config:  # the time budget is the embedded default job's, not a recipe's
+        train["max_minutes"] = None
     if args.text:
         data["source"] = "text"
         data["text"] = [str(Path(t).resolve()) for t in args.text]

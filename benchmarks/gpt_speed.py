@@ -1,0 +1,436 @@
+"""Training and generation speed of our GPT against Hugging Face's ``GPT2LMHeadModel``, same weights.
+
+Compares, in one process and side by side, a GPT-2-shaped model (6 layers, 6 heads, 384 dims,
+context 256, 65 characters of vocabulary, dropout 0) built by ``transformers`` with random
+weights and ours loaded from it through ``vaswani.interop.gpt2.state_from_hf``:
+
+1. training tokens/s on batches of 16 × 256 random ids (forward, mean cross-entropy, backward,
+   fused AdamW step with decay on the matrices, the trainer's ``make_optimizer`` for both),
+   fp32 and bf16 autocast; each step of one model is timed next to one of the other, in
+   A B B A order, so that a busy neighbour hits both alike;
+2. the model FLOPs utilisation of those steps against the matmul peak measured in the same
+   run (``torch.mm`` at the model's own shapes, best of several), with PaLM's count of
+   6·N + 12·L·d·T FLOPs per trained token;
+3. peak memory of training: each model trains a few steps in a fresh (spawned) process, which
+   reports its peak resident set size (``ru_maxrss``) and the growth over its size before the
+   first step (the model built);
+4. greedy generation with a KV cache, batch 1, a 16-token prompt and 240 new tokens (fp32):
+   ours through ``vaswani.generation.generate`` over ``lm_next_logits`` against
+   ``GPT2LMHeadModel.generate``, both under ``torch.inference_mode``; and whether both produce
+   the same tokens.
+
+Read the ratios, not the absolute speeds: the figures are medians and each ratio is the median
+of the per-pair ratios.
+
+    python benchmarks/gpt_speed.py              # the full comparison (a few minutes on 2 cores)
+    python benchmarks/gpt_speed.py --quick      # smoke run on a tiny model (well under a minute)
+    python benchmarks/gpt_speed.py --steps 20 --threads 2
+    python benchmarks/gpt_speed.py --threads 1 --clock cpu   # steadiest on a busy machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig, TrainConfig
+from vaswani.generation import generate, lm_next_logits
+from vaswani.interop.gpt2 import config_from_hf, state_from_hf
+from vaswani.models.gpt import GPT
+from vaswani.training.trainer import make_optimizer
+
+FULL = {"n_layer": 6, "n_head": 6, "n_embd": 384, "n_positions": 256, "vocab_size": 65}
+QUICK = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64, "vocab_size": 65}
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+NO_SPECIAL_TOKENS = {"bos_token_id": None, "eos_token_id": None}  # generation runs to max_new_tokens
+NEVER_EOS = -1  # our generate(): argmax never returns -1
+TRAIN = TrainConfig(optimizer="adamw", lr=3e-4, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, warmup_steps=0)
+# (m, k, n) of the full model's projections on one 16 × 256 batch: q/k/v, FFN up, FFN down (--quick too)
+MATMUL_SHAPES = [(4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384)]
+TRAIN_TARGET = 1.25  # ours / HF training tokens/s, fp32
+MFU_TARGET = 0.50  # ours, fp32
+GENERATE_TARGET = 2.0  # ours / HF generated tokens/s
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter  # --clock cpu: CPU seconds of this process (use with --threads 1)
+FLOPS_FORMULA = (
+    "FLOPs per trained token = 6·N + 12·L·d·T (PaLM, appendix B): N = parameters without the position "
+    "embedding (the tied token embedding counted once, as the LM head's matrix), L layers, d = d_model, "
+    "T = context; MFU = FLOPs per token × tokens/s / matmul peak (torch.mm, same run, same precision)"
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The model (as a GPT-2 ``config.json``) and the workloads."""
+
+    hf_config: dict[str, Any]
+    batch: int
+    prompt: int
+    new_tokens: int
+
+    @property
+    def context(self) -> int:
+        return int(self.hf_config["n_positions"])
+
+
+def build_pair(setup: Setup, seed: int = 0) -> tuple[GPT, nn.Module]:
+    """Ours and Hugging Face's model with the same (GPT-2-initialised, random) weights."""
+    torch.manual_seed(seed)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**setup.hf_config))
+    cfg = config_from_hf(hf.config.to_dict())
+    ours = GPT(cfg)
+    ours.load_state_dict(state_from_hf(hf.state_dict(), cfg))
+    return ours, hf
+
+
+def our_config(setup: Setup) -> ModelConfig:
+    """Our config of the benchmark's GPT-2 shape."""
+    return config_from_hf(transformers.GPT2Config(**setup.hf_config).to_dict())
+
+
+def logits_of(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    """ids (batch, seq) → logits (batch, seq, vocab); Hugging Face's without its KV cache (training)."""
+    if isinstance(model, GPT):
+        return model
+    return lambda ids: model(input_ids=ids, use_cache=False).logits
+
+
+def autocast(bf16: bool) -> contextlib.AbstractContextManager[object]:
+    """bf16 autocast on the CPU, or nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def random_batches(setup: Setup, n: int = 4, seed: int = 1) -> list[Tensor]:
+    """``n`` batches of (batch, context + 1) random ids: inputs and their next tokens."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(setup.hf_config["vocab_size"])
+    return [torch.randint(0, vocab, (setup.batch, setup.context + 1), generator=g) for _ in range(n)]
+
+
+@dataclass
+class Trainee:
+    """A model, its AdamW and the shared batches; times each training step."""
+
+    name: str
+    model: nn.Module
+    batches: list[Tensor]
+    bf16: bool
+    seconds: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.model.train()
+        self.forward = logits_of(self.model)
+        self.optimizer = make_optimizer(self.model, TRAIN)
+        self.steps = 0
+
+    def step(self) -> float:
+        """One training step on the next batch; its loss."""
+        chunk = self.batches[self.steps % len(self.batches)]
+        self.steps += 1
+        with autocast(self.bf16):
+            logits = self.forward(chunk[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), chunk[:, 1:].flatten())
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def run(self, steps: int = 1, timed: bool = True) -> None:
+        for _ in range(steps):
+            start = clock()
+            loss = self.step()
+            elapsed = clock() - start
+            if not loss < 100:  # ln(vocab) ≈ 4 at the start; catches NaN too
+                raise RuntimeError(f"{self.name}: loss {loss} at step {self.steps}")
+            if timed:
+                self.seconds.append(elapsed)
+
+
+def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> None:
+    """A B B A A B …: each measurement of A sits next to one of B and a linear drift hits both alike."""
+    for i in range(rounds):
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        first()
+        second()
+
+
+@dataclass
+class Row:
+    """Ours against Hugging Face: medians of the rates and the median of the per-pair ratios."""
+
+    benchmark: str
+    precision: str
+    ours: list[float]
+    hf: list[float]
+    target: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return sorted(a / b if b else math.nan for a, b in zip(self.ours, self.hf, strict=True))
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> str:
+        r = self.ratios
+        if len(r) < 4:
+            return f"{r[0]:.2f}–{r[-1]:.2f}"
+        q1, _, q3 = statistics.quantiles(r, n=4)
+        return f"{q1:.2f}–{q3:.2f}"
+
+    def ratio_cells(self) -> tuple[str, str]:
+        """The median ratio and its interquartile range (n/a where a figure is 0)."""
+        if any(math.isnan(r) for r in self.ratios):
+            return "n/a", ""
+        return f"**{self.ratio:.2f}**", self.spread
+
+    def cells(self) -> tuple[str, str]:
+        return f"{statistics.median(self.ours):,.1f}", f"{statistics.median(self.hf):,.1f}"
+
+
+def matmul_peak(shapes: list[tuple[int, int, int]], dtype: torch.dtype, reps: int) -> float:
+    """FLOP/s of the fastest ``torch.mm`` among ``shapes``, best of ``reps`` runs each."""
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        torch.mm(a, b)
+        for _ in range(reps):
+            start = clock()
+            torch.mm(a, b)
+            best = max(best, 2 * m * k * n / (clock() - start))
+    return best
+
+
+def flops_per_token(model: GPT) -> float:
+    """6·N + 12·L·d·T, with N the parameters less the position embedding (see FLOPS_FORMULA)."""
+    cfg = model.config
+    n = sum(p.numel() for p in model.parameters()) - cfg.max_len * cfg.d_model
+    return 6 * n + 12 * cfg.n_decoder_layers * cfg.d_model * cfg.max_len
+
+
+def bench_training(setup: Setup, bf16: bool, steps: int, warmup: int) -> Row:
+    """Training tokens/s of both models from the same weights on the same batches, step by step."""
+    ours_model, hf_model = build_pair(setup)
+    batches = random_batches(setup)
+    ours = Trainee("ours", ours_model, batches, bf16)
+    hf = Trainee("HF", hf_model, batches, bf16)
+    interleave(lambda: ours.run(warmup, timed=False), lambda: hf.run(warmup, timed=False), 1)
+    interleave(ours.run, hf.run, steps)
+    tokens = setup.batch * setup.context
+    precision = "bf16" if bf16 else "fp32"
+    row = Row(
+        f"train tokens/s, batch {setup.batch}×{setup.context}", precision,
+        [tokens / s for s in ours.seconds], [tokens / s for s in hf.seconds],
+        f">= {TRAIN_TARGET}" if not bf16 else "",
+    )  # fmt: skip
+    ours_rate, hf_rate = row.cells()
+    print(
+        f"[train {precision}] ours {ours_rate} tok/s, HF {hf_rate} tok/s, ours/HF {row.ratio:.3f}", flush=True
+    )
+    return row
+
+
+def memory_child(side: str, setup: Setup, bf16: bool, steps: int, threads: int) -> tuple[int, int]:
+    """In a fresh process: train ``side``'s model ``steps`` steps; its peak RSS before the first step
+    and after the last, in KiB (Linux's unit of ``ru_maxrss``)."""
+    torch.set_num_threads(threads)
+    if side == "ours":
+        model: nn.Module = GPT(our_config(setup))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**setup.hf_config))
+    trainee = Trainee(side, model, random_batches(setup, n=1), bf16)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    trainee.run(steps, timed=False)
+    return before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def bench_memory(setup: Setup, bf16: bool, steps: int, threads: int) -> Row:
+    """Peak RSS of training, each side in its own spawned process (growth over the built model)."""
+    peaks: dict[str, tuple[int, int]] = {}
+    for side in ("ours", "HF"):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            peaks[side] = pool.submit(memory_child, side, setup, bf16, steps, threads).result()
+    precision = "bf16" if bf16 else "fp32"
+    mib = {side: ((peak - before) / 1024, peak / 1024) for side, (before, peak) in peaks.items()}
+    for side, (growth, peak) in mib.items():
+        print(
+            f"[memory {precision}] {side}: peak RSS {peak:,.0f} MiB, +{growth:,.0f} MiB while training",
+            flush=True,
+        )
+    return Row("training peak RSS growth, MiB (lower is better)", precision, [mib["ours"][0]], [mib["HF"][0]])
+
+
+def our_generate(model: GPT, prompt: Tensor, new_tokens: int) -> Tensor:
+    """Exactly ``new_tokens`` greedy tokens (1, new_tokens) after ``prompt`` (1, t), KV-cached."""
+    mask = torch.ones_like(prompt, dtype=torch.bool)
+    return generate(lm_next_logits(model, mask, use_cache=True), prompt, new_tokens, NEVER_EOS, 0).tokens
+
+
+def hf_generate(model: Any, prompt: Tensor, new_tokens: int) -> Tensor:
+    """The same with ``GenerationMixin.generate`` (its config has no EOS: it runs to the limit)."""
+    out = model.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, do_sample=False,
+        pad_token_id=0,
+    )  # fmt: skip
+    return out[:, prompt.shape[1] :]
+
+
+def bench_generation(setup: Setup, reps: int) -> tuple[Row, str]:
+    """Greedy tokens/s with the KV cache, batch 1 (fp32), and whether both give the same tokens."""
+    ours, hf = build_pair(setup)
+    ours.eval()
+    hf.eval()
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, int(setup.hf_config["vocab_size"]), (1, setup.prompt), generator=g)
+    rates: dict[str, list[float]] = {"ours": [], "HF": []}
+    outputs: dict[str, Tensor] = {}
+
+    def run(name: str, timed: bool = True) -> None:
+        fn = our_generate if name == "ours" else hf_generate
+        start = clock()
+        with torch.inference_mode():
+            tokens = fn(ours if name == "ours" else hf, prompt, setup.new_tokens)
+        elapsed = clock() - start
+        if tokens.shape != (1, setup.new_tokens):
+            raise RuntimeError(f"{name}: expected {setup.new_tokens} new tokens, got {tuple(tokens.shape)}")
+        outputs[name] = tokens
+        if timed:
+            rates[name].append(setup.new_tokens / elapsed)
+
+    interleave(lambda: run("ours", timed=False), lambda: run("HF", timed=False), 1)
+    interleave(lambda: run("ours"), lambda: run("HF"), reps)
+    differ = (outputs["ours"] != outputs["HF"]).nonzero()
+    same = "yes" if len(differ) == 0 else f"no (first difference at new token {int(differ[0, 1])})"
+    row = Row(
+        f"greedy generate tokens/s, batch 1, {setup.prompt} + {setup.new_tokens} tokens, KV cache", "fp32",
+        rates["ours"], rates["HF"], f">= {GENERATE_TARGET}",
+    )  # fmt: skip
+    ours_rate, hf_rate = row.cells()
+    print(
+        f"[generate] ours {ours_rate} tok/s, HF {hf_rate} tok/s, ours/HF {row.ratio:.3f}; "
+        f"same tokens: {same}",
+        flush=True,
+    )
+    return row, same
+
+
+def mfu_row(train: Row, flops: float, peak: float) -> Row:
+    """The model FLOPs utilisation (%) of each timed training step of ``train``."""
+    return Row(
+        f"MFU of training, % of the torch.mm peak ({peak / 1e9:,.0f} GFLOP/s)", train.precision,
+        [100 * flops * rate / peak for rate in train.ours], [100 * flops * rate / peak for rate in train.hf],
+        f"ours >= {MFU_TARGET:.0%}" if train.precision == "fp32" else "",
+    )  # fmt: skip
+
+
+def markdown_table(rows: list[Row], same: str, threads: int, clock_name: str, peaks: dict[str, float]) -> str:
+    """The rows as a markdown table, then the environment, the peaks and the FLOP count."""
+    lines = [
+        "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF IQR | target |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        ours, hf = r.cells()
+        ratio, spread = r.ratio_cells()
+        lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
+    lines.append(f"| same greedy tokens as HF | fp32 | {same} | | | | yes |")
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    peak_text = ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items())
+    lines.append(
+        f"\ntorch {torch.__version__}, transformers {transformers.__version__}, {threads} threads, "
+        f"{clock_name} clock, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"python {platform.python_version()}, {now}; torch.mm peak: {peak_text}\n\n{FLOPS_FORMULA}"
+    )
+    return "\n".join(lines)
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny model, 2 steps: a smoke run")
+    parser.add_argument(
+        "--steps", type=int, help="timed training steps per model and precision (10; --quick 2)"
+    )
+    parser.add_argument("--reps", type=int, help="timed generations per model (3; --quick 1)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall: elapsed seconds; cpu: this process's CPU seconds, which a busy neighbour "
+        "does not inflate (meaningful with --threads 1 only: idle OpenMP threads spin)",
+    )
+    args = parser.parse_args(argv)
+    global clock
+    clock = CLOCKS[args.clock]
+    threads = args.threads or available_cores()
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()
+    if args.quick:
+        setup = Setup({**QUICK, **NO_DROPOUT, **NO_SPECIAL_TOKENS}, batch=4, prompt=8, new_tokens=24)
+    else:
+        setup = Setup({**FULL, **NO_DROPOUT, **NO_SPECIAL_TOKENS}, batch=16, prompt=16, new_tokens=240)
+    steps = args.steps or (2 if args.quick else 10)
+    reps = args.reps or (1 if args.quick else 3)
+    warmup, memory_steps, peak_reps = (1, 1, 3) if args.quick else (2, 3, 10)
+    c = setup.hf_config
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {threads} threads; GPT-2 shape "
+        f"{c['n_layer']} layers, {c['n_head']} heads, d {c['n_embd']}, context {c['n_positions']}, "
+        f"vocab {c['vocab_size']}; training batch {setup.batch}×{setup.context}",
+        flush=True,
+    )
+    load = os.getloadavg()[0]
+    if load > 0.5 and args.clock == "wall":
+        print(
+            f"note: load average {load:.1f} before the run: other processes compete for the cores and "
+            "OpenMP threads stall behind them; if the IQRs are wide, rerun with --threads 1 --clock cpu",
+            flush=True,
+        )
+    start = time.perf_counter()
+    peaks = {
+        "fp32": matmul_peak(MATMUL_SHAPES, torch.float32, peak_reps),
+        "bf16": matmul_peak(MATMUL_SHAPES, torch.bfloat16, peak_reps),
+    }
+    print(", ".join(f"[peak {k}] {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items()), flush=True)
+    gen_row, same = bench_generation(setup, reps)
+    flops = flops_per_token(GPT(our_config(setup)))
+    rows: list[Row] = []
+    for bf16 in (False, True):
+        train = bench_training(setup, bf16, steps, warmup)
+        rows += [train, mfu_row(train, flops, peaks[train.precision])]
+        rows.append(bench_memory(setup, bf16, memory_steps, threads))
+    rows.append(gen_row)
+    print(f"\ntotal {time.perf_counter() - start:.0f} s\n")
+    print(markdown_table(rows, same, threads, args.clock, peaks))
+
+
+if __name__ == "__main__":
+    main()
