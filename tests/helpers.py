@@ -25,3 +25,37 @@ def tiny_args(src: Path, tgt: Path, out: Path, *extra: str) -> list[str]:
         "--preset", "tiny", "--vocab-size", "60", "--batch-tokens", "400", "--max-steps", "6",
         "--eval-every", "1000", "--warmup", "2", "--quiet", *extra,
     ]  # fmt: skip
+
+
+LM_WORDS = [
+    "the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "red", "hat",
+    "while", "birds", "sang",
+]  # fmt: skip
+
+
+def write_lm_text(path: Path, lines: int = 300, seed: int = 0) -> Path:
+    """A small English-like text for a character-level language model."""
+    rng = random.Random(seed)
+    rows = [" ".join(rng.choice(LM_WORDS) for _ in range(rng.randint(4, 10))) for _ in range(lines)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_lm_args(text: Path, out: Path, *extra: str) -> list[str]:
+    """``vaswani train lm`` arguments for a character-level GPT that trains in about a second (and
+    no longer generates one repeated character)."""
+    return [
+        "train", "lm", "--text", str(text), "--out", str(out), "--tokenizer", "char",
+        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--max-len", "32",
+        "--batch-tokens", "256", "--max-steps", "100", "--lr", "5e-3", "--max-minutes", "1",
+        "--eval-every", "1000", "--warmup", "5", "--quiet", "--no-bf16", *extra,
+    ]  # fmt: skip
+
+
+def tiny_lm_run(folder: Path, *extra: str) -> Path:
+    """Train the tiny language model of :func:`tiny_lm_args` in ``folder / "run"``."""
+    from vaswani.cli import main
+
+    text = write_lm_text(folder / "train.txt")
+    assert main(tiny_lm_args(text, folder / "run", *extra)) == 0
+    return folder / "run"

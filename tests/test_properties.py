@@ -191,3 +191,27 @@ def test_any_text_encodes_and_decodes_unseen_characters_as_unk(tokenizer, text):
     assert ids.count(UNK_ID) == len(unseen)
     kept = text.replace("▁", " ").removeprefix(" ")
     assert tokenizer.decode(ids) == "".join(c for c in kept if c in ALPHABET or c == " ")
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer():
+    from vaswani.tokenizer import LMTokenizer
+
+    corpus = ["the cat sat on the mat. Le chat est sur le tapis. 猫坐在垫子上。 😀\n"] * 20
+    return LMTokenizer.train(corpus, "bpe", vocab_size=320)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=60))
+@example(text="<|endoftext|>")
+@example(text="a<|endoftext|>b <|endoftext|>\n")
+@example(text="\x00\x01\x7f\r\n\t\u200b\ufeff\ud7ff\U0010ffff")
+@example(text="😀👩‍👩‍👧 汤姆追逐杰瑞。 the cat")
+@example(text="   leading and trailing spaces   ")
+def test_byte_level_tokenizer_round_trips_any_text(byte_tokenizer, text):
+    """GPT-2's byte-level BPE: every string encodes without an unknown token and decodes back
+    exactly; "<|endoftext|>" typed as text stays text (never the special id)."""
+    ids = byte_tokenizer.encode(text)
+    assert byte_tokenizer.decode(ids) == text
+    assert byte_tokenizer.eos_id not in ids
+    assert all(0 <= i < byte_tokenizer.vocab_size for i in ids)

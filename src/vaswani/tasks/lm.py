@@ -213,6 +213,7 @@ class LanguageModel:
 
     def loss(self, text: str) -> float:
         """Mean next-token loss (nats per token) of ``text``."""
+        self.model.eval()  # a model fresh from train_lm is still in training mode (dropout)
         return stream_loss(self.model, encode_documents(self.tokenizer, [text]))
 
 
