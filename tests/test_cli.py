@@ -42,6 +42,35 @@ def test_translate_arguments_and_stdin_agree(trained, capsys, monkeypatch):
     assert len(from_args) == 2
 
 
+def test_translate_with_beam_search_n_best_and_sampling(trained, capsys):
+    assert main(["translate", str(trained), "a b c", "d e", "--beam", "3", "--n-best", "2"]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(fields[0], len(fields)) for fields in lines] == [("0", 3), ("0", 3), ("1", 3), ("1", 3)]
+    scores = [float(fields[1]) for fields in lines]
+    assert scores[0] >= scores[1] and scores[2] >= scores[3]
+    assert main(["translate", str(trained), "a b c", "d e", "--beam", "3", "--length-penalty", "1.0"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    sampled = ["translate", str(trained), "a b c", "d e", "--temperature", "1.5", "--top-p", "0.9"]
+    sampled += ["--seed", "4"]
+    assert main(sampled) == 0
+    first = capsys.readouterr().out
+    assert main(sampled) == 0
+    assert capsys.readouterr().out == first
+
+
+def test_evaluate_with_beam_search(trained, capsys):
+    folder = trained.parent
+    out = folder / "beam.hyp"
+    args = ["evaluate", str(trained), "--src", str(folder / "train.src"), "--ref", str(folder / "train.tgt")]
+    assert main([*args, "--beam", "2", "--length-penalty-kind", "simple", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU" in printed and "chrF" in printed and "beam 2, simple length penalty 0.6" in printed
+    assert "nrefs:1" in printed and "tok:13a" in printed
+    assert len(out.read_text().splitlines()) == len((folder / "train.src").read_text().splitlines())
+    assert main([*args, "--beam", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "vaswani: error: --beam must be >= 1, got 0"
+
+
 def _files(tmp_path: Path) -> dict[str, Path]:
     src, tgt = write_reverse_task(tmp_path, n=50)
     made = {"src": src, "tgt": tgt}
@@ -69,6 +98,11 @@ def _files(tmp_path: Path) -> dict[str, Path]:
     return made
 
 
+def _decode(files: dict[str, Path], *flags: str) -> list[str]:
+    """``translate`` with decoding flags, which are checked before the run directory."""
+    return ["translate", str(files["not_a_run"]), "a", *flags]
+
+
 # (name, arguments built from the files, words the one-line message must contain)
 CASES = [
     ("unequal line counts", lambda f, o: tiny_args(f["src"], f["short"], o), ["short.tgt", "50", "49"]),
@@ -93,6 +127,24 @@ CASES = [
     ("not a run directory", lambda f, o: ["translate", str(f["not_a_run"]), "a b"], ["config.json"]),
     ("missing run directory", lambda f, o: ["translate", str(o / "missing"), "a b"], ["no such run"]),
     ("resume from nothing", lambda f, o: ["train", "translation", "--resume", str(o)], ["no such run"]),
+    ("zero beam", lambda f, o: _decode(f, "--beam", "0"), ["--beam", ">= 1"]),
+    (
+        "n-best above beam",
+        lambda f, o: _decode(f, "--beam", "2", "--n-best", "3"),
+        ["--n-best", "--beam (2)"],
+    ),
+    ("beam and sampling", lambda f, o: _decode(f, "--beam", "2", "--top-k", "5"), ["--beam", "sampling"]),
+    (
+        "penalty without beam",
+        lambda f, o: _decode(f, "--length-penalty", "1"),
+        ["--length-penalty", "--beam"],
+    ),
+    (
+        "unknown length penalty",
+        lambda f, o: _decode(f, "--beam", "2", "--length-penalty-kind", "wu"),
+        ["gnmt", "simple", "'wu'"],
+    ),
+    ("seed without sampling", lambda f, o: _decode(f, "--seed", "1"), ["--seed", "--temperature"]),
 ]
 
 

@@ -1,9 +1,12 @@
-"""Decoding: one loop over a next-token function, shared by every model that generates.
+"""Decoding: greedy, sampling and beam search over a next-token function, shared by every
+model that generates.
 
 A model plugs in through a :data:`NextLogits` function: given the tokens so far
 ``(batch, t)`` it returns the logits of the next token ``(batch, vocab)``. With
 a KV cache the function only looks at the newest token; without one it
-recomputes the whole prefix. The search itself does not know which.
+recomputes the whole prefix. The search itself does not know which. Beam search
+also needs to move the model's per-row state (encoder output, cache) along with
+the hypotheses it keeps: :class:`Reorderable` pairs the function with that.
 """
 
 from __future__ import annotations
@@ -63,7 +66,10 @@ def choose_next(
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above
-        drop = (before >= sampling.top_p).scatter(-1, order, before >= sampling.top_p)
+        # A set whose probability equals top_p up to rounding (0.5 + 0.3 summed as 0.7999…) reaches it.
+        reached = before >= sampling.top_p - 1e-6
+        reached[..., 0] = False  # the most likely token always stays, however small top_p
+        drop = reached.scatter(-1, order, reached)
         logits = logits.masked_fill(drop, -math.inf)
     probs = logits.softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -73,7 +79,7 @@ def choose_next(
 def generate(
     next_logits: NextLogits,
     prefix: Tensor,
-    max_new_tokens: int,
+    max_new_tokens: int | Tensor,
     eos_id: int,
     pad_id: int,
     sampling: Sampling | None = None,
@@ -82,14 +88,16 @@ def generate(
     on_step: Callable[[Tensor], bool] | None = None,
 ) -> Generated:
     """Extend ``prefix`` (batch, t) one token at a time until every row has produced EOS or
-    ``max_new_tokens`` tokens: argmax_y P(y | prefix) without ``sampling`` (greedy), else a
-    draw. Rows that finished receive ``pad_id``. ``on_step(tokens)`` sees each step's
-    tokens (batch,) as they are chosen (streaming) and may return True to stop."""
+    ``max_new_tokens`` tokens (one number, or one per row (batch,)): argmax_y P(y | prefix)
+    without ``sampling`` (greedy), else a draw. Rows that finished receive ``pad_id``.
+    ``on_step(tokens)`` sees each step's tokens (batch,) as they are chosen (streaming) and
+    may return True to stop."""
     tokens = prefix
     finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
+    limits, n_steps = per_row_limits(max_new_tokens, prefix.shape[0], prefix.device)
     steps: list[Tensor] = []
     all_logits: list[Tensor] = []
-    for _ in range(max_new_tokens):
+    for step in range(n_steps):
         logits = next_logits(tokens).float()
         if keep_logits:
             all_logits.append(logits)
@@ -97,6 +105,7 @@ def generate(
         steps.append(choice)
         tokens = torch.cat([tokens, choice[:, None]], dim=1)
         finished |= choice == eos_id
+        finished |= limits <= step + 1
         stop = on_step(choice) if on_step is not None else False
         if stop or bool(finished.all()):
             break
@@ -104,10 +113,186 @@ def generate(
     return Generated(new, torch.stack(all_logits, dim=1) if keep_logits and all_logits else None)
 
 
-def seq2seq_next_logits(model: Transformer, src: Tensor, use_cache: bool = True) -> NextLogits:
-    """The next-token function of an encoder-decoder: the source is encoded once;
-    with ``use_cache`` the decoder sees only the newest token and appends its
-    keys and values to the cache, else it recomputes the whole prefix."""
+def per_row_limits(max_new_tokens: int | Tensor, batch: int, device: torch.device) -> tuple[Tensor, int]:
+    """``max_new_tokens`` (one number or (batch,)) as a (batch,) tensor, and the steps needed."""
+    limits = torch.as_tensor(max_new_tokens, device=device).expand(batch)
+    if isinstance(max_new_tokens, int):
+        return limits, max_new_tokens
+    return limits, int(limits.max()) if batch else 0
+
+
+@dataclass(frozen=True)
+class Reorderable:
+    """A next-token function whose model keeps state per batch row (encoder output, KV cache).
+
+    ``reorder(index)`` keeps the rows ``index`` (rows',) of that state, in that order
+    (repeats allowed), so that the state follows the hypotheses a search keeps.
+    """
+
+    next_logits: NextLogits
+    reorder: Callable[[Tensor], None]
+
+
+LENGTH_PENALTIES = ("gnmt", "simple", "none")
+
+
+@dataclass(frozen=True)
+class LengthPenalty:
+    """lp(|y|) by which beam search divides a hypothesis' log-probability: score(y) =
+    log P(y | x) / lp(|y|).
+
+    ``gnmt``: lp = ((5 + |y|) / 6)^alpha (Wu et al. 2016, the paper's alpha = 0.6);
+    ``simple``: lp = |y|^alpha (Hugging Face's ``length_penalty``, fairseq's ``lenpen``);
+    ``none``: lp = 1. |y| counts the generated tokens, EOS included, the start token not.
+    With alpha > 0 longer hypotheses are favoured over the plain log-probability.
+    """
+
+    kind: str = "gnmt"
+    alpha: float = 0.6
+
+    def __post_init__(self) -> None:
+        if self.kind not in LENGTH_PENALTIES:
+            kinds = ", ".join(LENGTH_PENALTIES)
+            raise ValueError(f"length penalty kind must be one of {kinds}, got {self.kind!r}")
+        if not math.isfinite(self.alpha):
+            raise ValueError(f"length penalty alpha must be a finite number, got {self.alpha}")
+
+    def __call__(self, length: Tensor) -> Tensor:
+        """lp of each length in ``length`` (any shape), as float32 (the dtype of the scores)."""
+        length = length.float()
+        if self.kind == "gnmt":
+            return ((5.0 + length) / 6.0) ** self.alpha
+        if self.kind == "simple":
+            return length**self.alpha
+        return torch.ones_like(length)
+
+
+@dataclass
+class Beams:
+    """The ``n_best`` hypotheses of each row, best first: ``tokens`` (batch, n_best, steps) after
+    the prefix, padded after EOS; ``scores`` (batch, n_best) log P(y | x) / lp(|y|);
+    ``lengths`` (batch, n_best) = |y|, EOS included."""
+
+    tokens: Tensor
+    scores: Tensor
+    lengths: Tensor
+
+
+def _take(x: Tensor, index: Tensor) -> Tensor:
+    """x[r, index[r, j], ...] for every row r: gather along dim 1 of (rows, n, ...)."""
+    return x.gather(1, index.view(*index.shape, *[1] * (x.dim() - 2)).expand(*index.shape, *x.shape[2:]))
+
+
+@torch.no_grad()
+def beam_search(
+    decoding: Reorderable,
+    prefix: Tensor,
+    max_new_tokens: int | Tensor,
+    eos_id: int,
+    pad_id: int,
+    beam: int = 4,
+    n_best: int = 1,
+    length_penalty: LengthPenalty = LengthPenalty("none"),
+    early_stopping: bool = True,
+) -> Beams:
+    """Beam search: approximately argmax_y log P(y | prefix) / lp(|y|), ``beam`` hypotheses per row.
+
+    ``decoding`` holds state for the ``batch`` rows of ``prefix`` (batch, t); it is expanded
+    here to batch·beam rows (each row's ``beam`` hypotheses adjacent), and every step is one
+    call of ``decoding.next_logits`` on (rows still searching)·beam rows. A row is searched
+    until it is done, then dropped from the model's batch.
+
+    The convention is Hugging Face's ``generate(num_beams=beam, length_penalty=alpha)`` with
+    a ``simple`` penalty (transformers 5.x ``GenerationMixin._beam_search``):
+
+    - Scores are sums of log_softmax of the float32 logits. At the first step only the first
+      of the identical hypotheses is expanded.
+    - Each step ranks all beam·vocab continuations of a row and keeps the best 2·beam
+      candidates. The best ``beam`` of them that do not end become the running hypotheses.
+    - A candidate ending in EOS joins the row's finished hypotheses (the best ``beam`` are
+      kept) only if it ranks among the first ``beam`` of the 2·beam, with score
+      sum / lp(|y|), |y| = generated tokens including EOS (not the start token).
+    - At the row's ``max_new_tokens`` (one number, or one per row (batch,)) every candidate
+      ends: the first ``beam`` of them join the finished hypotheses as they are.
+    - ``early_stopping=True`` (HF's ``early_stopping=True``): a row is done as soon as it has
+      ``beam`` finished hypotheses. ``early_stopping=False``: it is done only when no running
+      hypothesis can still beat the worst finished one, whose bound is the best running
+      sum divided by the largest lp over the lengths it could still reach (log-probabilities
+      are <= 0); this returns what HF's ``early_stopping="never"`` returns.
+
+    ``beam=1`` is greedy search. Returns the ``n_best`` (<= ``beam``) best finished
+    hypotheses of each row, best first (a slot no hypothesis of nonzero probability reached,
+    possible only when fewer than 2·beam tokens can follow, has score -inf and length 0).
+    """
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    if not 1 <= n_best <= beam:
+        raise ValueError(f"n_best must be in [1, beam={beam}], got {n_best}")
+    batch, start = prefix.shape
+    device = prefix.device
+    limits, n_steps = per_row_limits(max_new_tokens, batch, device)
+    if batch and int(limits.min()) < 1:
+        raise ValueError("max_new_tokens must be >= 1 for every row")
+    width = 2 * beam
+    # The finished hypotheses of every row: tokens after the prefix, scores, lengths, filled.
+    done_tokens = torch.full((batch, beam, n_steps), pad_id, dtype=torch.long, device=device)
+    done_scores = torch.full((batch, beam), -math.inf, device=device)
+    done_lengths = torch.zeros((batch, beam), dtype=torch.long, device=device)
+    done_filled = torch.zeros((batch, beam), dtype=torch.bool, device=device)
+    # The rows still searching (``alive``) and their running hypotheses.
+    alive = torch.arange(batch, device=device)
+    seqs = torch.full((batch, beam, start + n_steps), pad_id, dtype=torch.long, device=device)
+    seqs[:, :, :start] = prefix[:, None]
+    running = torch.full((batch, beam), -math.inf, device=device)
+    running[:, 0] = 0.0
+    decoding.reorder(alive.repeat_interleave(beam))
+    for step in range(n_steps):
+        if not alive.numel():
+            break
+        rows, t = alive.numel(), start + step
+        logits = decoding.next_logits(seqs[:, :, :t].reshape(rows * beam, t)).float()
+        vocab = logits.shape[-1]
+        totals = logits.log_softmax(dim=-1).view(rows, beam, vocab) + running[:, :, None]
+        cand_scores, flat = totals.view(rows, beam * vocab).topk(width, dim=1)
+        origin, token = flat // vocab, flat % vocab
+        cand_seqs = _take(seqs, origin)
+        cand_seqs[:, :, t] = token
+        at_limit = limits[alive] <= step + 1
+        ends = (token == eos_id) | at_limit[:, None]
+        # The running hypotheses: the best ``beam`` candidates that did not end.
+        keep = cand_scores.masked_fill(ends, -math.inf).topk(beam, dim=1).indices
+        running = _take(cand_scores.masked_fill(ends, -math.inf), keep)
+        seqs = _take(cand_seqs, keep)
+        parent = _take(origin, keep)
+        # The finished hypotheses: ended candidates among the first ``beam`` compete for the slots
+        # (impossible ones, of probability 0, never: they fill the 2·beam when the vocabulary is tiny).
+        joins = ends & (torch.arange(width, device=device) < beam) & (cand_scores > -math.inf)
+        lp = length_penalty(torch.tensor(step + 1, device=device))
+        scores = torch.where(joins, cand_scores / lp, -math.inf)
+        merged_scores = torch.cat([done_scores[alive], scores], dim=1)
+        best = merged_scores.topk(beam, dim=1).indices
+        done_scores[alive] = _take(merged_scores, best)
+        done_filled[alive] = _take(torch.cat([done_filled[alive], joins], dim=1), best)
+        new_lengths = torch.full_like(token, step + 1)
+        done_lengths[alive] = _take(torch.cat([done_lengths[alive], new_lengths], dim=1), best)
+        new_tokens = cand_seqs[:, :, start:]
+        done_tokens[alive] = _take(torch.cat([done_tokens[alive], new_tokens], dim=1), best)
+        finished = done_filled[alive].all(dim=1)
+        if not early_stopping:  # lp is monotonic: its largest value is at one end of the lengths left
+            lp_next = length_penalty(torch.tensor(step + 2, device=device))
+            bound = running[:, 0] / torch.maximum(lp_next, length_penalty(limits[alive]))
+            finished &= bound <= done_scores[alive].amin(dim=1)
+        finished |= at_limit
+        searching = (~finished).nonzero().squeeze(1)
+        alive, running, seqs = alive[searching], running[searching], seqs[searching]
+        decoding.reorder((searching[:, None] * beam + parent[searching]).flatten())
+    length = int(done_lengths[:, :n_best].max()) if batch else 0
+    return Beams(done_tokens[:, :n_best, :length], done_scores[:, :n_best], done_lengths[:, :n_best])
+
+
+def seq2seq_decoding(model: Transformer, src: Tensor, use_cache: bool = True) -> Reorderable:
+    """The next-token function of an encoder-decoder (see :func:`seq2seq_next_logits`) with
+    the reordering of its encoder output and cache."""
     source: EncodedSource = model.start_decoding(src) if use_cache else model.encode(src)
 
     def next_logits(tokens: Tensor) -> Tensor:
@@ -115,7 +300,14 @@ def seq2seq_next_logits(model: Transformer, src: Tensor, use_cache: bool = True)
         logits, _ = model.decode(step_input, source, last_only=True)
         return logits[:, -1]
 
-    return next_logits
+    return Reorderable(next_logits, source.reorder)
+
+
+def seq2seq_next_logits(model: Transformer, src: Tensor, use_cache: bool = True) -> NextLogits:
+    """The next-token function of an encoder-decoder: the source is encoded once;
+    with ``use_cache`` the decoder sees only the newest token and appends its
+    keys and values to the cache, else it recomputes the whole prefix."""
+    return seq2seq_decoding(model, src, use_cache).next_logits
 
 
 def translate_ids(
@@ -123,11 +315,14 @@ def translate_ids(
     src: Tensor,
     bos_id: int,
     eos_id: int,
-    max_new_tokens: int,
+    max_new_tokens: int | Tensor,
     use_cache: bool = True,
     keep_logits: bool = False,
+    sampling: Sampling | None = None,
+    generator: torch.Generator | None = None,
 ) -> Generated:
-    """Greedy translation of a padded batch of source ids, starting from BOS."""
+    """Greedy translation of a padded batch of source ids, starting from BOS, or sampled
+    translations with ``sampling`` (drawn from ``generator``)."""
     model.eval()
     prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     return generate(
@@ -136,8 +331,31 @@ def translate_ids(
         max_new_tokens,
         eos_id,
         model.config.pad_id,
+        sampling=sampling,
+        generator=generator,
         keep_logits=keep_logits,
     )
+
+
+def translate_beam_ids(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int | Tensor,
+    beam: int = 4,
+    n_best: int = 1,
+    length_penalty: LengthPenalty = LengthPenalty(),
+    use_cache: bool = True,
+    early_stopping: bool = True,
+) -> Beams:
+    """Beam search translation (:func:`beam_search`) of a padded batch of source ids, from BOS."""
+    model.eval()
+    prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    return beam_search(
+        seq2seq_decoding(model, src, use_cache), prefix, max_new_tokens, eos_id, model.config.pad_id,
+        beam, n_best, length_penalty, early_stopping,
+    )  # fmt: skip
 
 
 def lm_next_logits(

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import interop, lm, translation
+from vaswani.cli import average, interop, lm, translation
 from vaswani.errors import VaswaniError
 
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     translation.add_translate_parser(commands)
     lm.add_generate_parser(commands)
     interop.add_parsers(commands)
+    average.add_parser(commands)
 
     evaluate = commands.add_parser(
         "evaluate",
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
     evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm)")
     evaluate.add_argument("--batch-size", type=int, default=64)
+    translation.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser
 

@@ -28,6 +28,7 @@ TRAIN_FLAGS = {
     "label_smoothing": "label_smoothing", "clip_norm": "clip_norm", "eval_every": "eval_every",
     "checkpoint_every": "checkpoint_every", "seed": "seed", "bf16": "bf16", "threads": "threads",
     "deterministic": "deterministic", "weight_decay": "weight_decay", "min_lr": "min_lr",
+    "keep_checkpoints": "keep_checkpoints",
 }  # fmt: skip
 RESUME_CHANGES = ("max_steps", "max_minutes")
 
@@ -73,6 +74,12 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     train.add_argument("--clip-norm", type=float)
     train.add_argument("--eval-every", type=int)
     train.add_argument("--checkpoint-every", type=int, metavar="STEPS", help="a checkpoint every STEPS steps")
+    train.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        metavar="N",
+        help="keep the newest N checkpoints (5 or 20 to average them with vaswani average)",
+    )
     train.add_argument("--seed", type=int)
     train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast")
     train.add_argument("--threads", type=int)

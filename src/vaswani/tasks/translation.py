@@ -7,10 +7,10 @@ embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -21,7 +21,7 @@ from vaswani.data import grammar
 from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
 from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError, DataError
-from vaswani.generation import translate_ids
+from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import read_run_config, write_run_config
@@ -34,6 +34,9 @@ TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
+PAPER_LENGTH_PENALTY = LengthPenalty("gnmt", 0.6)  # the paper's beam search: beam 4, alpha 0.6
+MAX_LEN_A, MAX_LEN_B = 2.0, 10
+T = TypeVar("T")
 
 
 @dataclass
@@ -176,15 +179,83 @@ class Translator:
         model.eval()
         return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
 
-    @torch.no_grad()
     def translate(
         self,
         sentences: Sequence[str],
         batch_size: int = 64,
         use_cache: bool = True,
         progress: bool = False,
+        beam: int = 1,
+        length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
+        sampling: Sampling | None = None,
+        seed: int | None = None,
+        max_len_a: float = MAX_LEN_A,
+        max_len_b: int = MAX_LEN_B,
     ) -> list[str]:
-        """Greedy translations, batched by length and returned in input order."""
+        """Translations in input order: greedy (``beam=1``), beam search (``beam`` > 1, scored
+        with ``length_penalty``; see :meth:`translate_n_best`) or drawn with ``sampling``
+        (from a generator seeded with ``seed``; the same seed, sentences and ``batch_size``
+        give the same translations). A sentence gets at most
+        ``max_len_a * len(source) + max_len_b`` tokens, and at most the model's max_len - 1."""
+        if beam != 1:  # beam search (which refuses beam < 1)
+            if sampling is not None:
+                raise ValueError("beam search and sampling do not go together: give one of them")
+            best = self.translate_n_best(
+                sentences, 1, beam, length_penalty, batch_size, use_cache, progress, max_len_a, max_len_b
+            )
+            return [hypotheses[0].text for hypotheses in best]
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
+
+        def decode(src: Tensor, limits: Tensor) -> list[str]:
+            result = translate_ids(
+                self.model, src, bos, eos, limits, use_cache, sampling=sampling, generator=generator
+            )
+            return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
+
+        return self._in_batches(sentences, decode, batch_size, progress, max_len_a, max_len_b)
+
+    def translate_n_best(
+        self,
+        sentences: Sequence[str],
+        n_best: int = 1,
+        beam: int = 4,
+        length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
+        batch_size: int = 64,
+        use_cache: bool = True,
+        progress: bool = False,
+        max_len_a: float = MAX_LEN_A,
+        max_len_b: int = MAX_LEN_B,
+        early_stopping: bool = True,
+    ) -> list[list[Hypothesis]]:
+        """The ``n_best`` (<= ``beam``) best translations of each sentence, best first, by beam
+        search (:func:`vaswani.generation.beam_search`, Hugging Face's convention): score =
+        log P(y | x) / lp(|y|). The defaults are the paper's: beam 4, GNMT penalty alpha 0.6."""
+        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
+
+        def decode(src: Tensor, limits: Tensor) -> list[list[Hypothesis]]:
+            found = translate_beam_ids(
+                self.model, src, bos, eos, limits, beam, n_best, length_penalty, use_cache, early_stopping
+            )
+            return [
+                [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
+                for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
+            ]
+
+        return self._in_batches(sentences, decode, batch_size, progress, max_len_a, max_len_b)
+
+    @torch.no_grad()
+    def _in_batches(
+        self,
+        sentences: Sequence[str],
+        decode: Callable[[Tensor, Tensor], list[T]],
+        batch_size: int,
+        progress: bool,
+        max_len_a: float,
+        max_len_b: int,
+    ) -> list[T]:
+        """``decode(src, max_new_tokens)`` over batches of sentences of similar length, each
+        with its own budget (see :func:`target_budget`); results in input order."""
         self.model.eval()
         max_len = self.model.config.max_len
         ids = self.src_tok.encode_batch(list(sentences))
@@ -192,18 +263,30 @@ class Translator:
             if len(row) > max_len:
                 raise DataError(f"input line {line}: {len(row)} tokens exceed the model's max_len={max_len}")
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out: list[str] = [""] * len(ids)
+        out: dict[int, T] = {}
         starts = range(0, len(order), batch_size)
         for start in tqdm(starts, desc="translate", unit="batch", disable=not progress):
             chunk = order[start : start + batch_size]
             src = pad([ids[i] for i in chunk], self.model.config.pad_id)
-            budget = min(max_len - 1, 2 * src.shape[1] + 10)
-            result = translate_ids(
-                self.model, src, self.tgt_tok.bos_id, self.tgt_tok.eos_id, budget, use_cache
-            )
-            for i, row in zip(chunk, result.tokens.tolist(), strict=True):
-                out[i] = self.tgt_tok.decode(row)
-        return out
+            lengths = torch.tensor([len(ids[i]) for i in chunk])
+            results = decode(src, target_budget(lengths, max_len_a, max_len_b, max_len))
+            out.update(zip(chunk, results, strict=True))
+        return [out[i] for i in range(len(ids))]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A translation and its beam-search score, log P(y | x) / lp(|y|)."""
+
+    text: str
+    score: float
+
+
+def target_budget(src_lengths: Tensor, max_len_a: float, max_len_b: int, max_len: int) -> Tensor:
+    """The most target tokens of each sentence: min(floor(a·|x| + b), max_len − 1), at least 1
+    (fairseq's ``max_len_a``/``max_len_b``; |x| counts source tokens)."""
+    budget = (max_len_a * src_lengths.double() + max_len_b).floor().long()
+    return budget.clamp(min=1, max=max(1, max_len - 1))
 
 
 def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
@@ -281,10 +364,19 @@ def fit_vocab(
 
 
 def evaluate_split(
-    translator: Translator, pairs: Pairs, batch_size: int = 64, quiet: bool = True
+    translator: Translator,
+    pairs: Pairs,
+    batch_size: int = 64,
+    quiet: bool = True,
+    beam: int = 1,
+    length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
 ) -> dict[str, Any]:
-    """BLEU and chrF (sacrebleu, with signatures) of greedy translations of ``pairs``."""
-    hyps = translator.translate([s for s, _ in pairs], batch_size, progress=not quiet)
+    """BLEU and chrF (sacrebleu, with signatures) of the translations of ``pairs``: greedy, or
+    beam search with ``beam`` > 1 (see :meth:`Translator.translate`)."""
+    sources = [s for s, _ in pairs]
+    hyps = translator.translate(
+        sources, batch_size, progress=not quiet, beam=beam, length_penalty=length_penalty
+    )
     refs = [t for _, t in pairs]
     b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
     return {

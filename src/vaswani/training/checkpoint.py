@@ -30,6 +30,7 @@ import pickle
 import random
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,16 +205,16 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
 
 
-def checkpoint_problem(path: Path) -> str | None:
+def checkpoint_problem(path: Path, files: Sequence[str] = FILES) -> str | None:
     """What is wrong with a checkpoint folder (missing manifest or file, wrong size or
-    checksum), or None when every file matches its manifest."""
+    checksum), or None when each of ``files`` (default: all) matches its manifest."""
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return f"no {MANIFEST}: the checkpoint is incomplete"
     except (OSError, ValueError) as exc:
         return f"{MANIFEST} is unreadable ({exc})"
-    for name in FILES:
+    for name in files:
         entry = manifest.get(name) if isinstance(manifest, dict) else None
         if not isinstance(entry, dict):
             return f"{MANIFEST} does not list {name}"

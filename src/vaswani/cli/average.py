@@ -1,0 +1,40 @@
+"""``vaswani average``: checkpoint averaging, θ̄ = (1/N) Σ θ_i over the last N checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vaswani.errors import ConfigError
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "average",
+        help="average the weights of a run's last N checkpoints",
+        description="Average the weights of the last N checkpoints in RUN_DIR/checkpoints (the paper "
+        "averages the last 5, or 20 for its big models; keep that many with --keep-checkpoints when "
+        "training). Damaged checkpoints (sha256) are refused. By default the average replaces "
+        "RUN_DIR/model.safetensors, which translate, generate and evaluate then use; the weights it "
+        "replaces are kept in RUN_DIR/model.before-average.safetensors (written once, by the first "
+        "averaging). With --out the average goes to that file instead. Files are written atomically.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--last", type=int, required=True, metavar="N", help="how many checkpoints to average")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the averaged weights here instead")
+    p.set_defaults(handler=cmd_average)
+
+
+def cmd_average(args: argparse.Namespace) -> None:
+    from vaswani.rundir import read_run_config
+    from vaswani.training.averaging import average_checkpoints
+
+    if args.last < 1:
+        raise ConfigError(f"--last must be >= 1, got {args.last}")
+    read_run_config(args.run_dir)
+    done = average_checkpoints(args.run_dir, args.last, args.out)
+    names = ", ".join(path.name for path in done.checkpoints)
+    print(f"averaged {len(done.checkpoints)} checkpoints ({names}) → {done.out}")
+    if done.backup is not None:
+        print(f"the weights from before averaging are in {done.backup}")
