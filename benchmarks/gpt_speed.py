@@ -12,7 +12,7 @@ weights and ours loaded from it through ``vaswani.interop.gpt2.state_from_hf``:
    run (``torch.mm`` at the model's own shapes, best of several), with PaLM's count of
    6·N + 12·L·d·T FLOPs per trained token;
 3. peak memory of training: each model trains a few steps in a fresh (spawned) process, which
-   reports its peak resident set size (``ru_maxrss``) and the growth over its size before the
+   reports its peak resident set size (``VmHWM``) and the growth over its size before the
    first step (the model built);
 4. greedy generation with a KV cache, batch 1, a 16-token prompt and 240 new tokens (fp32):
    ours through ``vaswani.generation.generate`` over ``lm_next_logits`` against
@@ -37,7 +37,6 @@ import math
 import multiprocessing
 import os
 import platform
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -249,18 +248,29 @@ def bench_training(setup: Setup, bf16: bool, steps: int, warmup: int) -> Row:
     return row
 
 
+def memory_kib(field: str) -> int:
+    """A memory figure of this process from ``/proc/self/status`` in KiB: ``VmRSS`` (now) or ``VmHWM``
+    (peak). Unlike ``ru_maxrss``, which survives ``exec`` and so starts a spawned child at its
+    parent's peak, ``VmHWM`` belongs to this process's own address space."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
 def memory_child(side: str, setup: Setup, bf16: bool, steps: int, threads: int) -> tuple[int, int]:
-    """In a fresh process: train ``side``'s model ``steps`` steps; its peak RSS before the first step
-    and after the last, in KiB (Linux's unit of ``ru_maxrss``)."""
+    """In a fresh process: train ``side``'s model ``steps`` steps; its resident size before the first
+    step and its peak after the last, in KiB."""
     torch.set_num_threads(threads)
     if side == "ours":
         model: nn.Module = GPT(our_config(setup))
     else:
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**setup.hf_config))
     trainee = Trainee(side, model, random_batches(setup, n=1), bf16)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = memory_kib("VmRSS")
     trainee.run(steps, timed=False)
-    return before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return before, memory_kib("VmHWM")
 
 
 def bench_memory(setup: Setup, bf16: bool, steps: int, threads: int) -> Row:
@@ -294,11 +304,14 @@ def hf_generate(model: Any, prompt: Tensor, new_tokens: int) -> Tensor:
     return out[:, prompt.shape[1] :]
 
 
-def bench_generation(setup: Setup, reps: int) -> tuple[Row, str]:
-    """Greedy tokens/s with the KV cache, batch 1 (fp32), and whether both give the same tokens."""
+def bench_generation(setup: Setup, reps: int, dtype: torch.dtype) -> tuple[Row, str]:
+    """Greedy tokens/s with the KV cache, batch 1, both models' weights in ``dtype``, and whether
+    both give the same tokens. Batch-1 decoding streams every weight once per token, so halving
+    the bytes (bf16) is what moves it on a CPU; both sides get the same cast."""
     ours, hf = build_pair(setup)
-    ours.eval()
-    hf.eval()
+    ours.eval().to(dtype)
+    hf.eval().to(dtype)
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
     g = torch.Generator().manual_seed(2)
     prompt = torch.randint(0, int(setup.hf_config["vocab_size"]), (1, setup.prompt), generator=g)
     rates: dict[str, list[float]] = {"ours": [], "HF": []}
@@ -321,12 +334,12 @@ def bench_generation(setup: Setup, reps: int) -> tuple[Row, str]:
     differ = (outputs["ours"] != outputs["HF"]).nonzero()
     same = "yes" if len(differ) == 0 else f"no (first difference at new token {int(differ[0, 1])})"
     row = Row(
-        f"greedy generate tokens/s, batch 1, {setup.prompt} + {setup.new_tokens} tokens, KV cache", "fp32",
+        f"greedy generate tokens/s, batch 1, {setup.prompt} + {setup.new_tokens} tokens, KV cache", precision,
         rates["ours"], rates["HF"], f">= {GENERATE_TARGET}",
     )  # fmt: skip
     ours_rate, hf_rate = row.cells()
     print(
-        f"[generate] ours {ours_rate} tok/s, HF {hf_rate} tok/s, ours/HF {row.ratio:.3f}; "
+        f"[generate {precision}] ours {ours_rate} tok/s, HF {hf_rate} tok/s, ours/HF {row.ratio:.3f}; "
         f"same tokens: {same}",
         flush=True,
     )
@@ -342,7 +355,9 @@ def mfu_row(train: Row, flops: float, peak: float) -> Row:
     )  # fmt: skip
 
 
-def markdown_table(rows: list[Row], same: str, threads: int, clock_name: str, peaks: dict[str, float]) -> str:
+def markdown_table(
+    rows: list[Row], same: dict[str, str], threads: int, clock_name: str, peaks: dict[str, float]
+) -> str:
     """The rows as a markdown table, then the environment, the peaks and the FLOP count."""
     lines = [
         "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF IQR | target |",
@@ -352,7 +367,8 @@ def markdown_table(rows: list[Row], same: str, threads: int, clock_name: str, pe
         ours, hf = r.cells()
         ratio, spread = r.ratio_cells()
         lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
-    lines.append(f"| same greedy tokens as HF | fp32 | {same} | | | | yes |")
+    for precision, answer in same.items():
+        lines.append(f"| same greedy tokens as HF | {precision} | {answer} | | | | yes |")
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     peak_text = ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items())
     lines.append(
@@ -420,14 +436,17 @@ def main(argv: list[str] | None = None) -> None:
         "bf16": matmul_peak(MATMUL_SHAPES, torch.bfloat16, peak_reps),
     }
     print(", ".join(f"[peak {k}] {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items()), flush=True)
-    gen_row, same = bench_generation(setup, reps)
+    generation = {
+        p: bench_generation(setup, reps, d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     flops = flops_per_token(GPT(our_config(setup)))
     rows: list[Row] = []
     for bf16 in (False, True):
         train = bench_training(setup, bf16, steps, warmup)
         rows += [train, mfu_row(train, flops, peaks[train.precision])]
         rows.append(bench_memory(setup, bf16, memory_steps, threads))
-    rows.append(gen_row)
+    rows += [row for row, _ in generation.values()]
+    same = {precision: answer for precision, (_, answer) in generation.items()}
     print(f"\ntotal {time.perf_counter() - start:.0f} s\n")
     print(markdown_table(rows, same, threads, args.clock, peaks))
 
