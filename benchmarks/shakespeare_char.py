@@ -131,7 +131,7 @@ def train_and_score(run: RunConfig, run_dir: Path, recipe: str, quick: bool, qui
     if quick:
         windows = min(windows, QUICK_WINDOWS)
     lm.model.eval()
-    loss = stream_loss(lm.model, ids, max_windows=windows)
+    loss = stream_loss(lm.model, ids, max_windows=windows, vocab_size=lm.tokenizer.vocab_size)
     chars = QUICK_CHARS if quick else SAMPLE_CHARS
     greedy = lm.generate([PROMPT], chars, Sampling(temperature=0.0))[0]
     sampled = lm.generate([PROMPT], chars, Sampling(temperature=0.8, top_k=200), seed=0)[0]

@@ -179,9 +179,22 @@ def _run_config(max_len=8, batch_tokens=32, seed=0) -> RunConfig:
     return RunConfig("lm", model, train, DataConfig(source="default"))
 
 
+def test_next_token_loss_leaves_the_padded_vocabulary_out_of_the_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 64)  # ids >= 40 pad the embedding: never targets
+    chunk = torch.randint(0, 40, (2, 6))
+    model = lambda tokens: logits  # noqa: E731
+    loss, count = next_token_loss(model, chunk, vocab_size=40)
+    expected = F.cross_entropy(logits[..., :40].flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+    assert count == 10
+    torch.testing.assert_close(loss, expected)
+    full, _ = next_token_loss(model, chunk)
+    assert float(full) > float(loss)  # the padded rows would have taken probability
+
+
 def test_lm_task_batches_are_every_window_of_max_len_plus_one_once():
     ids = torch.arange(60) % 64
-    task = LMTask(_run_config(max_len=8, batch_tokens=32), ids, ids[:20])
+    task = LMTask(_run_config(max_len=8, batch_tokens=32), ids, ids[:20], 64)
     assert task.batch_size == 4
     assert sorted(task.starts.tolist()) == list(range(60 - 8))  # every offset is a window
     model = _PlusOne(64)
@@ -189,13 +202,13 @@ def test_lm_task_batches_are_every_window_of_max_len_plus_one_once():
         loss, count = task.loss(model, batch)
         assert float(loss) < 1e-6 and count == 4 * 8
     assert set(model.calls) == {(4, 8)}
-    other = LMTask(_run_config(seed=1), ids, ids[:20])
+    other = LMTask(_run_config(seed=1), ids, ids[:20], 64)
     assert not torch.equal(other.starts, task.starts)  # shuffled by the seed
 
 
 def test_lm_task_refuses_text_shorter_than_the_context():
     with pytest.raises(DataError, match="fewer than the context"):
-        LMTask(_run_config(max_len=8), torch.arange(8), torch.arange(8))
+        LMTask(_run_config(max_len=8), torch.arange(8), torch.arange(8), 64)
 
 
 @torch.no_grad()

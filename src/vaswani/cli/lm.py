@@ -167,5 +167,5 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise ConfigError("a language model is evaluated with --text FILE")
     lm = LanguageModel.load(args.run_dir)
     ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in args.text]))
-    loss = stream_loss(lm.model, ids)
+    loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
     print(f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)")

@@ -53,19 +53,32 @@ def windows(ids: Tensor, starts: Tensor, length: int) -> Tensor:
     return ids[starts[:, None] + torch.arange(length)]
 
 
-def next_token_loss(model: nn.Module, chunk: Tensor) -> tuple[Tensor, int]:
-    """Summed cross-entropy of predicting ``chunk[:, 1:]`` from ``chunk[:, :-1]``, and the count."""
+def next_token_loss(model: nn.Module, chunk: Tensor, vocab_size: int | None = None) -> tuple[Tensor, int]:
+    """Summed cross-entropy of predicting ``chunk[:, 1:]`` from ``chunk[:, :-1]``, and the count.
+
+    With ``vocab_size`` (the tokenizer's), the softmax runs over the real tokens only: the rows
+    that pad the embedding to a multiple of 64 are never targets, and generation never picks
+    them, so no probability is spent on them.
+    """
     logits = model(chunk[:, :-1])
+    if vocab_size is not None:
+        logits = logits[..., :vocab_size]
     targets = chunk[:, 1:]
     loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")
     return loss, targets.numel()
 
 
 @torch.no_grad()
-def stream_loss(model: GPT, ids: Tensor, batch_size: int = 16, max_windows: int | None = None) -> float:
+def stream_loss(
+    model: GPT,
+    ids: Tensor,
+    batch_size: int = 16,
+    max_windows: int | None = None,
+    vocab_size: int | None = None,
+) -> float:
     """Mean next-token loss (nats) over ``ids``, cut into non-overlapping windows of the model's
     context, so that each token is predicted once (at most ``max_windows`` windows, spread
-    evenly over the text)."""
+    evenly over the text); ``vocab_size`` as in :func:`next_token_loss`."""
     context = model.config.max_len
     starts = torch.arange(0, max(1, len(ids) - 1), context)
     if max_windows is not None and len(starts) > max_windows:
@@ -75,10 +88,10 @@ def stream_loss(model: GPT, ids: Tensor, batch_size: int = 16, max_windows: int 
         group = starts[i : i + batch_size]
         full = group[group + context + 1 <= len(ids)]
         if len(full):
-            loss, n = next_token_loss(model, windows(ids, full, context + 1))
+            loss, n = next_token_loss(model, windows(ids, full, context + 1), vocab_size)
             total, count = total + float(loss), count + n
         for start in group[group + context + 1 > len(ids)].tolist():  # the short last window
-            loss, n = next_token_loss(model, ids[start:][None])
+            loss, n = next_token_loss(model, ids[start:][None], vocab_size)
             total, count = total + float(loss), count + n
     if count == 0:
         raise DataError("the text has fewer than two tokens: nothing to predict")
@@ -89,8 +102,9 @@ class LMTask:
     """Next-token prediction on windows of ``max_len + 1`` tokens, ``batch_tokens // max_len``
     windows a batch, the window starts shuffled once by the seed (every offset is a window)."""
 
-    def __init__(self, run: RunConfig, train_ids: Tensor, valid_ids: Tensor) -> None:
+    def __init__(self, run: RunConfig, train_ids: Tensor, valid_ids: Tensor, vocab_size: int) -> None:
         self.context = run.model.max_len
+        self.vocab_size = vocab_size
         self.train_ids, self.valid_ids = train_ids, valid_ids
         self.batch_size = max(1, run.train.batch_tokens // self.context)
         self.eval_windows = run.train.eval_sentences
@@ -109,14 +123,14 @@ class LMTask:
 
     def loss(self, model: nn.Module, batch: int) -> tuple[Tensor, int]:
         starts = self.starts[batch * self.batch_size : (batch + 1) * self.batch_size]
-        return next_token_loss(model, windows(self.train_ids, starts, self.context + 1))
+        return next_token_loss(model, windows(self.train_ids, starts, self.context + 1), self.vocab_size)
 
     def batch_tokens(self, batch: int) -> int:
         return min(self.batch_size, len(self.starts) - batch * self.batch_size) * self.context
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         assert isinstance(model, GPT)
-        loss = stream_loss(model, self.valid_ids, max_windows=self.eval_windows)
+        loss = stream_loss(model, self.valid_ids, max_windows=self.eval_windows, vocab_size=self.vocab_size)
         return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 
 
@@ -214,7 +228,9 @@ class LanguageModel:
     def loss(self, text: str) -> float:
         """Mean next-token loss (nats per token) of ``text``."""
         self.model.eval()  # a model fresh from train_lm is still in training mode (dropout)
-        return stream_loss(self.model, encode_documents(self.tokenizer, [text]))
+        return stream_loss(
+            self.model, encode_documents(self.tokenizer, [text]), vocab_size=self.tokenizer.vocab_size
+        )
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
@@ -257,7 +273,12 @@ def train_lm(
         vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
         run = RunConfig(run.task, run.model.replace(tgt_vocab_size=vocab), run.train, run.data)
     check_vocab(run, tokenizer, run_dir)
-    task = LMTask(run, encode_documents(tokenizer, train_docs), encode_documents(tokenizer, valid_docs))
+    task = LMTask(
+        run,
+        encode_documents(tokenizer, train_docs),
+        encode_documents(tokenizer, valid_docs),
+        tokenizer.vocab_size,
+    )
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         tokenizer.save(run_dir / TOKENIZER)
