@@ -54,11 +54,11 @@ class Block(nn.Module):
             )
 
         self.self_attn = attention(False)
-        self.self_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.self_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
         self.cross_attn = attention(True) if cross else None
-        self.cross_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cross else None
+        self.cross_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cross else None
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias)
-        self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
         self.residual = residual_for(cfg.norm)
 
@@ -109,9 +109,9 @@ class BlockStack(nn.Module):
     def __init__(self, cfg: ModelConfig, n_layers: int, causal: bool, cross: bool) -> None:
         super().__init__()
         self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
-        self.final_norm = (
-            nn.Identity() if cfg.norm == "post_ln" else make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        )
+        self.final_norm: nn.Module = nn.Identity()
+        if cfg.norm != "post_ln":
+            self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.layers]

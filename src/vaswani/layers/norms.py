@@ -25,11 +25,12 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
-    """The norm module a placement uses: LayerNorm for ``post_ln``/``pre_ln``, RMSNorm for ``pre_rmsnorm``."""
+def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
+    """The norm module a placement uses: LayerNorm for ``post_ln``/``pre_ln`` (with a bias β unless
+    ``bias`` is False, as nanoGPT's), RMSNorm (gain only) for ``pre_rmsnorm``."""
     if kind == "pre_rmsnorm":
         return RMSNorm(d_model, eps)
-    return nn.LayerNorm(d_model, eps=eps)
+    return nn.LayerNorm(d_model, eps=eps, bias=bias)
 
 
 Residual = Callable[[Tensor, nn.Module, Callable[[Tensor], Tensor], nn.Module], Tensor]
