@@ -324,12 +324,12 @@ def test_an_existing_output_folder_is_never_overwritten(tmp_path, char_tokenizer
 
 
 def test_runs_of_other_tasks_or_shapes_are_not_exported(tmp_path, char_tokenizer):
-    translation = tmp_path / "translation"
-    translation.mkdir()
-    write_run_config(translation, RunConfig("translation", ModelConfig.preset("tiny")))
+    other = tmp_path / "summarization"
+    other.mkdir()
+    write_run_config(other, RunConfig("summarization", ModelConfig.preset("tiny")))
     with pytest.raises(RunDirError) as exc:
-        export_hf(translation, tmp_path / "out1")
-    assert "'translation'" in one_line(exc) and "lm (as GPT-2)" in one_line(exc)
+        export_hf(other, tmp_path / "out1")
+    assert "'summarization'" in one_line(exc) and "lm (as GPT-2), translation (as Marian)" in one_line(exc)
     cfg = ModelConfig.preset("gpt-mini", n_decoder_layers=1, d_model=32, n_heads=4, d_ff=64, norm="post_ln")
     write_run(tmp_path / "post_ln", cfg.replace(tgt_vocab_size=64), char_tokenizer, seed=7)
     with pytest.raises(ConfigError) as exc:

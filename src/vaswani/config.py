@@ -21,8 +21,8 @@ T = TypeVar("T")
 
 ARCHS = ("encoder_decoder", "decoder_only")
 NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
-POSITIONS = ("sinusoidal", "learned", "relative")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
@@ -128,6 +128,10 @@ class ModelConfig(_Validated):
 
     ``arch="decoder_only"`` is a GPT: its vocabulary is ``tgt_vocab_size``, its depth
     ``n_decoder_layers`` and its context ``max_len``; the encoder fields are unused.
+
+    ``position="sinusoidal_halves"`` is the paper's table with the sines in the first half of
+    the vector and the cosines in the second (Marian's layout) instead of interleaved;
+    ``output_bias`` adds a bias to the output projection (Marian's ``final_logits_bias``).
     """
 
     _section = "model"
@@ -154,6 +158,7 @@ class ModelConfig(_Validated):
     scale_embeddings: bool = True
     tie_embeddings: str = "all"
     pad_id: int = 0
+    output_bias: bool = False
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)

@@ -12,7 +12,7 @@ the hypotheses it keeps: :class:`Reorderable` pairs the function with that.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -86,12 +86,14 @@ def generate(
     generator: torch.Generator | None = None,
     keep_logits: bool = False,
     on_step: Callable[[Tensor], bool] | None = None,
+    suppress: Sequence[int] = (),
 ) -> Generated:
     """Extend ``prefix`` (batch, t) one token at a time until every row has produced EOS or
     ``max_new_tokens`` tokens (one number, or one per row (batch,)): argmax_y P(y | prefix)
     without ``sampling`` (greedy), else a draw. Rows that finished receive ``pad_id``.
     ``on_step(tokens)`` sees each step's tokens (batch,) as they are chosen (streaming) and
-    may return True to stop."""
+    may return True to stop. The ids in ``suppress`` are never chosen: their logits are set to
+    -inf (also in the kept ``logits``), as Hugging Face's ``bad_words_ids`` do."""
     tokens = prefix
     finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
     limits, n_steps = per_row_limits(max_new_tokens, prefix.shape[0], prefix.device)
@@ -99,6 +101,8 @@ def generate(
     all_logits: list[Tensor] = []
     for step in range(n_steps):
         logits = next_logits(tokens).float()
+        if suppress:
+            logits[:, list(suppress)] = -math.inf
         if keep_logits:
             all_logits.append(logits)
         choice = choose_next(logits, sampling, generator).masked_fill(finished, pad_id)
@@ -194,6 +198,7 @@ def beam_search(
     n_best: int = 1,
     length_penalty: LengthPenalty = LengthPenalty("none"),
     early_stopping: bool = True,
+    suppress: Sequence[int] = (),
 ) -> Beams:
     """Beam search: approximately argmax_y log P(y | prefix) / lp(|y|), ``beam`` hypotheses per row.
 
@@ -206,7 +211,8 @@ def beam_search(
     a ``simple`` penalty (transformers 5.x ``GenerationMixin._beam_search``):
 
     - Scores are sums of log_softmax of the float32 logits. At the first step only the first
-      of the identical hypotheses is expanded.
+      of the identical hypotheses is expanded. The ids in ``suppress`` get a log-probability
+      of -inf after the log_softmax (HF's ``bad_words_ids``, which process log-probabilities).
     - Each step ranks all beam·vocab continuations of a row and keeps the best 2·beam
       candidates. The best ``beam`` of them that do not end become the running hypotheses.
     - A candidate ending in EOS joins the row's finished hypotheses (the best ``beam`` are
@@ -252,7 +258,10 @@ def beam_search(
         rows, t = alive.numel(), start + step
         logits = decoding.next_logits(seqs[:, :, :t].reshape(rows * beam, t)).float()
         vocab = logits.shape[-1]
-        totals = logits.log_softmax(dim=-1).view(rows, beam, vocab) + running[:, :, None]
+        log_probs = logits.log_softmax(dim=-1)
+        if suppress:
+            log_probs[:, list(suppress)] = -math.inf
+        totals = log_probs.view(rows, beam, vocab) + running[:, :, None]
         cand_scores, flat = totals.view(rows, beam * vocab).topk(width, dim=1)
         origin, token = flat // vocab, flat % vocab
         cand_seqs = _take(seqs, origin)
@@ -320,9 +329,11 @@ def translate_ids(
     keep_logits: bool = False,
     sampling: Sampling | None = None,
     generator: torch.Generator | None = None,
+    suppress: Sequence[int] = (),
 ) -> Generated:
     """Greedy translation of a padded batch of source ids, starting from BOS, or sampled
-    translations with ``sampling`` (drawn from ``generator``)."""
+    translations with ``sampling`` (drawn from ``generator``); the ids in ``suppress`` are never
+    generated (see :func:`generate`)."""
     model.eval()
     prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     return generate(
@@ -334,6 +345,7 @@ def translate_ids(
         sampling=sampling,
         generator=generator,
         keep_logits=keep_logits,
+        suppress=suppress,
     )
 
 
@@ -348,13 +360,15 @@ def translate_beam_ids(
     length_penalty: LengthPenalty = LengthPenalty(),
     use_cache: bool = True,
     early_stopping: bool = True,
+    suppress: Sequence[int] = (),
 ) -> Beams:
-    """Beam search translation (:func:`beam_search`) of a padded batch of source ids, from BOS."""
+    """Beam search translation (:func:`beam_search`) of a padded batch of source ids, from BOS;
+    the ids in ``suppress`` are never generated."""
     model.eval()
     prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     return beam_search(
         seq2seq_decoding(model, src, use_cache), prefix, max_new_tokens, eos_id, model.config.pad_id,
-        beam, n_best, length_penalty, early_stopping,
+        beam, n_best, length_penalty, early_stopping, suppress,
     )  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """Subword tokenizers trained on the user's text with Hugging Face ``tokenizers``.
 
 Special tokens have fixed ids in every vaswani tokenizer, saved with it:
-``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3.
+``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3. A translation run imported from a
+Marian (OPUS-MT) checkpoint keeps Marian's instead (see :class:`TextTokenizer`).
 
 Text is split on spaces SentencePiece-style (a word starts with "▁"), so
 decoding gives back the spacing of the input (all but one leading space; a
@@ -27,19 +28,36 @@ from vaswani.errors import RunDirError
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+MARIAN_EOS = "</s>"
+MARIAN_SPECIALS = (MARIAN_EOS, UNK, PAD)
 
 
 class TextTokenizer:
-    """A BPE tokenizer with vaswani's fixed special tokens."""
+    """A subword tokenizer and the ids of its special tokens, read from the tokenizer itself.
 
-    pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+    Every tokenizer vaswani trains (BPE) has vaswani's fixed ids (``<pad>`` 0, ``<bos>`` 1,
+    ``<eos>`` 2, ``<unk>`` 3). One without ``<bos>`` but with ``</s>``, ``<unk>`` and ``<pad>``
+    has Marian's (a run imported from an OPUS-MT checkpoint): ``</s>`` ends a sentence, and
+    ``<pad>`` also starts the decoder (``bos_id``, Marian's ``decoder_start_token_id``) and is
+    never generated (``suppressed_ids``, as the ``bad_words_ids`` of Marian's generation
+    config). A post-processor saved with the tokenizer is applied by :meth:`encode` (a Marian
+    source tokenizer appends ``</s>``, as Marian's models were trained); vaswani's have none.
+    """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
+        self.suppressed_ids: tuple[int, ...] = ()
+        eos, unk, pad = (tokenizer.token_to_id(token) for token in MARIAN_SPECIALS)
+        if tokenizer.token_to_id(BOS) is None and eos is not None and unk is not None and pad is not None:
+            self.eos_id, self.unk_id, self.pad_id = eos, unk, pad
+            self.bos_id = pad
+            self.suppressed_ids = (self.pad_id,)
+            return
         for token_id, token in enumerate(SPECIALS):
             if tokenizer.token_to_id(token) != token_id:
                 raise RunDirError(f"tokenizer does not have {token} at id {token_id}")
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
     @classmethod
     def train_bpe(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> TextTokenizer:
@@ -73,16 +91,16 @@ class TextTokenizer:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, stopping at EOS and leaving out special tokens."""
         ids = list(ids)
-        if EOS_ID in ids:
-            ids = ids[: ids.index(EOS_ID)]
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 

@@ -11,10 +11,12 @@ def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "import-hf",
         help="convert a Hugging Face model folder into a vaswani run directory",
-        description="Read DIR (config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or "
-        "vocab.json + merges.txt) and write the run directory OUT, which `vaswani generate` and "
-        "`vaswani evaluate` use. Supported: GPT-2 (model_type gpt2). Pickled weights are read as "
-        "plain tensor data only. OUT must be new or empty.",
+        description="Read DIR (config.json, model.safetensors or pytorch_model.bin, and the tokenizer) and "
+        "write the run directory OUT. Supported: GPT-2 (model_type gpt2; tokenizer.json or vocab.json + "
+        "merges.txt), a language model for `vaswani generate` and `vaswani evaluate`; Marian/OPUS-MT "
+        "(model_type marian; tokenizer.json, and target_tokenizer.json for a separate target vocabulary: "
+        "SentencePiece files such as source.spm are not read), a translator for `vaswani translate`. "
+        "Pickled weights are read as plain tensor data only. OUT must be new or empty.",
     )
     p.add_argument("src", type=Path, metavar="DIR")
     p.add_argument("out", type=Path, metavar="OUT")
@@ -24,7 +26,8 @@ def add_parsers(commands: Any) -> None:
         help="write a vaswani run as a Hugging Face model folder",
         description="Write the run RUN_DIR as a Hugging Face model folder OUT (config.json, "
         "model.safetensors, tokenizer files) that transformers' from_pretrained loads. Supported: "
-        "language models (lm), as GPT-2. OUT must be new or empty.",
+        "language models (lm), as GPT-2; translation runs, as Marian (MarianMTModel). OUT must be new "
+        "or empty.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("out", type=Path, metavar="OUT")

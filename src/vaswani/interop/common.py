@@ -1,10 +1,10 @@
 """What every Hugging Face family shares: reading a model folder, key-mapping tables applied in
 both directions, and output folders that appear whole or not at all.
 
-A family module (``gpt2.py``, later ``marian.py``, ``bert.py``) states its mapping as a table of
+A family module (``gpt2.py``, ``marian.py``, later ``bert.py``) states its mapping as a table of
 :class:`KeyMap` rows and converts with :func:`rename`; it reads the Hugging Face folder with
-:func:`read_hf_config` and :func:`read_hf_weights` and writes into the folder that
-:func:`new_folder` gives it.
+:func:`read_hf_config` (its fields with :func:`hf_field`) and :func:`read_hf_weights` and writes
+into the folder that :func:`new_folder` gives it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from vaswani.errors import DataError, RunDirError
+from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.training.checkpoint import first_line, fsync_path, write_error, write_file
 
 CONFIG = "config.json"
@@ -90,6 +90,22 @@ def rename(
     if extra:
         raise DataError(f"unexpected tensor '{extra[0]}' ({len(extra)} in all)")
     return converted
+
+
+def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
+    """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
+    refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a
+    ``kind`` (an int is a float; a bool is neither)."""
+    value = hf[name] if name in hf else defaults[name]
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ConfigError(f"field '{name}': expected {kind.__name__}, got {value!r}")
+    return value
 
 
 def read_hf_config(src: Path) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from vaswani.interop.common import (
     SAFETENSORS,
     KeyMap,
     expand,
+    hf_field,
     read_hf_weights,
     rename,
     write_json,
@@ -117,16 +118,7 @@ REQUIRED_FLAGS = {
 
 def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
     """``hf[name]`` (or GPT2Config's default), refused when it is not a ``kind``."""
-    value = hf[name] if name in hf else HF_DEFAULTS[name]
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        raise ConfigError(f"field '{name}': expected {kind.__name__}, got {value!r}")
-    return value
+    return hf_field(hf, name, kind, HF_DEFAULTS)
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
@@ -193,7 +185,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
     needed = {
         "arch": "decoder_only", "norm": "pre_ln", "position": "learned", "attn_window": None,
-        "bias": True, "scale_embeddings": False,
+        "bias": True, "scale_embeddings": False, "output_bias": False,
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

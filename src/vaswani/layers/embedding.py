@@ -13,8 +13,8 @@ from vaswani.layers.positions import LearnedPositions, SinusoidalPositions
 def make_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
     """The absolute position module for the ``position`` config field (None for relative,
     which lives inside attention)."""
-    if kind == "sinusoidal":
-        return SinusoidalPositions(max_len, d_model)
+    if kind in ("sinusoidal", "sinusoidal_halves"):
+        return SinusoidalPositions(max_len, d_model, halves=kind == "sinusoidal_halves")
     if kind == "learned":
         return LearnedPositions(max_len, d_model)
     return None

@@ -9,6 +9,7 @@ ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
 }
 
 
@@ -16,7 +17,8 @@ class FeedForward(nn.Module):
     """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied to each position alone.
 
     ``(batch, seq, d_model) → (batch, seq, d_model)`` through ``d_ff`` hidden
-    units; the paper uses ReLU, BERT GELU and GPT-2 the tanh approximation.
+    units; the paper uses ReLU, BERT GELU, GPT-2 the tanh approximation and OPUS-MT's Marian
+    models SiLU (swish, x · sigmoid(x)).
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> None:

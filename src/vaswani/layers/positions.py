@@ -13,27 +13,41 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> Tensor:
     """The paper's fixed table, ``(max_len, d_model)``.
 
     PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+    With ``halves`` the same values are laid out as all the sines, then all the cosines:
+    PE(pos, i) = sin(pos / 10000^(2i / d_model)) for i < ceil(d_model / 2), the cosines after
+    them (Marian's layout, and tensor2tensor's); it is the interleaved table with its columns
+    permuted (:func:`halves_order`).
     """
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
     inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq)[:, : d_model // 2]
+    if halves:
+        table = table[:, halves_order(d_model)]
     return table.float()
 
 
-class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal positions (Vaswani et al. 2017, section 3.5); no parameters."""
+def halves_order(d_model: int) -> Tensor:
+    """The column order that turns the interleaved sinusoidal table into the halves one: the
+    even columns (sines), then the odd ones (cosines)."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
-    def __init__(self, max_len: int, d_model: int) -> None:
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal positions (Vaswani et al. 2017, section 3.5); no parameters. ``halves``
+    lays the table out as sines then cosines (see :func:`sinusoidal_table`)."""
+
+    def __init__(self, max_len: int, d_model: int, halves: bool = False) -> None:
         super().__init__()
         self.max_len = max_len
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, halves), persistent=False)
 
     def forward(self, positions: Tensor) -> Tensor:
         """``positions`` (..., seq) int64 → (..., seq, d_model)."""

@@ -40,7 +40,7 @@ class GPT(nn.Module):
             cfg.scale_embeddings,
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_decoder_layers, causal=True, cross=False)
-        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.tie_embeddings != "none":
             self.output.weight = self.embed.token.weight

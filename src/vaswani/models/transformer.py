@@ -30,7 +30,9 @@ class EncodedSource:
 
 
 class Transformer(nn.Module):
-    """P(y_t | y_<t, x) = softmax(Decoder(Embed(y_<t), Encoder(Embed(x))) W_out).
+    """P(y_t | y_<t, x) = softmax(Decoder(Embed(y_<t), Encoder(Embed(x))) W_out [+ b_out]).
+
+    ``b_out`` exists with ``output_bias`` (Marian's ``final_logits_bias``).
 
     ``src`` (batch, src_len) and ``tgt_in`` (batch, tgt_len) are token ids padded
     with ``pad_id``; ``tgt_in`` is the target shifted right behind BOS (teacher
@@ -52,7 +54,7 @@ class Transformer(nn.Module):
         )  # fmt: skip
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=False)
+        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.tie_embeddings != "none":
             self.output.weight = self.tgt_embed.token.weight

@@ -196,7 +196,9 @@ class Translator:
         with ``length_penalty``; see :meth:`translate_n_best`) or drawn with ``sampling``
         (from a generator seeded with ``seed``; the same seed, sentences and ``batch_size``
         give the same translations). A sentence gets at most
-        ``max_len_a * len(source) + max_len_b`` tokens, and at most the model's max_len - 1."""
+        ``max_len_a * len(source) + max_len_b`` tokens, and at most the model's max_len - 1.
+        Decoding starts from the target tokenizer's ``bos_id`` and never produces its
+        ``suppressed_ids`` (Marian's ``<pad>``, see :class:`~vaswani.tokenizer.TextTokenizer`)."""
         if beam != 1:  # beam search (which refuses beam < 1)
             if sampling is not None:
                 raise ValueError("beam search and sampling do not go together: give one of them")
@@ -209,8 +211,9 @@ class Translator:
 
         def decode(src: Tensor, limits: Tensor) -> list[str]:
             result = translate_ids(
-                self.model, src, bos, eos, limits, use_cache, sampling=sampling, generator=generator
-            )
+                self.model, src, bos, eos, limits, use_cache, sampling=sampling, generator=generator,
+                suppress=self.tgt_tok.suppressed_ids,
+            )  # fmt: skip
             return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
 
         return self._in_batches(sentences, decode, batch_size, progress, max_len_a, max_len_b)
@@ -235,8 +238,9 @@ class Translator:
 
         def decode(src: Tensor, limits: Tensor) -> list[list[Hypothesis]]:
             found = translate_beam_ids(
-                self.model, src, bos, eos, limits, beam, n_best, length_penalty, use_cache, early_stopping
-            )
+                self.model, src, bos, eos, limits, beam, n_best, length_penalty, use_cache, early_stopping,
+                suppress=self.tgt_tok.suppressed_ids,
+            )  # fmt: skip
             return [
                 [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
                 for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
