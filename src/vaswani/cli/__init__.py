@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, interop, lm, translation
+from vaswani.cli import average, interop, lm, plots, translation
 from vaswani.errors import VaswaniError
 
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_generate_parser(commands)
     interop.add_parsers(commands)
     average.add_parser(commands)
+    plots.add_parsers(commands)
 
     evaluate = commands.add_parser(
         "evaluate",

@@ -1,0 +1,85 @@
+"""``vaswani attention`` (attention heatmaps of one sentence) and ``vaswani plot`` (loss curves)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vaswani.errors import ConfigError
+
+LOSS_CURVES = "loss_curves.png"
+
+
+def add_parsers(commands: Any) -> None:
+    p = commands.add_parser(
+        "attention",
+        help="draw a model's attention over one sentence",
+        description="Heatmaps of the attention weights, one panel per layer and head. A translation "
+        "run translates SENTENCE greedily, then draws the decoder's cross-attention (target × source) "
+        "and self-attention (target × target) on that translation; a language model draws its "
+        "self-attention over SENTENCE. Labels in Chinese, Japanese or Korean need a CJK font "
+        "(pip install noto-cjk-sans-otc, or the system's fonts-noto-cjk).",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("sentence", metavar="SENTENCE", help="the source sentence (translation) or text (lm)")
+    p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
+    p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
+    p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    p.set_defaults(handler=cmd_attention)
+
+    p = commands.add_parser(
+        "plot",
+        help="draw a run's loss curves",
+        description="Training and validation loss against steps and training time, with the "
+        "validation BLEU and chrF (translation) or perplexity (lm), from RUN_DIR/train_log.csv.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES})")
+    p.set_defaults(handler=cmd_plot)
+
+
+def parse_indices(text: str | None, flag: str) -> list[int] | None:
+    """``"0,2"`` → ``[0, 2]``; None (not given) → None, meaning all."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{flag}: expected numbers separated by commas, e.g. 0,1; got {text!r}") from None
+
+
+def cmd_attention(args: argparse.Namespace) -> None:
+    from vaswani.plots import attention_figure, lm_attention, translation_attention
+    from vaswani.rundir import read_run_config
+
+    layers = parse_indices(args.layers, "--layers")
+    heads = parse_indices(args.heads, "--heads")
+    if read_run_config(args.run_dir).task == "lm":
+        from vaswani.tasks.lm import LanguageModel
+
+        maps = lm_attention(LanguageModel.load(args.run_dir), args.sentence)
+        title = args.sentence
+    else:
+        from vaswani.tasks.translation import Translator
+
+        maps, translation = translation_attention(Translator.load(args.run_dir), args.sentence)
+        title = f"{args.sentence} → {translation}"
+    attention_figure(maps, layers, heads, title=shorten(title), out=args.out)
+    print(args.out)
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from vaswani.plots import loss_curves_figure
+    from vaswani.rundir import read_run_config
+
+    read_run_config(args.run_dir)  # a clear error for a directory that is not a run
+    out = args.out or args.run_dir / LOSS_CURVES
+    loss_curves_figure(args.run_dir / "train_log.csv", out)
+    print(out)

@@ -1,0 +1,453 @@
+"""Pictures of a run: loss curves from ``train_log.csv`` and attention heatmaps.
+
+Figures are built on :class:`matplotlib.figure.Figure` (the Agg canvas, no pyplot state, no
+display needed). Token labels in any script are drawn: a figure whose text has characters the
+default font lacks (Chinese, Japanese, Korean...) is set in an installed CJK font, picked for that
+figure only; the font of the ``noto-cjk-sans-otc`` package is used when it is installed. Without
+such a font the figure is still written, and one line on stderr names the characters that will
+show as boxes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import io
+import math
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import torch
+from matplotlib import font_manager
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.ticker import LogFormatter
+from tokenizers import Tokenizer, decoders
+from torch import Tensor
+
+from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.generation import translate_ids
+from vaswani.tasks.lm import LanguageModel
+from vaswani.tasks.translation import MAX_LEN_A, MAX_LEN_B, Translator, target_budget
+from vaswani.training.checkpoint import atomic_write
+
+# Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
+CJK_FAMILIES = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
+    "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+    "Droid Sans Fallback", "AR PL UMing CN", "AR PL UKai CN", "Noto Serif CJK SC", "PingFang SC",
+    "Hiragino Sans GB", "Microsoft YaHei", "SimHei", "Arial Unicode MS",
+)  # fmt: skip
+FONT_HINT = (
+    "install a font that has them: for Chinese, Japanese and Korean, pip install noto-cjk-sans-otc "
+    "(or the system's fonts-noto-cjk package)"
+)
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+LABEL_CHARS = 12  # longer token labels are cut with "…"
+MAX_TICKS = 40  # at most this many labelled tokens along an axis; longer sequences label every k-th
+CELL_INCHES = 0.22  # a panel's side grows by this much per token...
+PANEL_INCHES = (1.4, 4.5)  # ...between these bounds
+DPI, MAX_PIXELS = 150, 12_000  # resolution, lowered so that no side of a huge grid exceeds MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class AttentionMap:
+    """One kind of attention of a model (e.g. the decoder's cross-attention) in every layer and head.
+
+    ``weights`` (layers, heads, queries, keys): each row is a softmax over the keys. ``queries``
+    and ``keys`` label the rows and columns; ``query_axis`` and ``key_axis`` name them.
+    """
+
+    name: str
+    weights: Tensor
+    queries: list[str]
+    keys: list[str]
+    query_axis: str
+    key_axis: str
+
+    def __post_init__(self) -> None:
+        if self.weights.dim() != 4:
+            raise ValueError(f"{self.name}: weights must be (layers, heads, queries, keys)")
+        if tuple(self.weights.shape[2:]) != (len(self.queries), len(self.keys)):
+            raise ValueError(
+                f"{self.name}: weights {tuple(self.weights.shape)} do not fit {len(self.queries)} query "
+                f"and {len(self.keys)} key labels"
+            )
+
+    @property
+    def n_layers(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.weights.shape[1]
+
+
+# -- tokens as labels ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _byte_of_symbol() -> dict[str, int]:
+    """GPT-2's byte-level alphabet read backwards: the printable symbol standing for each byte."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # "!".."~", "¡".."¬", "®".."ÿ"
+    others = [b for b in range(256) if b not in printable]
+    symbols = printable + [256 + i for i in range(len(others))]
+    return {chr(s): b for s, b in zip(symbols, printable + others, strict=True)}
+
+
+def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """Readable labels of token ``ids``: the piece's text with a space shown as "␣" (the "▁" of a
+    SentencePiece-style word start and the "Ġ" of byte-level BPE both become "␣"), a newline as
+    "↵"; a byte-level piece that ends inside a UTF-8 character shows its loose bytes as ``\\xe4``.
+    Special tokens (``<bos>``, ``<|endoftext|>``) are shown as they are, other long pieces cut short;
+    an id past the vocabulary shows as ``#id``."""
+    specials = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+    byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
+    table = _byte_of_symbol()
+    labels = []
+    for i in ids:
+        piece = tokenizer.id_to_token(i)
+        if piece is None:  # an embedding row past the tokenizer's vocabulary
+            labels.append(f"#{i}")
+        elif i in specials:
+            labels.append(piece)
+        else:
+            if byte_level:
+                piece = bytes(table.get(c, ord("?")) for c in piece).decode("utf-8", "backslashreplace")
+            piece = "".join(VISIBLE.get(c, c) for c in piece.replace("▁", " "))
+            labels.append(piece if len(piece) <= LABEL_CHARS else piece[: LABEL_CHARS - 1] + "…")
+    return labels
+
+
+# -- attention of a model -----------------------------------------------------------------------
+
+
+def _stack(weights: list[dict[str, Tensor]], kind: str) -> Tensor:
+    """(layers, heads, queries, keys) of the first batch row of each layer's ``kind`` weights."""
+    return torch.stack([layer[kind][0] for layer in weights]).float()
+
+
+@torch.no_grad()
+def translation_attention(translator: Translator, sentence: str) -> tuple[list[AttentionMap], str]:
+    """The decoder's cross- and self-attention while it translates ``sentence``, and the translation.
+
+    The sentence is translated greedily (as :meth:`Translator.translate` does); the decoder then reads
+    that translation teacher-forced and returns its weights. Row t is the query that predicts the
+    t-th target token (so it is labelled with that token); the decoder input it reads is
+    ``<bos>`` and the target tokens before it.
+    """
+    model = translator.model
+    model.eval()
+    src_ids = _check_text(sentence, translator.src_tok.encode(sentence), model.config.max_len, "sentence")
+    src = torch.tensor([src_ids])
+    budget = target_budget(torch.tensor([len(src_ids)]), MAX_LEN_A, MAX_LEN_B, model.config.max_len)
+    bos, eos = translator.tgt_tok.bos_id, translator.tgt_tok.eos_id
+    suppress = translator.tgt_tok.suppressed_ids
+    row = translate_ids(model, src, bos, eos, budget, suppress=suppress).tokens[0].tolist()
+    produced = row[: row.index(eos) + 1] if eos in row else row
+    tgt_in = [bos, *produced[:-1]]
+    _, weights = model.decode(torch.tensor([tgt_in]), model.encode(src), need_weights=True)
+    source = token_labels(translator.src_tok.tokenizer, src_ids)
+    predicted = token_labels(translator.tgt_tok.tokenizer, produced)
+    read = token_labels(translator.tgt_tok.tokenizer, tgt_in)
+    maps = [
+        AttentionMap("cross-attention", _stack(weights, "cross"), predicted, source, "target", "source"),
+        AttentionMap(
+            "decoder self-attention", _stack(weights, "self"), predicted, read, "target", "decoder input"
+        ),
+    ]
+    return maps, translator.tgt_tok.decode(produced)
+
+
+@torch.no_grad()
+def lm_attention(lm: LanguageModel, text: str) -> list[AttentionMap]:
+    """The causal self-attention of a language model reading ``text`` (one map, token × token)."""
+    lm.model.eval()
+    ids = _check_text(text, lm.tokenizer.encode(text), lm.model.config.max_len, "text")
+    _, weights = lm.model.run(torch.tensor([ids]), need_weights=True)
+    labels = token_labels(lm.tokenizer.tokenizer, ids)
+    return [AttentionMap("self-attention", _stack(weights, "self"), labels, labels, "query", "key")]
+
+
+def _check_text(text: str, ids: list[int], max_len: int, what: str) -> list[int]:
+    if not text.strip() or not ids:
+        raise DataError(f"the {what} is empty")
+    if len(ids) > max_len:
+        raise DataError(f"the {what} has {len(ids)} tokens, more than the model's max_len={max_len}")
+    return ids
+
+
+# -- fonts --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _register_packaged_font() -> None:
+    """Make the font of the ``noto-cjk-sans-otc`` package known to matplotlib, if it is installed."""
+    try:
+        from noto_cjk_sans_otc import FONT_PATH  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    font_manager.fontManager.addfont(str(FONT_PATH))
+
+
+def _glyphs(family: str, chars: set[str]) -> set[str]:
+    """Those of ``chars`` that the installed font ``family`` draws (none if it is not installed)."""
+    try:
+        path = font_manager.findfont(FontProperties(family=family), fallback_to_default=False)
+    except ValueError:
+        return set()
+    font = font_manager.get_font(path)
+    return {c for c in chars if font.get_char_index(ord(c))}
+
+
+def missing_glyphs(texts: Iterable[str]) -> set[str]:
+    """The characters of ``texts`` that matplotlib's default font cannot draw."""
+    font = font_manager.get_font(font_manager.findfont(FontProperties()))
+    return {c for c in set("".join(texts)) if not c.isspace() and not font.get_char_index(ord(c))}
+
+
+def cjk_font(chars: set[str]) -> tuple[str | None, set[str]]:
+    """The installed CJK font family that draws the most of ``chars`` (None if none draws any),
+    and the characters that it cannot draw either."""
+    _register_packaged_font()
+    best: str | None = None
+    drawn: set[str] = set()
+    for family in CJK_FAMILIES:
+        found = _glyphs(family, chars)
+        if len(found) > len(drawn):
+            best, drawn = family, found
+        if drawn == chars:
+            break
+    return best, chars - drawn
+
+
+@contextlib.contextmanager
+def _fonts_for(texts: Iterable[str], out: Path | None) -> Iterator[None]:
+    """Inside: the default font, followed by a CJK font when the default one lacks glyphs of
+    ``texts``. One line on stderr names the characters that no installed font draws, and
+    matplotlib's warning for each of them is silenced."""
+    missing = missing_glyphs(texts)
+    family, undrawn = cjk_font(missing) if missing else (None, set())
+    fonts = {"font.family": [*matplotlib.rcParams["font.family"], family]} if family else {}
+    with warnings.catch_warnings(), matplotlib.rc_context(fonts):
+        if undrawn:
+            shown = "".join(sorted(undrawn)[:20]) + ("…" if len(undrawn) > 20 else "")
+            where = f" in {out}" if out is not None else ""
+            print(
+                f"vaswani: warning: no installed font has the characters {shown} ({len(undrawn)} in all); "
+                f"they show as boxes{where}; {FONT_HINT}",
+                file=sys.stderr,
+            )
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        yield
+
+
+def _finish(fig: Figure, out: str | Path | None) -> Figure:
+    """Lay the figure out (so that every label has its font) and write it to ``out`` if given, in
+    the format its suffix names, atomically; a failed write is a one-line error."""
+    if out is None:
+        fig.draw_without_rendering()
+        return fig
+    out = Path(out)
+    kinds = fig.canvas.get_supported_filetypes()
+    kind = out.suffix.lower().lstrip(".")
+    if kind not in kinds:
+        known = ", ".join(f".{k}" for k in sorted(kinds))
+        raise ConfigError(f"{out}: not an image format that can be written ({known})")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=kind, dpi=fig.dpi)
+    atomic_write(out, buffer.getvalue())
+    return fig
+
+
+# -- attention heatmaps -------------------------------------------------------------------------
+
+
+def _select(chosen: Sequence[int] | None, count: int, what: str) -> list[int]:
+    if chosen is None:
+        return list(range(count))
+    if not chosen:
+        raise ConfigError(f"no {what} chosen")
+    for index in chosen:
+        if not 0 <= index < count:
+            raise ConfigError(f"{what[:-1]} {index} is out of range: the model has {count}, 0 to {count - 1}")
+    return list(chosen)
+
+
+def _panel_inches(n_tokens: int) -> float:
+    return min(max(CELL_INCHES * n_tokens, PANEL_INCHES[0]), PANEL_INCHES[1])
+
+
+def _set_ticks(ax: Axes, labels: list[str], axis: str, show: bool) -> None:
+    """Ticks on every token (every k-th of a long sequence), labelled where ``show``."""
+    ticks = list(range(0, len(labels), math.ceil(len(labels) / MAX_TICKS)))
+    if axis == "x":
+        ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90, fontsize=7)
+        ax.tick_params(axis="x", labelbottom=show)
+    else:
+        ax.set_yticks(ticks, [labels[t] for t in ticks], fontsize=7)
+        ax.tick_params(axis="y", labelleft=show)
+
+
+def attention_figure(
+    maps: Sequence[AttentionMap],
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    title: str | None = None,
+    out: str | Path | None = None,
+) -> Figure:
+    """Heatmaps of attention weights: for each map a block of panels, one row per layer and one
+    column per head (all of them, or the chosen ``layers`` and ``heads``), each panel keys (x)
+    against queries (y), weights on one 0–1 colour scale. Written to ``out`` when given.
+
+    A translation gives two maps (:func:`translation_attention`), a language model one
+    (:func:`lm_attention`). The figure grows with the panels and the tokens; an axis with more than
+    ``MAX_TICKS`` tokens labels every k-th one.
+    """
+    if not maps:
+        raise ValueError("no attention maps to draw")
+    layer_ids = _select(layers, min(m.n_layers for m in maps), "layers")
+    head_ids = _select(heads, min(m.n_heads for m in maps), "heads")
+    texts = [title or ""] + [label for m in maps for label in (*m.queries, *m.keys)]
+    label_inches = 0.09 * max((len(label) for label in texts[1:]), default=1) + 0.3
+    widths = [len(head_ids) * (_panel_inches(len(m.keys)) + 0.15) for m in maps]
+    heights = [len(layer_ids) * (_panel_inches(len(m.queries)) + 0.3) + label_inches + 0.5 for m in maps]
+    size = (max(widths) + label_inches + 1.2, sum(heights) + (0.4 if title else 0.0))
+    dpi = min(DPI, MAX_PIXELS / max(size))
+    out_path = None if out is None else Path(out)
+    with _fonts_for(texts, out_path):
+        fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+        if title:
+            fig.suptitle(title, fontsize=10)
+        blocks = fig.subfigures(len(maps), 1, squeeze=False, height_ratios=heights)[:, 0]
+        for block, m in zip(blocks, maps, strict=True):
+            axes = block.subplots(len(layer_ids), len(head_ids), squeeze=False)
+            for r, layer in enumerate(layer_ids):
+                for c, head in enumerate(head_ids):
+                    ax = axes[r, c]
+                    ax.imshow(
+                        m.weights[layer, head].detach().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0,
+                        aspect="auto", interpolation="nearest",
+                    )  # fmt: skip
+                    ax.set_title(f"layer {layer} · head {head}", fontsize=8)
+                    _set_ticks(ax, m.keys, "x", show=r == len(layer_ids) - 1)
+                    _set_ticks(ax, m.queries, "y", show=c == 0)
+            block.suptitle(m.name, fontsize=11)
+            block.supxlabel(m.key_axis, fontsize=8)
+            block.supylabel(m.query_axis, fontsize=8)
+            block.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=30, label="attention weight")
+        return _finish(fig, out_path)
+
+
+# -- loss curves --------------------------------------------------------------------------------
+
+
+def read_train_log(path: str | Path) -> dict[str, list[float]]:
+    """The columns of a run's ``train_log.csv`` (an empty cell reads as NaN)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunDirError(f"{path}: no training log (the run has not reached its first evaluation)")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{path}: not a readable training log ({exc})") from None
+    if not rows:
+        raise DataError(f"{path}: the training log has no rows yet (no evaluation has run)")
+    columns: dict[str, list[float]] = {name: [] for name in rows[0] if name}
+    for line, row in enumerate(rows, start=2):
+        for name, values in columns.items():
+            cell = (row.get(name) or "").strip()
+            try:
+                values.append(float(cell) if cell else math.nan)
+            except ValueError:
+                raise DataError(f"{path}:{line}: column {name!r} is not a number: {cell!r}") from None
+    for needed in ("step", "seconds"):
+        if needed not in columns:
+            raise DataError(f"{path}: the training log has no {needed!r} column")
+    return columns
+
+
+LOSSES = (("train_loss", "train (moving average)"), ("valid_loss", "valid"))
+SCORES = (("valid_bleu", "valid BLEU"), ("valid_chrf", "valid chrF"))
+PERPLEXITIES = ("perplexity", "valid_ppl")
+
+
+def loss_curves_figure(train_log_csv: str | Path, out_png: str | Path | None = None) -> Figure:
+    """Training and validation loss against steps and against training time, and the validation
+    BLEU and chrF (translation) or perplexity (language model) against steps when the log has
+    them; written to ``out_png`` when given. The train loss is the trainer's moving average (with
+    label smoothing, for translation); the valid loss is the plain cross-entropy."""
+    path = Path(train_log_csv)
+    log = read_train_log(path)
+    scores = [(name, label) for name, label in SCORES if name in log]
+    perplexity = next((name for name in PERPLEXITIES if name in log), None)
+    n_panels = 3 if scores or perplexity else 2
+    title = f"{path.resolve().parent.name}: training log ({len(log['step'])} evaluations)"
+    with _fonts_for([title], None if out_png is None else Path(out_png)):
+        fig = Figure(figsize=(4.3 * n_panels, 3.6), dpi=DPI, layout="constrained")
+        fig.suptitle(title, fontsize=10)
+        axes = fig.subplots(1, n_panels, squeeze=False)[0]
+        _loss_panels(axes[0], axes[1], log)
+        if n_panels == 3:
+            _score_panel(axes[2], log, scores, perplexity)
+        return _finish(fig, out_png)
+
+
+class PlainLogFormatter(LogFormatter):
+    """The ticks that matplotlib labels on a log axis, written as plain numbers (0.6, not 6e-01)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:.3g}" if super().__call__(x, pos) else ""
+
+
+def _log_y(ax: Axes) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
+
+
+def _marker(log: dict[str, list[float]]) -> str | None:
+    return "o" if len(log["step"]) <= 40 else None
+
+
+def _loss_panels(by_step: Axes, by_time: Axes, log: dict[str, list[float]]) -> None:
+    minutes = max(log["seconds"]) > 120
+    elapsed = [s / 60 for s in log["seconds"]] if minutes else log["seconds"]
+    for ax, x, x_label in (
+        (by_step, log["step"], "step"),
+        (by_time, elapsed, "training time (min)" if minutes else "training time (s)"),
+    ):
+        drawn = [name for name, _ in LOSSES if name in log]
+        for name, label in LOSSES:
+            if name in drawn:
+                ax.plot(x, log[name], marker=_marker(log), markersize=3, label=label)
+        if drawn and all(v > 0 for name in drawn for v in log[name] if not math.isnan(v)):
+            _log_y(ax)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("loss (nats per token)")
+        ax.grid(alpha=0.3, which="both")
+        if drawn:
+            ax.legend(fontsize=8)
+
+
+def _score_panel(
+    ax: Axes, log: dict[str, list[float]], scores: list[tuple[str, str]], perplexity: str | None
+) -> None:
+    if scores:
+        for name, label in scores:
+            ax.plot(log["step"], log[name], marker=_marker(log), markersize=3, label=label)
+        ax.set_ylabel("score")
+        ax.legend(fontsize=8)
+    elif perplexity is not None:
+        ax.plot(log["step"], log[perplexity], marker=_marker(log), markersize=3, color="C2")
+        _log_y(ax)
+        ax.set_ylabel("valid perplexity")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3, which="both")
