@@ -31,7 +31,6 @@ of the per-pair ratios.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import math
 import multiprocessing
@@ -47,6 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
+from timing import autocast, interleave
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
@@ -111,10 +111,6 @@ def logits_of(model: nn.Module) -> Callable[[Tensor], Tensor]:
     return lambda ids: model(input_ids=ids, use_cache=False).logits
 
 
-def autocast(bf16: bool) -> contextlib.AbstractContextManager[object]:
-    """bf16 autocast on the CPU, or nothing."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-
 
 def random_batches(setup: Setup, n: int = 4, seed: int = 1) -> list[Tensor]:
     """``n`` batches of (batch, context + 1) random ids: inputs and their next tokens."""
@@ -161,13 +157,6 @@ class Trainee:
             if timed:
                 self.seconds.append(elapsed)
 
-
-def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> None:
-    """A B B A A B …: each measurement of A sits next to one of B and a linear drift hits both alike."""
-    for i in range(rounds):
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        first()
-        second()
 
 
 @dataclass

@@ -22,7 +22,6 @@ absolute speeds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import math
 import os
@@ -30,10 +29,11 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from timing import autocast, interleave
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
@@ -130,9 +130,6 @@ def synthetic_batches(
     return out
 
 
-def autocast(bf16: bool) -> contextlib.AbstractContextManager[object]:
-    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-
 
 class Trainee:
     """A model, its Adam, and an endless stream of the shared batches; times each step."""
@@ -175,14 +172,6 @@ class Trainee:
     def rates(self) -> list[float]:
         return [n / t for n, t in zip(self.tokens, self.seconds, strict=True)]
 
-
-def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> None:
-    """A B B A A B B A …: each measurement of A sits next to one of B, and a linear drift
-    of the machine's speed hits both alike."""
-    for i in range(rounds):
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        first()
-        second()
 
 
 @dataclass

@@ -4,6 +4,11 @@ Every error a user can cause by bad input (a file, a flag, a config field) is a
 ``VaswaniError``; anything else is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
 
 class VaswaniError(Exception):
     """Base class of the errors caused by the user's input."""
@@ -19,3 +24,14 @@ class DataError(VaswaniError, ValueError):
 
 class RunDirError(VaswaniError):
     """A directory is not a vaswani run directory, or is an incomplete one."""
+
+
+class TrainingInterrupted(VaswaniError):
+    """SIGINT or SIGTERM during training: the current step was finished and a checkpoint
+    written. ``exit_status`` is the shell's convention, 128 + the signal number."""
+
+    def __init__(self, signum: int, step: int, run_dir: Path) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at step {step}; checkpoint written in {run_dir / 'checkpoints'}")
+        self.exit_status = 128 + signum
+        self.run_dir = run_dir

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -30,9 +31,45 @@ SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 MARIAN_EOS = "</s>"
 MARIAN_SPECIALS = (MARIAN_EOS, UNK, PAD)
+T = TypeVar("T", bound="TokenizerFile")
 
 
-class TextTokenizer:
+class TokenizerFile:
+    """What every vaswani tokenizer shares: a Hugging Face ``tokenizers`` object, saved as one
+    JSON file in the run directory, that never reads typed text as a special token.
+    ``post_process`` says whether :meth:`encode` applies the post-processor saved with it."""
+
+    post_process = False
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
+
+    @classmethod
+    def load(cls: type[T], path: Path) -> T:
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            if isinstance(exc, RunDirError):
+                raise RunDirError(f"{path}: {exc}") from None
+            raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
+
+    def save(self, path: Path) -> None:
+        self.tokenizer.save(str(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=self.post_process).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=self.post_process)
+        return [e.ids for e in encoded]
+
+
+class TextTokenizer(TokenizerFile):
     """A subword tokenizer and the ids of its special tokens, read from the tokenizer itself.
 
     Every tokenizer vaswani trains (BPE) has vaswani's fixed ids (``<pad>`` 0, ``<bos>`` 1,
@@ -44,9 +81,10 @@ class TextTokenizer:
     source tokenizer appends ``</s>``, as Marian's models were trained); vaswani's have none.
     """
 
+    post_process = True
+
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
+        super().__init__(tokenizer)
         self.suppressed_ids: tuple[int, ...] = ()
         eos, unk, pad = (tokenizer.token_to_id(token) for token in MARIAN_SPECIALS)
         if tokenizer.token_to_id(BOS) is None and eos is not None and unk is not None and pad is not None:
@@ -74,28 +112,6 @@ class TextTokenizer:
         tokenizer.train_from_iterator(texts, trainer=trainer)
         return cls(tokenizer)
 
-    @classmethod
-    def load(cls, path: Path) -> TextTokenizer:
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            if isinstance(exc, RunDirError):
-                raise RunDirError(f"{path}: {exc}") from None
-            raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
-
-    def save(self, path: Path) -> None:
-        self.tokenizer.save(str(path))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
-
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, stopping at EOS and leaving out special tokens."""
         ids = list(ids)
@@ -108,7 +124,7 @@ END_OF_TEXT = "<|endoftext|>"
 LM_UNK = "<unk>"
 
 
-class LMTokenizer:
+class LMTokenizer(TokenizerFile):
     """A language model's tokenizer: byte-level BPE (GPT-2's scheme) or characters.
 
     Byte-level BPE maps every byte to one of 256 printable symbols before the merges, so
@@ -120,8 +136,7 @@ class LMTokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        tokenizer.encode_special_tokens = True
+        super().__init__(tokenizer)
         eos = tokenizer.token_to_id(END_OF_TEXT)
         if eos is None:
             raise RunDirError(f"tokenizer has no {END_OF_TEXT} token")
@@ -149,28 +164,6 @@ class LMTokenizer:
         )
         tokenizer.train_from_iterator(texts, trainer=trainer)
         return cls(tokenizer)
-
-    @classmethod
-    def load(cls, path: Path) -> LMTokenizer:
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as exc:
-            if isinstance(exc, RunDirError):
-                raise RunDirError(f"{path}: {exc}") from None
-            raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
-
-    def save(self, path: Path) -> None:
-        self.tokenizer.save(str(path))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, leaving out special tokens."""

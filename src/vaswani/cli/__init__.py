@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vaswani.cli import average, interop, lm, plots, translation
-from vaswani.errors import VaswaniError
+from vaswani.errors import TrainingInterrupted, VaswaniError
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -66,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status = args.handler(args)
+    except TrainingInterrupted as exc:
+        print(
+            f"vaswani: {exc}; continue with: vaswani train {args.task} --resume {exc.run_dir}",
+            file=sys.stderr,
+        )
+        return exc.exit_status
     except VaswaniError as exc:
         if args.debug:
             raise

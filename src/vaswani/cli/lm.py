@@ -94,20 +94,15 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
 def cmd_train(args: argparse.Namespace) -> int:
     from vaswani.generation import Sampling
     from vaswani.tasks.lm import resume_lm, train_lm
-    from vaswani.training.trainer import TrainingInterrupted
 
     started = time.perf_counter()
-    try:
-        if args.resume:
-            run_dir = args.resume
-            metrics, lm, name = resume_lm(run_dir, args.quiet, **resume_changes(args))
-        else:
-            run = run_config_from_args(args)
-            run_dir = new_run_dir(args.out, "lm")
-            metrics, lm, name = train_lm(run, run_dir, quiet=args.quiet)
-    except TrainingInterrupted as exc:
-        print(f"vaswani: {exc}; continue with: vaswani train lm --resume {run_dir}", file=sys.stderr)
-        return exc.exit_status
+    if args.resume:
+        run_dir = args.resume
+        metrics, lm, name = resume_lm(run_dir, args.quiet, **resume_changes(args))
+    else:
+        run = run_config_from_args(args)
+        run_dir = new_run_dir(args.out, "lm")
+        metrics, lm, name = train_lm(run, run_dir, quiet=args.quiet)
     print(
         f"\nvalid loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
         f"({name}, {metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "

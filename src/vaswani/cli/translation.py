@@ -7,7 +7,6 @@ GNMT length penalty of alpha = 0.6), ``--temperature``/``--top-k``/``--top-p`` s
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -204,20 +203,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         train_translation,
         write_test_metrics,
     )
-    from vaswani.training.trainer import TrainingInterrupted
 
     started = time.perf_counter()
-    try:
-        if args.resume:
-            run_dir = args.resume
-            metrics, translator, data = resume_translation(run_dir, args.quiet, **resume_changes(args))
-        else:
-            run = run_config_from_args(args)
-            run_dir = new_run_dir(args.out, "translation")
-            metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
-    except TrainingInterrupted as exc:
-        print(f"vaswani: {exc}; continue with: vaswani train translation --resume {run_dir}", file=sys.stderr)
-        return exc.exit_status
+    if args.resume:
+        run_dir = args.resume
+        metrics, translator, data = resume_translation(run_dir, args.quiet, **resume_changes(args))
+    else:
+        run = run_config_from_args(args)
+        run_dir = new_run_dir(args.out, "translation")
+        metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
     pairs = data.test or data.valid
     split = "test" if data.test else "valid"
     scores = evaluate_split(translator, pairs, quiet=args.quiet)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from vaswani.config import TrainConfig
 from vaswani.data.batching import epoch_order
-from vaswani.errors import VaswaniError
+from vaswani.errors import TrainingInterrupted, VaswaniError
 from vaswani.training.checkpoint import (
     atomic_save_model,
     atomic_write_text,
@@ -78,14 +78,6 @@ class TrainerState:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class TrainingInterrupted(VaswaniError):
-    """SIGINT or SIGTERM during training: the current step was finished and a checkpoint
-    written. ``exit_status`` is the shell's convention, 128 + the signal number."""
-
-    def __init__(self, signum: int, step: int, run_dir: Path) -> None:
-        name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} at step {step}; checkpoint written in {run_dir / 'checkpoints'}")
-        self.exit_status = 128 + signum
 
 
 def seed_everything(seed: int) -> None:
