@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import multiprocessing
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -46,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
-from timing import autocast, interleave
+from timing import Row, autocast, available_cores, interleave
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
@@ -157,42 +155,6 @@ class Trainee:
             if timed:
                 self.seconds.append(elapsed)
 
-
-
-@dataclass
-class Row:
-    """Ours against Hugging Face: medians of the rates and the median of the per-pair ratios."""
-
-    benchmark: str
-    precision: str
-    ours: list[float]
-    hf: list[float]
-    target: str = ""
-
-    @property
-    def ratios(self) -> list[float]:
-        return sorted(a / b if b else math.nan for a, b in zip(self.ours, self.hf, strict=True))
-
-    @property
-    def ratio(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def spread(self) -> str:
-        r = self.ratios
-        if len(r) < 4:
-            return f"{r[0]:.2f}–{r[-1]:.2f}"
-        q1, _, q3 = statistics.quantiles(r, n=4)
-        return f"{q1:.2f}–{q3:.2f}"
-
-    def ratio_cells(self) -> tuple[str, str]:
-        """The median ratio and its interquartile range (n/a where a figure is 0)."""
-        if any(math.isnan(r) for r in self.ratios):
-            return "n/a", ""
-        return f"**{self.ratio:.2f}**", self.spread
-
-    def cells(self) -> tuple[str, str]:
-        return f"{statistics.median(self.ours):,.1f}", f"{statistics.median(self.hf):,.1f}"
 
 
 def matmul_peak(shapes: list[tuple[int, int, int]], dtype: torch.dtype, reps: int) -> float:
@@ -366,13 +328,6 @@ def markdown_table(
         f"python {platform.python_version()}, {now}; torch.mm peak: {peak_text}\n\n{FLOPS_FORMULA}"
     )
     return "\n".join(lines)
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def main(argv: list[str] | None = None) -> None:

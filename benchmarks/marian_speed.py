@@ -51,8 +51,7 @@ from typing import Any
 
 import torch
 import transformers
-from gpt_speed import Row, available_cores
-from timing import autocast, interleave
+from timing import Row, autocast, available_cores, interleave
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from torch import Tensor
 

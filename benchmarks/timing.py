@@ -1,9 +1,14 @@
-"""What the side-by-side benchmarks share: fair interleaving and bf16 autocast on the CPU."""
+"""What the side-by-side benchmarks against Hugging Face share: fair interleaving, bf16 autocast on
+the CPU, the cores to use, and a row of results (ours against theirs)."""
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -20,3 +25,46 @@ def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> Non
 def autocast(bf16: bool) -> contextlib.AbstractContextManager[object]:
     """bf16 autocast on the CPU, or nothing."""
     return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass
+class Row:
+    """Ours against Hugging Face: medians of the rates and the median of the per-pair ratios."""
+
+    benchmark: str
+    precision: str
+    ours: list[float]
+    hf: list[float]
+    target: str = ""
+
+    @property
+    def ratios(self) -> list[float]:
+        return sorted(a / b if b else math.nan for a, b in zip(self.ours, self.hf, strict=True))
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> str:
+        r = self.ratios
+        if len(r) < 4:
+            return f"{r[0]:.2f}–{r[-1]:.2f}"
+        q1, _, q3 = statistics.quantiles(r, n=4)
+        return f"{q1:.2f}–{q3:.2f}"
+
+    def ratio_cells(self) -> tuple[str, str]:
+        """The median ratio and its interquartile range (n/a where a figure is 0)."""
+        if any(math.isnan(r) for r in self.ratios):
+            return "n/a", ""
+        return f"**{self.ratio:.2f}**", self.spread
+
+    def cells(self) -> tuple[str, str]:
+        return f"{statistics.median(self.ours):,.1f}", f"{statistics.median(self.hf):,.1f}"
