@@ -302,6 +302,13 @@ def resume_lm(
     return train_lm(run, run_dir, resume=True, quiet=quiet)
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), where bf16 autocast trains
+    several times faster than fp32 (a private torch helper, absent from some builds: False then)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
 def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Model, training and data settings of ``vaswani train lm`` (on the embedded default text,
     sized to finish in under five minutes on two CPU cores). bf16 autocast is on where the CPU
@@ -313,7 +320,7 @@ def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "batch_tokens": 4096, "max_steps": 3000, "max_minutes": 3.5, "lr": 2e-3, "min_lr": 2e-4,
         "warmup_steps": 100, "schedule": "cosine", "optimizer": "adamw", "betas": (0.9, 0.99),
         "weight_decay": 0.1, "label_smoothing": 0.0, "eval_every": 250, "eval_sentences": 200,
-        "bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "bf16": native_bf16(),
     }  # fmt: skip
     data = {"source": "default", "tokenizer": "bpe", "vocab_size": 1024, "valid_fraction": 0.1}
     return model, train, data
