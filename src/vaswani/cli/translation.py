@@ -226,7 +226,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print()
         for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
             print(f"  {sentence}  →  {translation}")
-    print(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "Tom chases Jerry"')
+    example = EXAMPLES[0] if data.train_name == DEFAULT_CORPUS else pairs[0][0]
+    print(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}"')
     return 0
 
 
