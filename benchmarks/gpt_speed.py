@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
-from timing import Row, autocast, available_cores, interleave
+from timing import Row, add_clock_flag, autocast, available_cores, clock, interleave, use_clock
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
@@ -64,8 +64,6 @@ MATMUL_SHAPES = [(4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384)]
 TRAIN_TARGET = 1.25  # ours / HF training tokens/s, fp32
 MFU_TARGET = 0.50  # ours, fp32
 GENERATE_TARGET = 2.0  # ours / HF generated tokens/s
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = time.perf_counter  # --clock cpu: CPU seconds of this process (use with --threads 1)
 FLOPS_FORMULA = (
     "FLOPs per trained token = 6·N + 12·L·d·T (PaLM, appendix B): N = parameters without the position "
     "embedding (the tied token embedding counted once, as the LM head's matrix), L layers, d = d_model, "
@@ -340,16 +338,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--reps", type=int, help="timed generations per model (3; --quick 1)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
-    parser.add_argument(
-        "--clock",
-        choices=sorted(CLOCKS),
-        default="wall",
-        help="wall: elapsed seconds; cpu: this process's CPU seconds, which a busy neighbour "
-        "does not inflate (meaningful with --threads 1 only: idle OpenMP threads spin)",
-    )
+    add_clock_flag(parser)
     args = parser.parse_args(argv)
-    global clock
-    clock = CLOCKS[args.clock]
+    use_clock(args.clock)
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)
     transformers.logging.set_verbosity_error()

@@ -1,16 +1,22 @@
 """What the side-by-side benchmarks against Hugging Face share: fair interleaving, bf16 autocast on
-the CPU, the cores to use, and a row of results (ours against theirs)."""
+the CPU, the clock (wall or CPU seconds), the cores to use, and a row of results (ours against
+theirs)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = time.perf_counter
 
 
 def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> None:
@@ -68,3 +74,25 @@ class Row:
 
     def cells(self) -> tuple[str, str]:
         return f"{statistics.median(self.ours):,.1f}", f"{statistics.median(self.hf):,.1f}"
+
+
+def add_clock_flag(parser: argparse.ArgumentParser) -> None:
+    """``--clock wall|cpu``; a benchmark applies it with :func:`use_clock`."""
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall: elapsed seconds; cpu: this process's CPU seconds, which a busy neighbour "
+        "does not inflate (meaningful with --threads 1 only: idle OpenMP threads spin)",
+    )
+
+
+def use_clock(name: str) -> None:
+    """Make :func:`clock` read the ``name`` clock."""
+    global _clock
+    _clock = CLOCKS[name]
+
+
+def clock() -> float:
+    """Seconds on the chosen clock (wall by default)."""
+    return _clock()

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from timing import autocast, interleave
+from timing import add_clock_flag, autocast, clock, interleave, use_clock
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
@@ -47,8 +47,6 @@ PAD, BOS, EOS = 0, 1, 2
 FIRST_ID = 4  # ids below are special tokens
 SMOOTHING = 0.1
 NEVER_EOS = -1  # argmax never returns -1: decoding always runs max_new_tokens steps
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = time.perf_counter  # --clock cpu: CPU seconds of this process (use with --threads 1)
 
 
 def default_model_config(src_vocab: int = 2048, tgt_vocab: int = 2048) -> ModelConfig:
@@ -307,16 +305,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-batch", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=50)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    parser.add_argument(
-        "--clock",
-        choices=sorted(CLOCKS),
-        default="wall",
-        help="wall: elapsed seconds; cpu: this process's CPU seconds, which a busy neighbour "
-        "does not inflate (meaningful with --threads 1 only: idle OpenMP threads spin)",
-    )
+    add_clock_flag(parser)
     args = parser.parse_args(argv)
-    global clock
-    clock = CLOCKS[args.clock]
+    use_clock(args.clock)
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
