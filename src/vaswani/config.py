@@ -292,7 +292,7 @@ BLEU_TOKENIZERS = (
     "flores101",
     "flores200",
 )
-SOURCES = ("default", "files", "text")
+SOURCES = ("default", "files", "tsv", "text")
 LM_TOKENIZERS = ("bpe", "char")
 
 
@@ -301,8 +301,11 @@ class DataConfig(_Validated):
     """Where the text comes from and how it is tokenized and scored.
 
     ``source="default"`` generates the embedded corpus (``seed``, ``n_*`` sizes);
-    ``source="files"`` reads the user's parallel files (absolute paths). ``bleu_tokenize``
-    is sacreBLEU's tokenizer; left null, it is chosen from the target language.
+    ``source="files"`` reads the user's parallel files (absolute paths); ``source="tsv"`` reads
+    sentence pairs from two ``columns`` of one tab-separated file (``pairs``) and holds out
+    ``n_test`` and ``n_valid`` of them at random (``seed``), keeping every translation of one
+    source sentence in the same split. ``bleu_tokenize`` is sacreBLEU's tokenizer; left null,
+    it is chosen from the target language.
 
     A language model reads ``text`` (files or folders, ``source="text"``), or the embedded
     default (Python's own documentation), holds out the last ``valid_fraction`` of it, and
@@ -323,6 +326,8 @@ class DataConfig(_Validated):
     valid_tgt: str | None = None
     test_src: str | None = None
     test_tgt: str | None = None
+    pairs: str | None = None
+    columns: tuple[int, int] = (0, 1)
     vocab_size: int = 8000
     shared_vocab: bool = False
     bleu_tokenize: str | None = None
@@ -342,6 +347,10 @@ class DataConfig(_Validated):
             self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
         if self.source == "files" and (self.src is None or self.tgt is None):
             self._fail("src", "files need both 'src' and 'tgt'")
+        if self.source == "tsv" and self.pairs is None:
+            self._fail("pairs", "source 'tsv' needs the tab-separated file of sentence pairs")
+        if min(self.columns) < 0 or self.columns[0] == self.columns[1]:
+            self._fail("columns", f"two different column numbers >= 0, got {list(self.columns)}")
         for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
             if (getattr(self, a) is None) != (getattr(self, b) is None):
                 self._fail(a, f"'{a}' and '{b}' go together")

@@ -15,10 +15,13 @@ class Score:
     signature: str
 
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> Score:
+def bleu(
+    hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a", lowercase: bool = False
+) -> Score:
     """Corpus BLEU (Papineni et al. 2002) as sacrebleu computes it; use ``tokenize="zh"``
-    for Chinese targets. The signature says exactly how it was computed."""
-    metric = sacrebleu.BLEU(tokenize=tokenize)
+    for Chinese targets, ``lowercase=True`` for the case-insensitive figure many papers and
+    tutorials report. The signature says exactly how it was computed."""
+    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase)
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return Score(result.score, str(metric.get_signature()))
 

@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Language models: loss and perplexity on --text.",
     )
     evaluate.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    evaluate.add_argument("--src", type=Path, help="source sentences (translation)")
+    evaluate.add_argument(
+        "--src", type=Path, help="source sentences (translation; default: the run's test split)"
+    )
     evaluate.add_argument("--ref", type=Path, help="reference translations (translation)")
     evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
     evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm)")

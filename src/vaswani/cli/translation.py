@@ -31,7 +31,7 @@ EXAMPLES = [
     "The dog that Tom saw is eating rice",
     "Mary did not buy three books",
 ]
-PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")
+PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs")
 
 
 def add_parser(sub: Any) -> None:
@@ -49,6 +49,15 @@ def add_parser(sub: Any) -> None:
     data.add_argument("--valid-tgt", type=Path)
     data.add_argument("--test-src", type=Path)
     data.add_argument("--test-tgt", type=Path)
+    data.add_argument(
+        "--pairs",
+        type=Path,
+        help="instead of --src/--tgt: one tab-separated file of sentence pairs (e.g. a Tatoeba "
+        "export); test and valid pairs are held out at random (data.n_test, data.n_valid)",
+    )
+    data.add_argument(
+        "--columns", metavar="SRC,TGT", help="the --pairs columns of source and target, from 0 (default 0,1)"
+    )
     data.add_argument("--vocab-size", type=int, help="BPE vocabulary size per tokenizer")
     data.add_argument("--shared-vocab", action="store_true", help="one BPE for both languages")
     data.add_argument(
@@ -166,12 +175,16 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("--src and --tgt go together")
     if (args.valid_src is None) != (args.valid_tgt is None):
         raise ConfigError("--valid-src and --valid-tgt go together")
-    if args.src is None:
+    if args.pairs is not None and args.src is not None:
+        raise ConfigError("--pairs replaces --src and --tgt: give one or the other")
+    if args.src is None and args.pairs is None:
         model, train, data = default_settings()
     else:
         model, train = dict(PRESETS["transformer-small"]), {}
-        data = {"source": "files"}
+        data = {"source": "files" if args.pairs is None else "tsv"}
         data.update({k: getattr(args, k) for k in PATH_FIELDS if getattr(args, k) is not None})
+    if args.columns is not None:
+        data["columns"] = parse_columns(args.columns)
     source = merge_settings(args, model, train, data)
     if args.layers is not None:
         model["n_encoder_layers"] = model["n_decoder_layers"] = args.layers
@@ -195,6 +208,17 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def parse_columns(text: str) -> list[int]:
+    """``"0,1"`` → ``[0, 1]``, for ``--columns``."""
+    try:
+        columns = [int(part) for part in text.split(",")]
+    except ValueError:
+        columns = []
+    if len(columns) != 2:
+        raise ConfigError(f"--columns: expected two column numbers such as 0,1; got {text!r}")
+    return columns
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from vaswani.tasks.translation import (
         DEFAULT_CORPUS,
@@ -216,7 +240,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     split = "test" if data.test else "valid"
     scores = evaluate_split(translator, pairs, quiet=args.quiet)
     metrics = write_test_metrics(run_dir, metrics, scores, split)
-    print(f"\n{split} BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(pairs)} sentences)")
+    print(f"\n{split} {describe_scores(scores)}  ({len(pairs)} sentences, greedy)")
     print(f"  {scores['bleu_signature']}")
     print(
         f"valid loss {metrics['valid_loss']:.3f}, {metrics['steps']} steps, "
@@ -248,20 +272,33 @@ def cmd_translate(args: argparse.Namespace) -> None:
             print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """BLEU and chrF of a translation run on ``--src``/``--ref``."""
-    from vaswani.tasks.translation import Translator, evaluate_split
+def describe_scores(scores: dict[str, Any]) -> str:
+    return f"BLEU {scores['bleu']:.2f} (lowercased {scores['bleu_lowercase']:.2f})  chrF {scores['chrf']:.2f}"
 
-    if args.src is None or args.ref is None:
-        raise ConfigError("a translation run is evaluated with --src and --ref")
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """BLEU and chrF of a translation run on ``--src``/``--ref``, or on the run's own test split."""
+    from vaswani.rundir import read_run_config
+    from vaswani.tasks.translation import Translator, evaluate_split, load_data
+
+    if args.text:
+        raise ConfigError(
+            "a translation run is evaluated on --src and --ref, or its own test split, not --text"
+        )
+    if (args.src is None) != (args.ref is None):
+        raise ConfigError("--src and --ref go together")
     decoding = decoding_from_args(args)
     translator = Translator.load(args.run_dir)
-    pairs = read_parallel(args.src, args.ref)
-    scores = evaluate_split(translator, pairs, batch_size=args.batch_size, **decoding)
-    out = args.out or args.run_dir / f"hypotheses.{args.src.name}"
+    if args.src is not None:
+        pairs, name = read_parallel(args.src, args.ref), args.src.name
+    else:
+        data = load_data(read_run_config(args.run_dir).data)
+        pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
+    scores = evaluate_split(translator, pairs, batch_size=args.batch_size, quiet=False, **decoding)
+    out = args.out or args.run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    print(f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})")
     print(
-        f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
-        f"({len(pairs)} sentences, {describe_decoding(decoding)})"
+        f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
+        f"  {scores['chrf_signature']}\nhypotheses: {out}"
     )
-    print(f"  {scores['bleu_signature']}\n  {scores['chrf_signature']}\nhypotheses: {out}")

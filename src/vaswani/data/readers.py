@@ -48,3 +48,23 @@ def read_parallel(src: str | Path, tgt: str | Path) -> list[tuple[str, str]]:
             "parallel files must have one sentence per line, aligned"
         )
     return list(zip(src_lines, tgt_lines, strict=True))
+
+
+def read_tsv_pairs(path: str | Path, columns: tuple[int, int] = (0, 1)) -> list[tuple[str, str]]:
+    """Sentence pairs from two columns of a tab-separated file (counted from 0), such as the
+    Tatoeba exports ``English<TAB>translation<TAB>attribution``; a line without those columns,
+    or with one of them empty, is refused with its number."""
+    pairs = []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) <= max(columns):
+            raise DataError(
+                f"{path}:{number}: {len(fields)} tab-separated field(s), expected at least "
+                f"{max(columns) + 1} (columns {columns[0]} and {columns[1]})"
+            )
+        src, tgt = fields[columns[0]].strip(), fields[columns[1]].strip()
+        for column, text in ((columns[0], src), (columns[1], tgt)):
+            if not text:
+                raise DataError(f"{path}:{number}: column {column} is empty")
+        pairs.append((src, tgt))
+    return pairs

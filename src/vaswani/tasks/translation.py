@@ -19,7 +19,8 @@ from tqdm import tqdm
 from vaswani.config import DataConfig, ModelConfig, RunConfig
 from vaswani.data import grammar
 from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
-from vaswani.data.readers import read_parallel
+from vaswani.data.readers import read_parallel, read_tsv_pairs
+from vaswani.data.splits import hold_out
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
@@ -57,6 +58,16 @@ def load_data(spec: DataConfig) -> TranslationData:
             seed=spec.seed, n_train=spec.n_train, n_valid=spec.n_valid, n_test=spec.n_test
         )
         return TranslationData(corpus.train, corpus.valid, corpus.test, DEFAULT_CORPUS)
+    if spec.source == "tsv":
+        assert spec.pairs is not None  # DataConfig checks it
+        try:
+            train, valid, test = hold_out(
+                read_tsv_pairs(spec.pairs, spec.columns), spec.n_valid, spec.n_test, spec.seed
+            )
+        except ValueError as exc:
+            raise DataError(f"{spec.pairs}: {exc}") from None
+        name = f"{spec.pairs} (train split)"
+        return TranslationData(train, valid, test, name, f"{spec.pairs} (valid split)")
     assert spec.src is not None and spec.tgt is not None  # DataConfig checks it
     train = read_parallel(spec.src, spec.tgt)
     if spec.valid_src and spec.valid_tgt:
@@ -375,18 +386,22 @@ def evaluate_split(
     beam: int = 1,
     length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
 ) -> dict[str, Any]:
-    """BLEU and chrF (sacrebleu, with signatures) of the translations of ``pairs``: greedy, or
-    beam search with ``beam`` > 1 (see :meth:`Translator.translate`)."""
+    """BLEU (cased and lowercased) and chrF, sacrebleu's with their signatures, of the
+    translations of ``pairs``: greedy, or beam search with ``beam`` > 1 (see
+    :meth:`Translator.translate`)."""
     sources = [s for s, _ in pairs]
     hyps = translator.translate(
         sources, batch_size, progress=not quiet, beam=beam, length_penalty=length_penalty
     )
     refs = [t for _, t in pairs]
     b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
+    lower = bleu(hyps, refs, translator.bleu_tokenize, lowercase=True)
     return {
         "bleu": b.value,
+        "bleu_lowercase": lower.value,
         "chrf": c.value,
         "bleu_signature": b.signature,
+        "bleu_lowercase_signature": lower.signature,
         "chrf_signature": c.signature,
         "hypotheses": hyps,
     }
