@@ -381,7 +381,7 @@ PERPLEXITIES = ("perplexity", "valid_ppl")
 
 def loss_curves_figure(train_log_csv: str | Path, out_png: str | Path | None = None) -> Figure:
     """Training and validation loss against steps and against training time, and the validation
-    BLEU and chrF (translation) or perplexity (language model) against steps when the log has
+    BLEU and chrF (translation) or perplexity (language model) against training time when the log has
     them; written to ``out_png`` when given. The train loss is the trainer's moving average (with
     label smoothing, for translation); the valid loss is the plain cross-entropy."""
     path = Path(train_log_csv)
@@ -417,13 +417,15 @@ def _marker(log: dict[str, list[float]]) -> str | None:
     return "o" if len(log["step"]) <= 40 else None
 
 
+def _elapsed(log: dict[str, list[float]]) -> tuple[list[float], str]:
+    """Training time in minutes (or seconds, for short runs) and its axis label."""
+    if max(log["seconds"]) > 120:
+        return [s / 60 for s in log["seconds"]], "training time (min)"
+    return log["seconds"], "training time (s)"
+
+
 def _loss_panels(by_step: Axes, by_time: Axes, log: dict[str, list[float]]) -> None:
-    minutes = max(log["seconds"]) > 120
-    elapsed = [s / 60 for s in log["seconds"]] if minutes else log["seconds"]
-    for ax, x, x_label in (
-        (by_step, log["step"], "step"),
-        (by_time, elapsed, "training time (min)" if minutes else "training time (s)"),
-    ):
+    for ax, (x, x_label) in ((by_step, (log["step"], "step")), (by_time, _elapsed(log))):
         drawn = [name for name, _ in LOSSES if name in log]
         for name, label in LOSSES:
             if name in drawn:
@@ -440,14 +442,15 @@ def _loss_panels(by_step: Axes, by_time: Axes, log: dict[str, list[float]]) -> N
 def _score_panel(
     ax: Axes, log: dict[str, list[float]], scores: list[tuple[str, str]], perplexity: str | None
 ) -> None:
+    elapsed, x_label = _elapsed(log)
     if scores:
         for name, label in scores:
-            ax.plot(log["step"], log[name], marker=_marker(log), markersize=3, label=label)
+            ax.plot(elapsed, log[name], marker=_marker(log), markersize=3, label=label)
         ax.set_ylabel("score")
         ax.legend(fontsize=8)
     elif perplexity is not None:
-        ax.plot(log["step"], log[perplexity], marker=_marker(log), markersize=3, color="C2")
+        ax.plot(elapsed, log[perplexity], marker=_marker(log), markersize=3, color="C2")
         _log_y(ax)
         ax.set_ylabel("valid perplexity")
-    ax.set_xlabel("step")
+    ax.set_xlabel(x_label)
     ax.grid(alpha=0.3, which="both")
