@@ -107,7 +107,6 @@ def logits_of(model: nn.Module) -> Callable[[Tensor], Tensor]:
     return lambda ids: model(input_ids=ids, use_cache=False).logits
 
 
-
 def random_batches(setup: Setup, n: int = 4, seed: int = 1) -> list[Tensor]:
     """``n`` batches of (batch, context + 1) random ids: inputs and their next tokens."""
     g = torch.Generator().manual_seed(seed)
@@ -152,7 +151,6 @@ class Trainee:
                 raise RuntimeError(f"{self.name}: loss {loss} at step {self.steps}")
             if timed:
                 self.seconds.append(elapsed)
-
 
 
 def matmul_peak(shapes: list[tuple[int, int, int]], dtype: torch.dtype, reps: int) -> float:

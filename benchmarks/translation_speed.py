@@ -128,7 +128,6 @@ def synthetic_batches(
     return out
 
 
-
 class Trainee:
     """A model, its Adam, and an endless stream of the shared batches; times each step."""
 
@@ -169,7 +168,6 @@ class Trainee:
 
     def rates(self) -> list[float]:
         return [n / t for n, t in zip(self.tokens, self.seconds, strict=True)]
-
 
 
 @dataclass

@@ -78,8 +78,6 @@ class TrainerState:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-
-
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's global generators; call it before building the model."""
     random.seed(seed)
