@@ -304,8 +304,8 @@ def test_bad_folders_are_refused_in_one_line_and_nothing_is_written(tmp_path, ch
 
 def test_unknown_model_type_lists_the_supported_ones(tmp_path, char_tokenizer):
     src = hf_folder(tmp_path / "hf", hf_model(6, 0, **HF_CONFIGS[0]), char_tokenizer)
-    edit_config(src, model_type="bert")
-    with pytest.raises(ConfigError, match="supported: gpt2"):
+    edit_config(src, model_type="t5")
+    with pytest.raises(ConfigError, match="supported: bert, gpt2, marian"):
         import_hf(src, tmp_path / "run")
 
 

@@ -19,7 +19,7 @@ from vaswani.errors import ConfigError
 
 T = TypeVar("T")
 
-ARCHS = ("encoder_decoder", "decoder_only")
+ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
@@ -129,6 +129,12 @@ class ModelConfig(_Validated):
     ``arch="decoder_only"`` is a GPT: its vocabulary is ``tgt_vocab_size``, its depth
     ``n_decoder_layers`` and its context ``max_len``; the encoder fields are unused.
 
+    ``arch="encoder_only"`` is a BERT: its vocabulary is ``src_vocab_size``, its depth
+    ``n_encoder_layers`` and its context ``max_len``; the decoder fields are unused. Its embeddings
+    add ``type_vocab_size`` segment embeddings (0: none) and a norm; ``pooler`` adds the [CLS]
+    pooler (dense + tanh); ``tie_embeddings`` other than ``none`` ties the MLM head's decoder to
+    the word embeddings.
+
     ``position="sinusoidal_halves"`` is the paper's table with the sines in the first half of
     the vector and the cosines in the second (Marian's layout) instead of interleaved;
     ``output_bias`` adds a bias to the output projection (Marian's ``final_logits_bias``).
@@ -159,6 +165,8 @@ class ModelConfig(_Validated):
     tie_embeddings: str = "all"
     pad_id: int = 0
     output_bias: bool = False
+    type_vocab_size: int = 2
+    pooler: bool = True
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
@@ -173,6 +181,8 @@ class ModelConfig(_Validated):
         self._fraction("dropout", "attn_dropout")
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
+        if self.type_vocab_size < 0:
+            self._fail("type_vocab_size", f"must be >= 0 (0: none), got {self.type_vocab_size}")
         if self.attn_window is not None and self.attn_window < 1:
             self._fail("attn_window", f"must be >= 1 or null, got {self.attn_window}")
         if (
@@ -185,7 +195,10 @@ class ModelConfig(_Validated):
                 "'all' needs one shared vocabulary (src_vocab_size == tgt_vocab_size); "
                 "use 'output' with separate vocabularies",
             )
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+        vocab = min(self.src_vocab_size, self.tgt_vocab_size)
+        if self.arch == "encoder_only":  # its one vocabulary
+            vocab = self.src_vocab_size
+        if not 0 <= self.pad_id < vocab:
             self._fail("pad_id", f"must be a valid token id, got {self.pad_id}")
 
     @classmethod
@@ -211,6 +224,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "arch": "decoder_only", "d_model": 192, "n_heads": 6, "d_ff": 768, "n_decoder_layers": 4,
         "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned", "max_len": 128,
         "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True, "dropout": 0.0,
+    },
+    "bert-base": {
+        "arch": "encoder_only", "src_vocab_size": 30522, "d_model": 768, "n_heads": 12, "d_ff": 3072,
+        "n_encoder_layers": 12, "activation": "gelu", "norm_eps": 1e-12, "position": "learned",
+        "attn_dropout": 0.1, "scale_embeddings": False, "tie_embeddings": "output", "type_vocab_size": 2,
+        "pooler": True,
     },
     "tiny": {
         "d_model": 64, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2, "n_decoder_layers": 2,

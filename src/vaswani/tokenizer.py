@@ -14,6 +14,9 @@ frequent characters and words as pieces.
 
 Special tokens are ids only: the text ``<eos>`` in the input is encoded as
 ordinary characters, never as the control token.
+
+BERT's tokenizer (:class:`WordPieceTokenizer`) is WordPiece instead, with BERT's own special
+tokens ([PAD], [UNK], [CLS], [SEP], [MASK]) at the ids its vocabulary gives them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from vaswani.errors import RunDirError
 
@@ -168,3 +171,161 @@ class LMTokenizer(TokenizerFile):
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, leaving out special tokens."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+WP_PAD, WP_UNK, WP_CLS, WP_SEP, WP_MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+WP_SPECIALS = (WP_PAD, WP_UNK, WP_CLS, WP_SEP, WP_MASK)
+CONTINUATION = "##"
+WP_MAX_LEN = 512
+
+
+class WordPieceTokenizer(TokenizerFile):
+    """BERT's tokenizer: BERT's normaliser and pre-tokenizer, then WordPiece (Wu et al. 2016).
+
+    The normaliser cleans control characters, spaces out CJK characters, lowercases
+    (``lowercase``) and strips accents (``strip_accents``; None: when lowercasing, as BERT's);
+    the pre-tokenizer splits on whitespace and punctuation; WordPiece splits each word greedily
+    into the longest pieces of the vocabulary, pieces after the first marked "##" ("playing" →
+    "play", "##ing"), a word it cannot split being [UNK].
+
+    A text encodes as ``[CLS] A [SEP]`` and a sentence pair as ``[CLS] A [SEP] B [SEP]``, with
+    segment ids 0 up to the first [SEP] and 1 after it, truncated to ``max_len`` tokens (the
+    longer text first). The ids of [PAD], [UNK], [CLS], [SEP] and [MASK] are the vocabulary's
+    (0, 100, 101, 102, 103 in Google's BERT vocabularies; 0 to 4 in one trained here). As in every
+    vaswani tokenizer, typed text is never read as a special token: ids like ``mask_id`` are
+    put in by the code that needs them.
+    """
+
+    post_process = True
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int = WP_MAX_LEN) -> None:
+        super().__init__(tokenizer)
+        ids: dict[str, int] = {}
+        for token in WP_SPECIALS:
+            token_id = tokenizer.token_to_id(token)
+            if token_id is None:
+                raise RunDirError(f"tokenizer has no {token} token")
+            ids[token] = token_id
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (ids[t] for t in WP_SPECIALS)
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{WP_CLS} $A {WP_SEP}",
+            pair=f"{WP_CLS} $A {WP_SEP} $B:1 {WP_SEP}:1",
+            special_tokens=[(WP_CLS, self.cls_id), (WP_SEP, self.sep_id)],
+        )
+        tokenizer.no_padding()
+        self.max_len = max_len
+
+    @classmethod
+    def load(cls, path: Path, max_len: int = WP_MAX_LEN) -> WordPieceTokenizer:
+        """A saved tokenizer (vaswani's, or a BERT checkpoint's ``tokenizer.json``: its padding is
+        dropped and its truncation replaced by ``max_len``)."""
+        tokenizer = super().load(path)
+        tokenizer.max_len = max_len
+        return tokenizer
+
+    @property
+    def max_len(self) -> int:
+        """The most tokens an encoding has, special tokens included (longer texts are cut)."""
+        truncation = self.tokenizer.truncation
+        return int(truncation["max_length"]) if truncation else WP_MAX_LEN
+
+    @max_len.setter
+    def max_len(self, value: int) -> None:
+        if value < 3:
+            raise ValueError(f"max_len must leave room for [CLS] and [SEP] and a token, got {value}")
+        self.tokenizer.enable_truncation(value, strategy="longest_first")
+
+    @staticmethod
+    def _pipeline(tokenizer: Tokenizer, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
+        """BERT's normaliser, pre-tokenizer and decoder around a WordPiece model."""
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION)
+        return tokenizer
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        min_frequency: int = 2,
+        max_len: int = WP_MAX_LEN,
+    ) -> WordPieceTokenizer:
+        """Learn a WordPiece vocabulary of at most ``vocab_size`` pieces on ``texts``; the special
+        tokens take ids 0 to 4 ([PAD], [UNK], [CLS], [SEP], [MASK])."""
+        tokenizer = Tokenizer(models.WordPiece(unk_token=WP_UNK, continuing_subword_prefix=CONTINUATION))
+        cls._pipeline(tokenizer, lowercase, strip_accents)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(WP_SPECIALS),
+            continuing_subword_prefix=CONTINUATION,
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer, max_len)
+
+    @classmethod
+    def from_vocab(
+        cls,
+        path: Path,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        max_len: int = WP_MAX_LEN,
+    ) -> WordPieceTokenizer:
+        """BERT's tokenizer of a ``vocab.txt`` (one piece a line, the line number its id), as
+        Hugging Face's ``BertTokenizer`` builds it (uncased models lowercase, cased ones not)."""
+        try:
+            model = models.WordPiece.from_file(str(path), unk_token=WP_UNK)
+        except Exception as exc:  # tokenizers raises a bare Exception on an unreadable file
+            raise RunDirError(f"{path}: not a readable vocabulary ({exc})") from None
+        tokenizer = cls._pipeline(Tokenizer(model), lowercase, strip_accents)
+        tokenizer.add_special_tokens([t for t in WP_SPECIALS if tokenizer.token_to_id(t) is not None])
+        return cls(tokenizer, max_len)
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether BERT's normaliser lowercases (an uncased model)."""
+        return bool(getattr(self.tokenizer.normalizer, "lowercase", False))
+
+    @property
+    def strip_accents(self) -> bool | None:
+        """BERT's normaliser's accent stripping (None: when lowercasing)."""
+        return getattr(self.tokenizer.normalizer, "strip_accents", None)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The pieces of ``text``, without special tokens: "playing" → ["play", "##ing"]."""
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def encode_segments(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
+        """Ids and segment ids of ``[CLS] text [SEP]``, or of ``[CLS] text [SEP] pair [SEP]``."""
+        encoded = self.tokenizer.encode(text, pair)
+        return encoded.ids, encoded.type_ids
+
+    def encode_segments_batch(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None
+    ) -> list[tuple[list[int], list[int]]]:
+        """:meth:`encode_segments` of each text (with the pair of the same index)."""
+        if pairs is None:
+            encoded = self.tokenizer.encode_batch(list(texts))
+        else:
+            if len(pairs) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+            encoded = self.tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))
+        return [(e.ids, e.type_ids) for e in encoded]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``: pieces joined back into words, special tokens left out."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def vocab_text(self) -> str:
+        """The vocabulary as ``vocab.txt``: one piece a line, in id order."""
+        vocab = self.tokenizer.get_vocab()
+        by_id = sorted(vocab, key=vocab.__getitem__)
+        if [vocab[piece] for piece in by_id] != list(range(len(by_id))):
+            raise RunDirError("tokenizer ids are not 0 … n-1: the vocabulary cannot be written as vocab.txt")
+        return "".join(f"{piece}\n" for piece in by_id)

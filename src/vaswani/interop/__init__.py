@@ -1,8 +1,8 @@
 """Hugging Face-format checkpoints: import them as vaswani run directories, export runs to them.
 
 One module per model family holds its key-mapping table, used in both directions
-(:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.marian`); :mod:`vaswani.interop.common` has
-what they share. Imports are
+(:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.marian`, :mod:`vaswani.interop.bert`);
+:mod:`vaswani.interop.common` has what they share. Imports are
 chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by
 the task of the run (:data:`EXPORTERS`). The output folder is written beside its final place
 and renamed into it, so that it appears complete or not at all; an existing non-empty one is
@@ -17,7 +17,7 @@ from typing import Any
 
 from vaswani.config import RunConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.interop import gpt2, marian
+from vaswani.interop import bert, gpt2, marian
 from vaswani.interop.common import CONFIG, new_folder, read_hf_config
 from vaswani.rundir import read_run_config
 
@@ -27,12 +27,15 @@ Exporter = Callable[[Path, RunConfig, Path], None]
 """(run directory, its config, output folder to fill) → None."""
 
 IMPORTERS: dict[str, Importer] = {
+    bert.MODEL_TYPE: bert.import_folder,
     gpt2.MODEL_TYPE: gpt2.import_folder,
     marian.MODEL_TYPE: marian.import_folder,
 }
 EXPORTERS: dict[str, tuple[str, Exporter]] = {
     "lm": ("GPT-2", gpt2.export_run),
     "translation": ("Marian", marian.export_run),
+    bert.MLM_TASK: ("BERT", bert.export_run),
+    bert.ENCODER_TASK: ("BERT", bert.export_run),
 }
 
 
@@ -58,7 +61,7 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     run = read_run_config(run_dir)
     if run.task not in EXPORTERS:
-        supported = ", ".join(f"{task} (as {family})" for task, (family, _) in sorted(EXPORTERS.items()))
+        supported = ", ".join(f"{task} (as {family})" for task, (family, _) in EXPORTERS.items())
         raise RunDirError(
             f"{run_dir}: runs of task {run.task!r} cannot be exported yet; supported: {supported}"
         )

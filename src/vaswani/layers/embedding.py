@@ -21,10 +21,14 @@ def make_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
 
 
 class Embeddings(nn.Module):
-    """x = Dropout(E[token] · sqrt(d_model) + P[position]), ``(batch, seq) → (batch, seq, d_model)``.
+    """x = Dropout(Norm(E[token] · sqrt(d_model) + P[position] + S[segment])).
+
+    Token ids ``(batch, seq)`` → vectors ``(batch, seq, d_model)``.
 
     The sqrt(d_model) scale is the paper's (section 3.4); BERT and GPT-2 leave
     it out (``scale=False``). ``positions`` may be None for relative schemes.
+    BERT adds the segment (token type) embedding S of ``n_segments`` rows and
+    normalises the sum (``norm``); without them S and Norm are left out.
     """
 
     def __init__(
@@ -35,16 +39,27 @@ class Embeddings(nn.Module):
         dropout: float,
         scale: bool = True,
         token: nn.Embedding | None = None,
+        n_segments: int = 0,
+        norm: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
         self.positions = positions
+        self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
+        self.norm = norm
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, tokens: Tensor, positions: Tensor | None = None, offset: int = 0) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        offset: int = 0,
+        segments: Tensor | None = None,
+    ) -> Tensor:
         """``positions`` (batch, seq) overrides the default ``offset, offset+1, …``
-        (left-padded prompts take theirs from the attention mask)."""
+        (left-padded prompts take theirs from the attention mask). ``segments`` (batch, seq)
+        are the segment ids (all 0 when None) of a model with segment embeddings."""
         x = self.token(tokens) * self.scale
         if self.positions is not None:
             if positions is None:
@@ -55,4 +70,10 @@ class Embeddings(nn.Module):
             if last >= self.positions.max_len:
                 raise ValueError(f"sequence of {last + 1} positions exceeds max_len={self.positions.max_len}")
             x = x + self.positions(positions)
+        if self.segment is not None:
+            x = x + (self.segment.weight[0] if segments is None else self.segment(segments))
+        elif segments is not None:
+            raise ValueError("segment ids given to a model without segment embeddings (type_vocab_size 0)")
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)
