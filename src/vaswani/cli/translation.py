@@ -186,6 +186,10 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.columns is not None:
         data["columns"] = parse_columns(args.columns)
     source = merge_settings(args, model, train, data)
+    if model.get("arch", "encoder_decoder") != "encoder_decoder":
+        raise ConfigError(
+            f"{source}: config field 'model.arch': a translator is 'encoder_decoder', got {model['arch']!r}"
+        )
     if args.layers is not None:
         model["n_encoder_layers"] = model["n_decoder_layers"] = args.layers
     if args.vocab_size is not None:

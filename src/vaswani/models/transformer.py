@@ -41,6 +41,8 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        if cfg.arch != "encoder_decoder":
+            raise ValueError(f"Transformer needs arch='encoder_decoder', got {cfg.arch!r}")
         self.config = cfg
         d = cfg.d_model
         self.src_embed = Embeddings(
