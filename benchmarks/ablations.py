@@ -1,0 +1,223 @@
+"""The ablations the seeds argue about: norm placement × position scheme × learning-rate warmup.
+
+Trains the Multi30k model of ``configs/multi30k.yaml`` (3 + 3 layers, 256 dimensions, shared BPE,
+bf16 autocast) once for each of the 3 × 3 × 2 combinations of
+
+- ``model.norm``: post_ln (the paper's), pre_ln, pre_rmsnorm;
+- ``model.position``: sinusoidal, learned, relative (Shaw et al. 2018);
+- warmup: the recipe's linear warmup (scaled to the budget) or none, both followed by cosine decay;
+
+at a fixed, smaller budget of optimizer steps (the same batches in the same order for every run,
+so that runs done side by side or on a busy machine give the same figures). Each run reports greedy
+BLEU on test2016 (sacreBLEU, cased), its last validation loss, and whether it diverged: a non-finite
+loss that stopped training, or a final validation loss no better than the unigram distribution of
+the target tokens (the model learned nothing from the source or the context). The published claim
+checked here: Pre-LN trains well without warmup, where Post-LN needs it (Xiong et al. 2020).
+
+Writes ``ablations.md`` (the table, with the command) and ``ablations.png`` (validation loss
+against steps, one panel with warmup and one without) to ``--results``:
+
+    python benchmarks/ablations.py                      # 18 runs of 200 steps, two at a time
+    python benchmarks/ablations.py --steps 40 --norms post_ln --positions sinusoidal   # two runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import math
+import multiprocessing
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "relative")
+SPLITS = {
+    "src": "train.de", "tgt": "train.en", "valid_src": "val.de", "valid_tgt": "val.en",
+    "test_src": "test2016.de", "test_tgt": "test2016.en",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Variant:
+    norm: str
+    position: str
+    warmup: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.norm}-{self.position}-{'warmup' if self.warmup else 'no-warmup'}"
+
+
+def base_run(config: Path, data: Path) -> Any:
+    """The recipe's run config, reading Multi30k from ``data``."""
+    from vaswani.cli import build_parser
+    from vaswani.cli.translation import run_config_from_args
+
+    run = run_config_from_args(build_parser().parse_args(["train", "translation", "--config", str(config)]))
+    paths = {key: str((data / name).resolve()) for key, name in SPLITS.items()}
+    return dataclasses.replace(run, data=run.data.replace(**paths))
+
+
+def variant_run(base: Any, variant: Variant, steps: int, warmup: int) -> Any:
+    """``base`` with the variant's norm and positions, trained for ``steps`` steps on one thread,
+    with ``warmup`` steps of warmup or none."""
+    train = base.train.replace(
+        max_steps=steps, max_minutes=None, warmup_steps=warmup if variant.warmup else 0,
+        eval_every=max(1, steps // 8), eval_sentences=100, checkpoint_every=None, threads=1,
+    )  # fmt: skip
+    model = base.model.replace(norm=variant.norm, position=variant.position)
+    return dataclasses.replace(base, model=model, train=train)
+
+
+def unigram_loss(tokenizer: Any, train: list[str], valid: list[str]) -> float:
+    """Cross-entropy (nats per token, EOS included) of the valid targets under the add-one
+    smoothed unigram distribution of the training targets: the loss of a model that ignores
+    the source and the context."""
+    counts: Counter[int] = Counter()
+    for ids in tokenizer.encode_batch(train):
+        counts.update([*ids, tokenizer.eos_id])
+    total, vocab = sum(counts.values()), tokenizer.vocab_size
+    nll, n = 0.0, 0
+    for ids in tokenizer.encode_batch(valid):
+        for token in [*ids, tokenizer.eos_id]:
+            nll -= math.log((counts[token] + 1) / (total + vocab))
+            n += 1
+    return nll / n
+
+
+def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
+    """Train one variant in ``out / variant.name``; its row of the table."""
+    from vaswani.errors import VaswaniError
+    from vaswani.plots import read_train_log
+    from vaswani.tasks.translation import Translator, evaluate_split, load_data
+
+    run_dir = out / variant.name
+    started = time.perf_counter()
+    row: dict[str, Any] = {"variant": variant, "error": ""}
+    try:
+        from vaswani.tasks.translation import train_translation
+
+        metrics, translator, data = train_translation(run, run_dir, quiet=True)
+        row["valid_loss"] = metrics["valid_loss"]
+    except VaswaniError as exc:  # stopped on non-finite losses
+        row["error"], row["valid_loss"] = str(exc).split(";")[0], math.nan
+        translator, data = Translator.load(run_dir), load_data(run.data)
+    row["bleu"] = evaluate_split(translator, data.test)["bleu"]
+    row["unigram_loss"] = unigram_loss(
+        translator.tgt_tok, [t for _, t in data.train], [t for _, t in data.valid]
+    )
+    row["diverged"] = bool(row["error"]) or not row["valid_loss"] < row["unigram_loss"]
+    log = read_train_log(run_dir / "train_log.csv")
+    row["curve"] = (log["step"], log["valid_loss"])
+    row["minutes"] = (time.perf_counter() - started) / 60
+    return row
+
+
+def table(rows: list[dict[str, Any]], steps: int, warmup: int, command: str, wall: float) -> str:
+    unigram = rows[0]["unigram_loss"]
+    lines = [
+        "# Ablations: norm placement × positions × warmup on Multi30k de→en",
+        "",
+        f"Written by `{command}` ({time.strftime('%Y-%m-%d')}, {wall:.0f} minutes in all).",
+        "",
+        f"Each run: the model and batches of `configs/multi30k.yaml`, {steps} optimizer steps, peak lr "
+        f"from the recipe, linear warmup over {warmup} steps or none, then cosine decay to 0. "
+        "BLEU: greedy decoding of test2016, sacreBLEU cased (13a). Valid loss: cross-entropy per "
+        "target token on the whole val split after the last step. Diverged: training stopped on "
+        f"non-finite losses, or the valid loss is no better than the unigram baseline ({unigram:.3f}).",
+        "",
+        "| norm | positions | warmup | test BLEU | valid loss | diverged | minutes |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    for row in rows:
+        v = row["variant"]
+        diverged = "yes" + (f" ({row['error']})" if row["error"] else "") if row["diverged"] else "no"
+        lines.append(
+            f"| {v.norm} | {v.position} | {'yes' if v.warmup else 'no'} | {row['bleu']:.2f} | "
+            f"{row['valid_loss']:.3f} | {diverged} | {row['minutes']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def curves(rows: list[dict[str, Any]], out_png: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), dpi=120, layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    styles = dict(zip(POSITIONS, ("-", "--", ":"), strict=True))
+    colors = dict(zip(NORMS, ("C0", "C1", "C2"), strict=True))
+    for ax, warm in zip(axes, (True, False), strict=True):
+        for row in rows:
+            v = row["variant"]
+            if v.warmup == warm:
+                steps, losses = row["curve"]
+                ax.plot(
+                    steps, losses, styles[v.position], color=colors[v.norm], label=f"{v.norm}, {v.position}"
+                )
+        ax.axhline(rows[0]["unigram_loss"], color="grey", linewidth=0.8, label="unigram baseline")
+        ax.set_title("with warmup" if warm else "without warmup")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("valid loss (nats per token)")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle("Multi30k de→en: norm placement × positions × warmup", fontsize=10)
+    fig.savefig(out_png)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps of each run")
+    parser.add_argument(
+        "--warmup", type=int, help="warmup steps of the runs with warmup (default: steps / 4)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained side by side (one thread each)")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k.yaml")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "ablations", help="run directories")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--norms", nargs="+", choices=NORMS, default=NORMS)
+    parser.add_argument("--positions", nargs="+", choices=POSITIONS, default=POSITIONS)
+    args = parser.parse_args(argv)
+    if not (args.data / SPLITS["src"]).is_file():
+        print(f"ablations: {args.data}: no Multi30k here (give --data)", file=sys.stderr)
+        return 2
+    if args.out.exists() and any(args.out.iterdir()):
+        print(
+            f"ablations: {args.out}: already exists and is not empty; choose another --out", file=sys.stderr
+        )
+        return 2
+    variants = [Variant(n, p, w) for w, n, p in itertools.product((True, False), args.norms, args.positions)]
+    base = base_run(args.config, args.data)
+    warmup = args.steps // 4 if args.warmup is None else args.warmup
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [
+            pool.submit(train_variant, variant_run(base, v, args.steps, warmup), v, args.out)
+            for v in variants
+        ]
+        rows = []
+        for future in futures:
+            rows.append(future.result())
+            v = rows[-1]["variant"]
+            print(
+                f"{v.name}: BLEU {rows[-1]['bleu']:.2f}, valid loss {rows[-1]['valid_loss']:.3f}", flush=True
+            )
+    args.results.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python benchmarks/ablations.py", *(argv if argv is not None else sys.argv[1:])])
+    text = table(rows, args.steps, warmup, command, (time.perf_counter() - started) / 60)
+    (args.results / "ablations.md").write_text(text, encoding="utf-8")
+    curves(rows, args.results / "ablations.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
