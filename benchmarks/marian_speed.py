@@ -44,6 +44,7 @@ import datetime
 import os
 import platform
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,19 @@ def build_pair(setup: Setup, tok: TextTokenizer, sample: Tensor, seed: int = 0) 
     return ours, hf
 
 
+def trained_pair(run_dir: Path, folder: Path) -> tuple[Transformer, Any, TextTokenizer, TextTokenizer]:
+    """A trained translation run and the ``MarianMTModel`` it exports to (``vaswani export-hf``
+    into ``folder``), with the run's source and target tokenizers."""
+    from vaswani.interop.marian import export_run
+    from vaswani.rundir import read_run_config
+    from vaswani.tasks.translation import Translator
+
+    translator = Translator.load(run_dir)
+    export_run(run_dir, read_run_config(run_dir), folder)
+    hf = transformers.MarianMTModel.from_pretrained(folder).eval()
+    return translator.model.eval(), hf, translator.src_tok, translator.tgt_tok
+
+
 def until_eos(row: list[int], eos: int, pad: int) -> list[int]:
     """A translation's ids up to and including its ``</s>`` (or up to its padding)."""
     if eos in row:
@@ -185,8 +199,8 @@ def hf_pass(model: Any, work: Work, tok: TextTokenizer) -> dict[int, list[int]]:
         sequences = model.generate(
             input_ids=src, attention_mask=src != tok.pad_id, num_beams=BEAM, length_penalty=ALPHA,
             early_stopping=True, max_new_tokens=budget(src, tok.pad_id, model.config.max_position_embeddings),
-            bad_words_ids=[[tok.pad_id]], forced_eos_token_id=None, no_repeat_ngram_size=0,
-            repetition_penalty=1.0, min_length=0, do_sample=False,
+            bad_words_ids=[[i] for i in tok.suppressed_ids] or None, forced_eos_token_id=None,
+            no_repeat_ngram_size=0, repetition_penalty=1.0, min_length=0, do_sample=False,
         )  # fmt: skip
         for i, row in zip(index, sequences[:, 1:].tolist(), strict=True):
             out[i] = until_eos(row, tok.eos_id, tok.pad_id)
@@ -273,6 +287,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sentences", type=int, help="the first N test sentences only (all; --quick 16)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     parser.add_argument("--data", type=Path, default=DATA, help=f"the Multi30k folder (default {DATA})")
+    parser.add_argument(
+        "--run",
+        type=Path,
+        help="a trained Multi30k run (e.g. of configs/multi30k.yaml) instead of random weights",
+    )
     args = parser.parse_args(argv)
     test_file, train_file = args.data / "test2016.de", args.data / "train.de"
     if not (test_file.is_file() and train_file.is_file()):
@@ -287,18 +306,25 @@ def main(argv: list[str] | None = None) -> None:
         setup = Setup(FULL, vocab=8000, train_lines=29000, sentences=1000, batch=32)
     reps = args.reps or (1 if args.quick else 3)
     start = time.perf_counter()
-    train = train_file.read_text(encoding="utf-8").splitlines()[: setup.train_lines]
-    tok = marian_bpe(train, setup.vocab)
     test = test_file.read_text(encoding="utf-8").splitlines()[: args.sentences or setup.sentences]
-    work = batches(tok.encode_batch(test), setup.batch, tok.pad_id)
-    ours, hf = build_pair(setup, tok, work[len(work) // 2][0])
+    with tempfile.TemporaryDirectory() as folder:
+        if args.run is None:
+            train = train_file.read_text(encoding="utf-8").splitlines()[: setup.train_lines]
+            src_tok = tok = marian_bpe(train, setup.vocab)
+            work = batches(tok.encode_batch(test), setup.batch, tok.pad_id)
+            ours, hf = build_pair(setup, tok, work[len(work) // 2][0])
+        else:
+            ours, hf, src_tok, tok = trained_pair(args.run, Path(folder))
+            work = batches(src_tok.encode_batch(test), setup.batch, tok.pad_id)
+    weights = "random weights" if args.run is None else f"trained weights of {args.run}"
     c = hf.config
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, {threads} threads; Marian "
         f"d_model {c.d_model}, {c.encoder_layers}+{c.decoder_layers} layers, "
         f"{c.encoder_attention_heads} heads, "
-        f"FFN {c.encoder_ffn_dim}, vocab {c.vocab_size}; {len(test)} sentences of {test_file}, "
-        f"{statistics.mean(len(ids) for ids in tok.encode_batch(test)):.1f} source tokens on average",
+        f"FFN {c.encoder_ffn_dim}, {c.activation_function}, vocab {c.vocab_size}, {weights}; "
+        f"{len(test)} sentences of {test_file}, "
+        f"{statistics.mean(len(ids) for ids in src_tok.encode_batch(test)):.1f} source tokens on average",
         flush=True,
     )
     results = [bench(ours, hf, work, tok, reps, bf16) for bf16 in ((False, True) if args.bf16 else (False,))]
