@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
-from timing import Row, add_clock_flag, autocast, available_cores, clock, interleave, use_clock
+from timing import Row, add_clock_flag, autocast, available_cores, clock, interleave, memory_kib, use_clock
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
@@ -193,17 +193,6 @@ def bench_training(setup: Setup, bf16: bool, steps: int, warmup: int) -> Row:
         f"[train {precision}] ours {ours_rate} tok/s, HF {hf_rate} tok/s, ours/HF {row.ratio:.3f}", flush=True
     )
     return row
-
-
-def memory_kib(field: str) -> int:
-    """A memory figure of this process from ``/proc/self/status`` in KiB: ``VmRSS`` (now) or ``VmHWM``
-    (peak). Unlike ``ru_maxrss``, which survives ``exec`` and so starts a spawned child at its
-    parent's peak, ``VmHWM`` belongs to this process's own address space."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def memory_child(side: str, setup: Setup, bf16: bool, steps: int, threads: int) -> tuple[int, int]:

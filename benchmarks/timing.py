@@ -1,6 +1,6 @@
 """What the side-by-side benchmarks against Hugging Face share: fair interleaving, bf16 autocast on
-the CPU, the clock (wall or CPU seconds), the cores to use, and a row of results (ours against
-theirs)."""
+the CPU, the clock (wall or CPU seconds), the cores to use, this process's memory, and a row of
+results (ours against theirs)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def memory_kib(field: str) -> int:
+    """A memory figure of this process from ``/proc/self/status`` in KiB: ``VmRSS`` (now) or ``VmHWM``
+    (peak). Unlike ``ru_maxrss``, which survives ``exec`` and so starts a spawned child at its
+    parent's peak, ``VmHWM`` belongs to this process's own address space."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 @dataclass
