@@ -256,18 +256,36 @@ class WordPieceTokenizer(TokenizerFile):
         max_len: int = WP_MAX_LEN,
     ) -> WordPieceTokenizer:
         """Learn a WordPiece vocabulary of at most ``vocab_size`` pieces on ``texts``; the special
-        tokens take ids 0 to 4 ([PAD], [UNK], [CLS], [SEP], [MASK])."""
-        tokenizer = Tokenizer(models.WordPiece(unk_token=WP_UNK, continuing_subword_prefix=CONTINUATION))
-        cls._pipeline(tokenizer, lowercase, strip_accents)
+        tokens take ids 0 to 4 ([PAD], [UNK], [CLS], [SEP], [MASK]).
+
+        The same texts always give the same vocabulary: the trainer of ``tokenizers`` numbers the
+        "##" pieces of single characters in hash-map order, and its choice between merges of
+        equal counts follows those numbers (huggingface/tokenizers#1794), so they are given to it
+        up front, sorted, and become ordinary pieces again afterwards."""
+        texts = list(texts)
+        tokenizer = cls._pipeline(
+            Tokenizer(models.WordPiece(unk_token=WP_UNK, continuing_subword_prefix=CONTINUATION)),
+            lowercase,
+            strip_accents,
+        )
+        inner: set[str] = set()
+        for text in texts:
+            for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text)):
+                inner.update(word[1:])
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=list(WP_SPECIALS),
+            special_tokens=[*WP_SPECIALS, *(CONTINUATION + c for c in sorted(inner))],
             continuing_subword_prefix=CONTINUATION,
             show_progress=False,
         )
         tokenizer.train_from_iterator(texts, trainer=trainer)
-        return cls(tokenizer, max_len)
+        model = models.WordPiece(
+            tokenizer.get_vocab(), unk_token=WP_UNK, continuing_subword_prefix=CONTINUATION
+        )
+        trained = cls._pipeline(Tokenizer(model), lowercase, strip_accents)
+        trained.add_special_tokens(list(WP_SPECIALS))
+        return cls(trained, max_len)
 
     @classmethod
     def from_vocab(
@@ -317,6 +335,17 @@ class WordPieceTokenizer(TokenizerFile):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             encoded = self.tokenizer.encode_batch(list(zip(texts, pairs, strict=True)))
         return [(e.ids, e.type_ids) for e in encoded]
+
+    def encode_pieces_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text's pieces alone: no [CLS] or [SEP] and no truncation (a document
+        to be cut into windows, the text on either side of a [MASK])."""
+        max_len = self.max_len
+        self.tokenizer.no_truncation()
+        try:
+            encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        finally:
+            self.max_len = max_len
+        return [e.ids for e in encoded]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``: pieces joined back into words, special tokens left out."""
