@@ -311,8 +311,10 @@ BLEU_TOKENIZERS = (
     "flores101",
     "flores200",
 )
-SOURCES = ("default", "files", "tsv", "text")
+SOURCES = ("default", "files", "tsv", "text", "labeled")
 LM_TOKENIZERS = ("bpe", "char")
+LABELED_FORMATS = ("tsv", "csv", "jsonl")
+POOLS = ("cls", "mean")
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,21 @@ class DataConfig(_Validated):
     default (Python's own documentation), holds out the last ``valid_fraction`` of it, and
     splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size`` pieces, as GPT-2;
     "char": one token per character).
+
+    A masked language model (BERT) reads text in the same way and cuts it into windows of up to
+    ``max_len`` tokens; in each, a fraction ``mask_prob`` of the tokens is chosen for prediction,
+    and of those a fraction ``mask_random`` is replaced by a random token, ``mask_keep`` is left
+    as it is and the rest become [MASK] (BERT's 15%, 10%, 10%, 80%). Its WordPiece vocabulary
+    has at most ``vocab_size`` pieces.
+
+    A classifier (``source="labeled"``) reads labeled examples from ``train_file`` and
+    ``dev_file`` (TSV, CSV or JSON lines: ``file_format``, or by extension), their text from
+    one or two ``text_columns`` and their label from ``label_column`` (a header name, or a
+    0-based index written in digits; null: the defaults of :mod:`vaswani.data.labeled`).
+    ``labels`` is the label set of the training file (sorted), the classes in order. The
+    encoder starts from the run ``init`` (null: from scratch), a text becomes one vector by
+    ``pool`` ("cls": the pooled [CLS] state; "mean": the mean of its tokens' states), and a
+    batch holds ``batch_size`` examples.
     """
 
     _section = "data"
@@ -353,10 +370,40 @@ class DataConfig(_Validated):
     text: tuple[str, ...] | None = None
     tokenizer: str = "bpe"
     valid_fraction: float = 0.1
+    mask_prob: float = 0.15
+    mask_random: float = 0.1
+    mask_keep: float = 0.1
+    train_file: str | None = None
+    dev_file: str | None = None
+    file_format: str | None = None
+    text_columns: tuple[str, ...] | None = None
+    label_column: str | None = None
+    labels: tuple[str, ...] | None = None
+    init: str | None = None
+    pool: str = "cls"
+    batch_size: int = 32
 
     def _check(self) -> None:
         self._one_of("source", SOURCES)
         self._one_of("tokenizer", LM_TOKENIZERS)
+        self._one_of("pool", POOLS)
+        if self.file_format is not None:
+            self._one_of("file_format", LABELED_FORMATS)
+        if not 0.0 < self.mask_prob < 1.0:
+            self._fail("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
+        for name in ("mask_random", "mask_keep"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                self._fail(name, f"must be in [0, 1], got {getattr(self, name)}")
+        if self.mask_random + self.mask_keep > 1.0:
+            total = self.mask_random + self.mask_keep
+            self._fail("mask_keep", f"mask_random + mask_keep must be <= 1, got {total}")
+        if self.text_columns is not None and len(self.text_columns) not in (1, 2):
+            self._fail("text_columns", f"one or two (a text, or a pair), got {len(self.text_columns)}")
+        if self.labels is not None and (len(self.labels) < 2 or len(set(self.labels)) < len(self.labels)):
+            self._fail("labels", f"two or more distinct labels, got {list(self.labels)}")
+        if self.source == "labeled" and (self.train_file is None or self.dev_file is None):
+            self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file'")
+        self._positive("batch_size")
         if not 0.0 < self.valid_fraction < 1.0:
             self._fail("valid_fraction", f"must be in (0, 1), got {self.valid_fraction}")
         if self.source == "text" and not self.text:

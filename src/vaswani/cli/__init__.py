@@ -13,8 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, interop, lm, plots, translation
-from vaswani.errors import TrainingInterrupted, VaswaniError
+from vaswani.cli import average, classify, interop, lm, mlm, plots, translation
+from vaswani.config import LABELED_FORMATS
+from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -24,6 +25,15 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     task = read_run_config(args.run_dir).task
     if task == "lm":
         lm.cmd_evaluate(args)
+    elif task == "mlm":
+        mlm.cmd_evaluate(args)
+    elif task == "classify":
+        classify.cmd_evaluate(args)
+    elif task == "encoder":
+        raise RunDirError(
+            f"{args.run_dir}: an encoder run has no head to score; compare its sentence vectors with "
+            "vaswani embed, or fine-tune it with vaswani train classify --init"
+        )
     else:
         translation.cmd_evaluate(args)
 
@@ -38,17 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = train.add_subparsers(dest="task", required=True)
     translation.add_parser(tasks)
     lm.add_parser(tasks)
+    mlm.add_parser(tasks)
+    classify.add_parser(tasks)
     translation.add_translate_parser(commands)
     lm.add_generate_parser(commands)
+    mlm.add_fill_mask_parser(commands)
+    classify.add_command_parsers(commands)
     interop.add_parsers(commands)
     average.add_parser(commands)
     plots.add_parsers(commands)
 
     evaluate = commands.add_parser(
         "evaluate",
-        help="score a trained run: BLEU and chrF (translation), perplexity (lm)",
+        help="score a trained run: BLEU and chrF (translation), perplexity (lm, mlm), accuracy (classify)",
         description="Translation runs: BLEU and chrF on --src/--ref, hypotheses written to --out. "
-        "Language models: loss and perplexity on --text.",
+        "Language models: loss and perplexity on --text. Masked language models: masked-token loss, "
+        "perplexity and accuracy on --text. Classifiers: accuracy and macro-F1 on --labeled.",
     )
     evaluate.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     evaluate.add_argument(
@@ -56,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--ref", type=Path, help="reference translations (translation)")
     evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
-    evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm)")
+    evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm, mlm)")
+    evaluate.add_argument("--labeled", type=Path, help="labeled examples, with the run's columns (classify)")
+    evaluate.add_argument(
+        "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
+    )
     evaluate.add_argument("--batch-size", type=int, default=64)
     translation.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)

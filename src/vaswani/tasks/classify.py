@@ -1,0 +1,420 @@
+"""Sequence-level uses of BERT: text classification (fine-tuning) and sentence embeddings.
+
+A classifier reads a text as ``[CLS] A [SEP]``, or a sentence pair as ``[CLS] A [SEP] B [SEP]``
+with segment ids 0 then 1, and predicts
+
+    p(y | x) = softmax(W_c · Dropout(v(x)) + b_c)
+
+from one vector v(x) of the encoder's hidden states h: the pooled [CLS] state
+tanh(W_p h_[CLS] + b_p) (``pool="cls"``, BERT's) or the mean of the real tokens' states
+(``pool="mean"``). The encoder starts from a pretrained run (``mlm`` or ``encoder``: its BERT
+weights, tokenizer and model config; a pooler the run lacks is initialised afresh, as Hugging
+Face's ``BertForSequenceClassification`` does on a ``BertForMaskedLM`` checkpoint) or from
+scratch, with a WordPiece tokenizer trained on the training texts. Fine-tuning minimises the
+summed cross-entropy of the gold labels; the dev set is scored by accuracy and macro-F1, the
+mean over classes of F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c) (over the classes that occur in the
+gold labels or the predictions).
+
+Sentence embeddings (:class:`SentenceEncoder`) are v(x) of any BERT run (``mlm``, ``encoder``
+or ``classify``), by default the mean over real tokens, L2-normalised so that the dot product is
+the cosine similarity (Sentence-BERT's recipe).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.config import DataConfig, ModelConfig, RunConfig
+from vaswani.data.batching import pad
+from vaswani.data.labeled import Example, LabeledFile, read_labeled
+from vaswani.errors import ConfigError, DataError
+from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, POOLER_TABLE, TOKENIZER, model_for_run
+from vaswani.models.bert import Bert, MaskedLM, SequenceClassifier, mean_pool
+from vaswani.rundir import read_run_config, write_run_config
+from vaswani.tasks.mlm import check_tokenizer, native_bf16, read_bert_run, save_tokenizer, small_bert
+from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training.checkpoint import load_weights
+from vaswani.training.trainer import Trainer, seed_everything
+
+TASK = "classify"
+PRETRAINED_TASKS = (MLM_TASK, ENCODER_TASK)
+EMBED_TASKS = (MLM_TASK, ENCODER_TASK, TASK)
+POOLER_KEYS = tuple(row.ours for row in POOLER_TABLE)
+
+
+def sentence_vectors(bert: Bert, hidden: Tensor, attention_mask: Tensor, pool: str) -> Tensor:
+    """v(x) (batch, d_model) of hidden states (batch, seq, d_model): ``"cls"`` is the pooled
+    [CLS] state (the [CLS] state itself when the model has no pooler), ``"mean"`` the mean over
+    the real tokens."""
+    if pool == "mean":
+        return mean_pool(hidden, attention_mask)
+    return bert.pool(hidden) if bert.pooler is not None else hidden[:, 0]
+
+
+class BertClassifier(nn.Module):
+    """logits = SequenceClassifier(v(Bert(x))): ``tokens``, ``segments`` and ``attention_mask``
+    (batch, seq) → (batch, n_classes). The encoder's tensors are ``bert.*``, the classifier's
+    ``head.*``."""
+
+    def __init__(self, cfg: ModelConfig, n_classes: int, pool: str = "cls") -> None:
+        super().__init__()
+        if pool == "cls" and not cfg.pooler:
+            raise ValueError("pool='cls' needs a pooler (config field 'model.pooler')")
+        self.config, self.pool = cfg, pool
+        self.bert = Bert(cfg)
+        self.head = SequenceClassifier(cfg, n_classes)
+
+    def forward(
+        self, tokens: Tensor, segments: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> Tensor:
+        mask = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask
+        hidden = self.bert(tokens, segments, mask)
+        return self.head(sentence_vectors(self.bert, hidden, mask, self.pool))
+
+
+@dataclass
+class TextBatch:
+    """Padded ``[CLS] A [SEP] (B [SEP])`` rows: ``tokens``, ``segments``, ``mask`` (True at real
+    tokens), all (batch, seq), and the gold class ids (batch,) when known."""
+
+    tokens: Tensor
+    segments: Tensor
+    mask: Tensor
+    labels: Tensor | None = None
+
+
+def encode_texts(
+    tokenizer: WordPieceTokenizer, texts: Sequence[tuple[str, ...]]
+) -> list[tuple[list[int], list[int]]]:
+    """Ids and segment ids of each text (one string) or sentence pair (two; all of ``texts`` alike),
+    truncated to the tokenizer's ``max_len``."""
+    if not texts:
+        return []
+    if len(texts[0]) == 1:
+        return tokenizer.encode_segments_batch([t[0] for t in texts])
+    return tokenizer.encode_segments_batch([t[0] for t in texts], [t[1] for t in texts])
+
+
+def text_batch(
+    encoded: Sequence[tuple[list[int], list[int]]], pad_id: int, labels: Sequence[int] | None = None
+) -> TextBatch:
+    tokens = pad([ids for ids, _ in encoded], pad_id)
+    return TextBatch(
+        tokens,
+        pad([segments for _, segments in encoded], 0),
+        tokens != pad_id,
+        None if labels is None else torch.tensor(list(labels)),
+    )
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Batches of ``batch_size`` examples of similar length (little padding): the examples are
+    shuffled by ``seed``, sorted by length (a stable sort keeps the shuffle among equals) and
+    cut in order; the trainer shuffles the batches."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float]:
+    """Accuracy and macro-F1 (the mean of 2 TP_c / (|predicted c| + |gold c|) over the classes
+    that occur in either) of class ids (n,)."""
+    classes = torch.unique(torch.cat([predicted, gold]))
+    f1 = [
+        2.0
+        * float(((predicted == c) & (gold == c)).sum())
+        / float((predicted == c).sum() + (gold == c).sum())
+        for c in classes
+    ]
+    return float((predicted == gold).float().mean()), sum(f1) / len(f1)
+
+
+@dataclass
+class LabeledData:
+    """A classifier's training and dev examples and its label set (the classes, in order)."""
+
+    train: LabeledFile
+    dev: LabeledFile
+    labels: tuple[str, ...]
+
+
+def load_labeled(spec: DataConfig) -> LabeledData:
+    """Read the training file, take its sorted label set (or the run's, ``spec.labels``), and read
+    the dev file with the same columns, refusing labels the training file does not have."""
+    if spec.train_file is None or spec.dev_file is None:
+        raise ConfigError("config field 'data.train_file': a classifier needs --train and --dev files")
+    train = read_labeled(spec.train_file, spec.text_columns, spec.label_column, spec.file_format, spec.labels)
+    labels = spec.labels or train.labels
+    if len(labels) < 2:
+        raise DataError(
+            f"{spec.train_file}: every example has the label {labels[0]!r}; a classifier needs two or more"
+        )
+    dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
+    return LabeledData(train, dev, labels)
+
+
+class ClassifyTask:
+    """Cross-entropy of the gold label, ``batch_size`` examples a batch; on the dev file, the loss,
+    accuracy and macro-F1 (``valid_loss``, ``valid_accuracy``, ``valid_macro_f1``, named as every
+    task names its held-out metrics)."""
+
+    def __init__(self, run: RunConfig, tokenizer: WordPieceTokenizer, data: LabeledData) -> None:
+        self.pad_id = tokenizer.pad_id
+        index = {label: i for i, label in enumerate(data.labels)}
+        self.batches = self._batches(
+            tokenizer, data.train.examples, index, run.data.batch_size, run.train.seed
+        )
+        self.dev = self._batches(tokenizer, data.dev.examples, index, run.data.batch_size, run.train.seed)
+
+    def _batches(
+        self,
+        tokenizer: WordPieceTokenizer,
+        examples: Sequence[Example],
+        index: dict[str, int],
+        batch_size: int,
+        seed: int,
+    ) -> list[TextBatch]:
+        encoded = encode_texts(tokenizer, [e.texts for e in examples])
+        labels = [index[e.label] for e in examples]
+        return [
+            text_batch([encoded[i] for i in group], self.pad_id, [labels[i] for i in group])
+            for group in length_batches([len(ids) for ids, _ in encoded], batch_size, seed)
+        ]
+
+    def train_batches(self) -> list[TextBatch]:
+        return self.batches
+
+    def loss(self, model: nn.Module, batch: TextBatch) -> tuple[Tensor, int]:
+        assert batch.labels is not None
+        logits = model(batch.tokens, batch.segments, batch.mask)
+        return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
+
+    def batch_tokens(self, batch: TextBatch) -> int:
+        return int(batch.mask.sum())
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return classification_metrics(model, self.dev)
+
+
+@torch.no_grad()
+def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> dict[str, float]:
+    """Mean cross-entropy, accuracy and macro-F1 of ``model`` on labeled ``batches``."""
+    total, predicted, gold = 0.0, [], []
+    for batch in batches:
+        assert batch.labels is not None
+        logits = model(batch.tokens, batch.segments, batch.mask).float()
+        total += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
+        predicted.append(logits.argmax(dim=-1))
+        gold.append(batch.labels)
+    accuracy, macro_f1 = accuracy_and_macro_f1(torch.cat(predicted), torch.cat(gold))
+    count = sum(len(labels) for labels in gold)
+    return {"valid_loss": total / count, "valid_accuracy": accuracy, "valid_macro_f1": macro_f1}
+
+
+def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
+    """``base`` with a pooler exactly when the classifier reads the pooled [CLS] state."""
+    return base.replace(pooler=pool == "cls")
+
+
+def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
+    """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
+    run, tokenizer = read_bert_run(init, PRETRAINED_TASKS, "--init")
+    model = model_for_run(run)
+    load_weights(model, init / "model.safetensors")
+    return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
+
+
+def load_encoder_weights(classifier: BertClassifier, bert: Bert) -> None:
+    """Copy a pretrained encoder's weights into ``classifier``: a pooler the classifier does not
+    use is left out, one that the encoder lacks keeps its fresh initialisation."""
+    state = {k: v for k, v in bert.state_dict().items() if classifier.config.pooler or k not in POOLER_KEYS}
+    missing, unexpected = classifier.bert.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - set(POOLER_KEYS):
+        raise ConfigError(
+            f"the --init encoder does not fit the classifier (missing {missing}, unexpected {unexpected})"
+        )
+
+
+class TextClassifier:
+    """A fine-tuned classifier with its tokenizer and labels:
+    ``TextClassifier.load(run_dir).predict([("a text",)])``."""
+
+    def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data: DataConfig) -> None:
+        if data.labels is None:
+            raise ConfigError("config field 'data.labels': a classifier run needs its label set")
+        self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.labels: tuple[str, ...] = data.labels
+        self.n_texts = len(data.text_columns or ("text",))
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> TextClassifier:
+        run_dir = Path(run_dir)
+        run, tokenizer = read_bert_run(run_dir, (TASK,), "classification")
+        model = classifier_model(run)
+        load_weights(model, run_dir / "model.safetensors")
+        return cls(model.eval(), tokenizer, run.data)
+
+    def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
+        """p(y | x) (n, n_classes) of each text (a 1-tuple) or sentence pair (a 2-tuple)."""
+        self.model.eval()
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                batch = text_batch(
+                    encode_texts(self.tokenizer, texts[start : start + batch_size]), self.tokenizer.pad_id
+                )
+                out.append(self.model(batch.tokens, batch.segments, batch.mask).float().softmax(dim=-1))
+        return torch.cat(out) if out else torch.empty(0, len(self.labels))
+
+    def predict(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> list[tuple[str, float]]:
+        """The most likely label of each text or pair, and its probability."""
+        probs, best = self.probabilities(texts, batch_size).max(dim=-1)
+        return [(self.labels[i], p) for i, p in zip(best.tolist(), probs.tolist(), strict=True)]
+
+    def evaluate(self, labeled: LabeledFile, batch_size: int = 64) -> dict[str, float]:
+        """Loss, accuracy and macro-F1 on the examples of ``labeled`` (read with this run's labels)."""
+        index = {label: i for i, label in enumerate(self.labels)}
+        encoded = encode_texts(self.tokenizer, [e.texts for e in labeled.examples])
+        labels = [index[e.label] for e in labeled.examples]
+        batches = [
+            text_batch(encoded[i : i + batch_size], self.tokenizer.pad_id, labels[i : i + batch_size])
+            for i in range(0, len(encoded), batch_size)
+        ]
+        self.model.eval()
+        return classification_metrics(self.model, batches)
+
+
+def classifier_model(run: RunConfig) -> BertClassifier:
+    """The (untrained) model of a ``classify`` run."""
+    if run.data.labels is None:
+        raise ConfigError("config field 'data.labels': a classifier run needs its label set")
+    return BertClassifier(run.model, len(run.data.labels), run.data.pool)
+
+
+def train_classify(
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, data: LabeledData | None = None
+) -> tuple[dict[str, Any], TextClassifier]:
+    """Fine-tune (or, with ``resume``, continue) a classifier in ``run_dir``; return the metrics and
+    the classifier. ``data``: the examples, when already read (else from ``run.data``). A new run
+    takes its encoder, tokenizer and model config (all but ``dropout``) from the run
+    ``run.data.init``, or trains a WordPiece tokenizer on the training texts; ``config.json``
+    records the label set and the columns read."""
+    data = data or load_labeled(run.data)
+    bert = None
+    if resume:
+        tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
+    elif run.data.init is not None:
+        init, bert, tokenizer = pretrained_bert(Path(run.data.init))
+        run = RunConfig(run.task, init.model.replace(dropout=run.model.dropout), run.train, run.data)
+    else:
+        texts = [t for e in data.train.examples for t in e.texts]
+        tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
+        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        run = RunConfig(
+            run.task, run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
+        )
+    if not resume:
+        spec = run.data.replace(
+            labels=data.labels, text_columns=data.train.text_columns, label_column=data.train.label_column
+        )
+        run = RunConfig(run.task, classifier_config(run.model, spec.pool), run.train, spec)
+    check_tokenizer(run, tokenizer, run_dir)
+    task = ClassifyTask(run, tokenizer, data)
+    seed_everything(run.train.seed)
+    model = classifier_model(run)
+    if bert is not None:
+        load_encoder_weights(model, bert)
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_tokenizer(tokenizer, run_dir)
+        write_run_config(run_dir, run)
+    trainer = Trainer(model, task, run.train, run_dir)
+    if resume:
+        trainer.resume()
+        write_run_config(run_dir, run)
+    metrics = trainer.fit(quiet=quiet)
+    return metrics, TextClassifier(model.eval(), tokenizer, run.data)
+
+
+def resume_classify(
+    run_dir: Path, quiet: bool = False, **train_changes: Any
+) -> tuple[dict[str, Any], TextClassifier]:
+    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
+    run = read_run_config(run_dir, task=TASK)
+    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    return train_classify(run, run_dir, resume=True, quiet=quiet)
+
+
+class SentenceEncoder:
+    """Contextual sentence embeddings of a BERT run: ``SentenceEncoder.load(run_dir).embed([...])``."""
+
+    def __init__(self, bert: Bert, tokenizer: WordPieceTokenizer) -> None:
+        self.bert, self.tokenizer = bert, tokenizer
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> SentenceEncoder:
+        """The encoder of an ``mlm``, ``encoder`` or ``classify`` run."""
+        run_dir = Path(run_dir)
+        run, tokenizer = read_bert_run(run_dir, EMBED_TASKS, "embed")
+        model = classifier_model(run) if run.task == TASK else model_for_run(run)
+        load_weights(model, run_dir / "model.safetensors")
+        bert = model if isinstance(model, Bert) else model.bert
+        return cls(bert.eval(), tokenizer)
+
+    def embed(
+        self, texts: Sequence[str], pool: str = "mean", normalize: bool = True, batch_size: int = 64
+    ) -> Tensor:
+        """v(x) (n, d_model) of each text (see :func:`sentence_vectors`), divided by its L2 norm
+        with ``normalize``."""
+        self.bert.eval()
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                chunk = [(t,) for t in texts[start : start + batch_size]]
+                batch = text_batch(encode_texts(self.tokenizer, chunk), self.tokenizer.pad_id)
+                hidden = self.bert(batch.tokens, batch.segments, batch.mask)
+                out.append(sentence_vectors(self.bert, hidden, batch.mask, pool).float())
+        vectors = torch.cat(out) if out else torch.empty(0, self.bert.config.d_model)
+        return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
+EPOCHS = 3
+WARMUP_FRACTION = 0.1
+
+
+def default_settings(pretrained: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Model, training and data settings of ``vaswani train classify``: BERT's fine-tuning recipe
+    (AdamW with weight decay 0.01, warmup over the first 10% of the steps then cosine decay to 0,
+    gradient clipping at 1, dropout 0.1, batches of 32 examples, 3 epochs, the pooled [CLS]); the
+    peak learning rate is 5e-5 from pretrained weights and 5e-4 from scratch, whose model is
+    :func:`~vaswani.tasks.mlm.small_bert` with a pooler and a WordPiece vocabulary of 8000. The
+    steps, warmup and evaluation interval follow from the epochs (see the CLI)."""
+    model = {**small_bert(), "pooler": True}
+    train = {
+        "lr": 5e-5 if pretrained else 5e-4, "min_lr": 0.0, "schedule": "cosine", "optimizer": "adamw",
+        "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01, "label_smoothing": 0.0,
+        "clip_norm": 1.0, "bf16": native_bf16(),
+    }  # fmt: skip
+    data = {"source": "labeled", "vocab_size": 8000, "pool": "cls", "batch_size": 32}
+    return model, train, data
+
+
+def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epochs: float) -> dict[str, Any]:
+    """``train`` with what was not set taken from ``epochs``: ``max_steps`` (the steps of that
+    many epochs), ``warmup_steps`` (10% of them) and ``eval_every`` (once an epoch)."""
+    per_epoch = math.ceil(n_examples / batch_size)
+    out = dict(train)
+    out.setdefault("max_steps", max(1, math.ceil(epochs * per_epoch)))
+    out.setdefault("warmup_steps", int(WARMUP_FRACTION * out["max_steps"]))
+    out.setdefault("eval_every", per_epoch)
+    return out

@@ -1,0 +1,384 @@
+"""Masked language modelling (BERT's pretraining): the masking recipe, the task adapter, and the
+model that uses a run (fill-mask).
+
+The text (the user's files, or Python's own documentation by default: :mod:`vaswani.data.text`)
+is split by a WordPiece tokenizer trained on it, and each document's pieces are cut into windows
+``[CLS] x_1 … x_n [SEP]`` of at most ``max_len`` tokens (whole documents, never two in one
+window). BERT's recipe (Devlin et al. 2019, section 3.1) corrupts each window x into x̃:
+
+    c_i ~ Bernoulli(p) at every real token (never [CLS], [SEP] or padding)   p = mask_prob (15%)
+    x̃_i = [MASK]            if c_i and u_i < 1 - r - k                       (80%)
+    x̃_i = a random token    if c_i and 1 - r - k <= u_i < 1 - k              r = mask_random (10%)
+    x̃_i = x_i               otherwise                                         k = mask_keep (10%)
+
+with u_i ~ U(0, 1), and the loss is the cross-entropy of the original token at the chosen
+positions only, L = -Σ_{i: c_i} log P(x_i | x̃). The masks are drawn afresh each time a batch is
+seen (dynamic masking, as RoBERTa), from the global generator that the trainer seeds and saves
+in each checkpoint, so that a resumed run draws the masks the uninterrupted one would have. The
+validation windows are masked once, by their own seeded generator, so that every evaluation
+scores the same predictions: the masked-token loss, its perplexity and the masked-token accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.config import DataConfig, RunConfig
+from vaswani.data.batching import pad, token_buckets
+from vaswani.data.text import split_documents
+from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, tokenizer_json
+from vaswani.models.bert import MaskedLM
+from vaswani.rundir import read_run_config, write_run_config
+from vaswani.tasks.lm import load_documents, native_bf16
+from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
+from vaswani.training.checkpoint import load_weights, write_file
+from vaswani.training.trainer import Trainer, seed_everything
+
+TASK = MLM_TASK
+BERT_TASKS = (MLM_TASK, ENCODER_TASK)
+FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
+
+
+def read_bert_run(run_dir: Path, tasks: Sequence[str], purpose: str) -> tuple[RunConfig, WordPieceTokenizer]:
+    """The config and tokenizer of a BERT-family run directory whose task is one of ``tasks``
+    (anything else is refused in one line saying what ``purpose`` needs)."""
+    run = read_run_config(run_dir)
+    if run.task not in tasks:
+        raise RunDirError(
+            f"{run_dir}: a run of task {run.task!r}; {purpose} needs a run of task {' or '.join(tasks)}"
+        )
+    tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
+    check_tokenizer(run, tokenizer, run_dir)
+    return run, tokenizer
+
+
+def check_tokenizer(run: RunConfig, tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
+    """Refuse a tokenizer whose vocabulary does not fit the model, or whose [PAD] is not the model's."""
+    if tokenizer.vocab_size > run.model.src_vocab_size:
+        raise ConfigError(
+            f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
+            f"embedding of {run.model.src_vocab_size}"
+        )
+    if tokenizer.pad_id != run.model.pad_id:
+        raise ConfigError(
+            f"{run_dir / TOKENIZER}: [PAD] is {tokenizer.pad_id}, the model's pad_id is {run.model.pad_id}"
+        )
+
+
+def save_tokenizer(tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
+    """``tokenizer.json`` as ``import-hf`` writes it (the length limit is the model's max_len)."""
+    write_file(run_dir / TOKENIZER, tokenizer_json(tokenizer))
+
+
+def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_len: int) -> list[list[int]]:
+    """``[CLS] x_1 … x_n [SEP]`` windows of at most ``max_len`` tokens: each document's pieces cut
+    into consecutive runs of ``max_len - 2`` (the last one shorter)."""
+    size = max_len - 2
+    windows = []
+    for ids in tokenizer.encode_pieces_batch(documents):
+        for start in range(0, len(ids), size):
+            windows.append([tokenizer.cls_id, *ids[start : start + size], tokenizer.sep_id])
+    return windows
+
+
+@dataclass(frozen=True)
+class Masker:
+    """BERT's corruption of a batch (see the module docstring): ``prob`` of the real tokens are
+    chosen; of those, ``random`` get a random token, ``keep`` stay as they are, the rest [MASK]."""
+
+    mask_id: int
+    special_ids: Tensor  # never chosen: [PAD], [CLS], [SEP], [MASK]
+    random_ids: Tensor  # what a random replacement draws from: every piece but the special tokens
+    prob: float = 0.15
+    random: float = 0.1
+    keep: float = 0.1
+
+    @classmethod
+    def of(cls, tokenizer: WordPieceTokenizer, data: DataConfig) -> Masker:
+        special = {tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id}
+        ordinary = sorted(set(range(tokenizer.vocab_size)) - special - {tokenizer.unk_id})
+        return cls(
+            tokenizer.mask_id,
+            torch.tensor(sorted(special)),
+            torch.tensor(ordinary),
+            data.mask_prob,
+            data.mask_random,
+            data.mask_keep,
+        )
+
+    def maskable(self, tokens: Tensor) -> Tensor:
+        """True at the positions that may be chosen: real tokens, not [CLS], [SEP] or padding."""
+        return ~torch.isin(tokens, self.special_ids)
+
+    def __call__(self, tokens: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """(x̃, c): the corrupted ``tokens`` (batch, seq) and the chosen positions (batch, seq),
+        drawn from ``generator`` (None: the global one)."""
+        chosen = self.maskable(tokens) & (torch.rand(tokens.shape, generator=generator) < self.prob)
+        u = torch.rand(tokens.shape, generator=generator)
+        replacements = self.random_ids[torch.randint(len(self.random_ids), tokens.shape, generator=generator)]
+        masked = chosen & (u < 1.0 - self.random - self.keep)
+        randomised = chosen & ~masked & (u < 1.0 - self.keep)
+        inputs = torch.where(masked, torch.full_like(tokens, self.mask_id), tokens)
+        return torch.where(randomised, replacements, inputs), chosen
+
+
+def masked_lm_logits(
+    model: nn.Module, inputs: Tensor, chosen: Tensor, pad_id: int, vocab_size: int | None = None
+) -> Tensor:
+    """Logits (n, vocab) of the n ``chosen`` positions of ``inputs`` (batch, seq): the head runs
+    there only. With ``vocab_size`` (the tokenizer's), the rows that pad the embedding to a
+    multiple of 64 are left out of the softmax."""
+    logits = model(inputs, attention_mask=inputs != pad_id, predict=chosen)
+    return logits if vocab_size is None else logits[..., :vocab_size]
+
+
+def masked_lm_loss(
+    model: nn.Module,
+    tokens: Tensor,
+    inputs: Tensor,
+    chosen: Tensor,
+    pad_id: int,
+    vocab_size: int | None = None,
+) -> tuple[Tensor, int]:
+    """L = -Σ_{i: c_i} log P(x_i | x̃), summed over the chosen positions, and their count."""
+    logits = masked_lm_logits(model, inputs, chosen, pad_id, vocab_size)
+    return F.cross_entropy(logits.float(), tokens[chosen], reduction="sum"), int(chosen.sum())
+
+
+@dataclass
+class MaskedBatch:
+    """Windows (batch, seq) with a fixed corruption: the original ``tokens``, the ``inputs`` the
+    model reads and the ``chosen`` positions it is scored on."""
+
+    tokens: Tensor
+    inputs: Tensor
+    chosen: Tensor
+
+
+def masked_batches(
+    windows: Sequence[Sequence[int]], masker: Masker, pad_id: int, batch_tokens: int, seed: int
+) -> list[MaskedBatch]:
+    """``windows`` in padded batches of at most ``batch_tokens`` tokens, corrupted once by a
+    generator seeded with ``seed`` (the global generator is left alone)."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for indices in token_buckets([len(w) for w in windows], batch_tokens, seed):
+        tokens = pad([windows[i] for i in indices], pad_id)
+        inputs, chosen = masker(tokens, generator)
+        batches.append(MaskedBatch(tokens, inputs, chosen))
+    return batches
+
+
+@torch.no_grad()
+def masked_metrics(
+    model: nn.Module, batches: Sequence[MaskedBatch], pad_id: int, vocab_size: int | None = None
+) -> dict[str, float]:
+    """The masked-token loss (mean nats per chosen token), its perplexity and the masked-token
+    accuracy (the most likely token is the original one) over ``batches``."""
+    total, correct, count = 0.0, 0, 0
+    for batch in batches:
+        logits = masked_lm_logits(model, batch.inputs, batch.chosen, pad_id, vocab_size).float()
+        targets = batch.tokens[batch.chosen]
+        total += float(F.cross_entropy(logits, targets, reduction="sum"))
+        correct += int((logits.argmax(dim=-1) == targets).sum())
+        count += len(targets)
+    if count == 0:
+        raise DataError("no token was chosen for prediction: the text is too short to score")
+    loss = total / count
+    return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "masked_accuracy": correct / count}
+
+
+class MLMTask:
+    """Masked-token prediction on the windows of the training text, batched by
+    ``batch_tokens`` with length bucketing; validation on at most ``eval_sentences`` windows."""
+
+    def __init__(
+        self,
+        run: RunConfig,
+        tokenizer: WordPieceTokenizer,
+        train_windows: Sequence[Sequence[int]],
+        valid_windows: Sequence[Sequence[int]],
+    ) -> None:
+        if not train_windows or not valid_windows:
+            raise DataError("the text has no tokens to train or validate on")
+        self.pad_id, self.vocab_size = tokenizer.pad_id, tokenizer.vocab_size
+        self.masker = Masker.of(tokenizer, run.data)
+        lengths = [len(w) for w in train_windows]
+        self.batches = [
+            pad([train_windows[i] for i in indices], self.pad_id)
+            for indices in token_buckets(lengths, run.train.batch_tokens, run.train.seed)
+        ]
+        valid = valid_windows[: run.train.eval_sentences]
+        self.valid = masked_batches(valid, self.masker, self.pad_id, run.train.batch_tokens, run.train.seed)
+        if not any(batch.chosen.any() for batch in self.valid):
+            raise DataError("the validation text is too short: no token of it was chosen for prediction")
+
+    def train_batches(self) -> list[Tensor]:
+        return self.batches
+
+    def loss(self, model: nn.Module, batch: Tensor) -> tuple[Tensor, int]:
+        inputs, chosen = self.masker(batch)
+        return masked_lm_loss(model, batch, inputs, chosen, self.pad_id, self.vocab_size)
+
+    def batch_tokens(self, batch: Tensor) -> int:
+        return int((batch != self.pad_id).sum())
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return masked_metrics(model, self.valid, self.pad_id, self.vocab_size)
+
+
+class MaskedLanguageModel:
+    """A BERT with its MLM head and tokenizer: ``MaskedLanguageModel.load(run_dir).fill_mask(text)``."""
+
+    def __init__(
+        self, model: MaskedLM, tokenizer: WordPieceTokenizer, data: DataConfig | None = None
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.data = data or DataConfig(source="default")
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> MaskedLanguageModel:
+        """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``); an
+        ``encoder`` run has no MLM head and is refused."""
+        run_dir = Path(run_dir)
+        run, tokenizer = read_bert_run(run_dir, (MLM_TASK,), "fill-mask (the masked-LM head)")
+        model = MaskedLM(run.model)
+        load_weights(model, run_dir / "model.safetensors")
+        return cls(model.eval(), tokenizer, run.data)
+
+    def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """The ``top_k`` most likely pieces, with their probabilities, for each literal "[MASK]"
+        of ``text`` (in order). The softmax leaves out the special tokens: they are never the
+        word that was masked."""
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        parts = text.split(WP_MASK)
+        if len(parts) == 1:
+            raise DataError(f"the text has no {WP_MASK}: write {WP_MASK} where a word should be predicted")
+        tok = self.tokenizer
+        ids = [tok.cls_id]
+        for i, piece_ids in enumerate(tok.encode_pieces_batch(parts)):
+            if i:
+                ids.append(tok.mask_id)
+            ids.extend(piece_ids)
+        ids.append(tok.sep_id)
+        if len(ids) > self.model.config.max_len:
+            raise DataError(
+                f"the text is {len(ids)} tokens long with [CLS] and [SEP], more than the model's "
+                f"max_len of {self.model.config.max_len}"
+            )
+        tokens = torch.tensor([ids])
+        self.model.eval()
+        with torch.no_grad():
+            logits = masked_lm_logits(self.model, tokens, tokens == tok.mask_id, tok.pad_id, tok.vocab_size)
+        special = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
+        logits = logits.float().index_fill(-1, torch.tensor(special), -math.inf)
+        probs, best = logits.softmax(dim=-1).topk(min(top_k, tok.vocab_size - len(special)), dim=-1)
+        return [
+            [(str(tok.tokenizer.id_to_token(i)), p) for i, p in zip(row_ids, row_probs, strict=True)]
+            for row_ids, row_probs in zip(best.tolist(), probs.tolist(), strict=True)
+        ]
+
+    def evaluate(self, documents: Sequence[str], batch_tokens: int = 4096, seed: int = 0) -> dict[str, float]:
+        """Masked-token loss, perplexity and accuracy on ``documents``, cut into windows and
+        corrupted by the run's recipe with a generator seeded by ``seed``."""
+        masker = Masker.of(self.tokenizer, self.data)
+        windows = text_windows(self.tokenizer, documents, self.model.config.max_len)
+        batches = masked_batches(windows, masker, self.tokenizer.pad_id, batch_tokens, seed)
+        self.model.eval()
+        return masked_metrics(self.model, batches, self.tokenizer.pad_id, self.tokenizer.vocab_size)
+
+
+def filled(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> str:
+    """``text`` with each [MASK] replaced by its most likely piece (a "##" piece joins the word
+    before it)."""
+    parts = text.split(WP_MASK)
+    out = parts[0]
+    for part, choices in zip(parts[1:], candidates, strict=True):
+        piece = choices[0][0]
+        out = out.rstrip() + piece[2:] if piece.startswith("##") else out + piece
+        out += part
+    return out
+
+
+def train_mlm(
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
+    """Train (or, with ``resume``, continue) a masked language model in ``run_dir``; return the
+    metrics, the model and the name of its text. A new run trains its WordPiece tokenizer on the
+    training text and pads the vocabulary to a multiple of 64."""
+    documents, name = load_documents(run.data)
+    train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
+    max_len = run.model.max_len
+    if resume:
+        tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, max_len)
+    else:
+        tokenizer = WordPieceTokenizer.train(train_docs, run.data.vocab_size, max_len=max_len)
+        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        model_cfg = run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id)
+        run = RunConfig(run.task, model_cfg, run.train, run.data)
+    check_tokenizer(run, tokenizer, run_dir)
+    task = MLMTask(
+        run,
+        tokenizer,
+        text_windows(tokenizer, train_docs, max_len),
+        text_windows(tokenizer, valid_docs, max_len),
+    )
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_tokenizer(tokenizer, run_dir)
+        write_run_config(run_dir, run)
+    seed_everything(run.train.seed)
+    model = MaskedLM(run.model)
+    trainer = Trainer(model, task, run.train, run_dir)
+    if resume:
+        trainer.resume()
+        write_run_config(run_dir, run)
+    metrics = trainer.fit(quiet=quiet)
+    return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
+
+
+def resume_mlm(
+    run_dir: Path, quiet: bool = False, **train_changes: Any
+) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
+    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
+    run = read_run_config(run_dir, task=TASK)
+    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    return train_mlm(run, run_dir, resume=True, quiet=quiet)
+
+
+def small_bert() -> dict[str, Any]:
+    """The model of ``vaswani train mlm`` (and of a classifier trained from scratch): BERT's
+    architecture (post-LN, exact GELU, learned positions, two segments, tied MLM decoder) at
+    4 layers of 256 dimensions, 4 heads, d_ff 1024 and a context of 128 tokens; no pooler (the
+    MLM does not train it)."""
+    from vaswani.config import PRESETS
+
+    return {
+        **PRESETS["bert-base"], "d_model": 256, "n_heads": 4, "d_ff": 1024, "n_encoder_layers": 4,
+        "max_len": 128, "dropout": 0.1, "attn_dropout": 0.1, "pooler": False,
+    }  # fmt: skip
+
+
+def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Model, training and data settings of ``vaswani train mlm`` on the embedded default text,
+    sized to finish in under five minutes on two CPU cores: AdamW (weight decay 0.01 on the
+    matrices), 100 warmup steps and cosine decay timed to 3.5 minutes, batches of 4096 tokens,
+    bf16 autocast where the CPU computes bf16 natively, a WordPiece vocabulary of 4096."""
+    train = {
+        "batch_tokens": 4096, "max_steps": 5000, "max_minutes": 3.5, "lr": 1e-3, "min_lr": 1e-4,
+        "warmup_steps": 100, "schedule": "cosine", "optimizer": "adamw", "betas": (0.9, 0.98),
+        "eps": 1e-6, "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 100,
+        "eval_sentences": 200, "bf16": native_bf16(),
+    }  # fmt: skip
+    data = {"source": "default", "vocab_size": 4096, "valid_fraction": 0.1}
+    return small_bert(), train, data

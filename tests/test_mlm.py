@@ -1,0 +1,377 @@
+"""Masked language modelling: BERT's masking recipe, the loss at the chosen positions only, text
+windows, exact resume, a tiny model that learns, ``fill-mask``, ``evaluate --text``, the export of
+a run, and every bad input answered in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from vaswani.cli import main
+from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.errors import TrainingInterrupted
+from vaswani.models.bert import Bert, MaskedLM
+from vaswani.rundir import write_run_config
+from vaswani.tasks.mlm import (
+    MaskedLanguageModel,
+    Masker,
+    MLMTask,
+    filled,
+    masked_lm_loss,
+    resume_mlm,
+    text_windows,
+    train_mlm,
+)
+from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training.checkpoint import atomic_save_model
+
+COUNTING = "one two three four five six seven eight nine ten eleven twelve"
+
+
+def write_repeated_text(path: Path, lines: int = 120) -> Path:
+    """A repetitive text: line i is the i-th word of :data:`COUNTING` (cyclically) 20 times, so
+    that a masked word is the word around it."""
+    words = COUNTING.split()
+    path.write_text(
+        "".join(" ".join([words[i % len(words)]] * 20) + "\n" for i in range(lines)), encoding="utf-8"
+    )
+    return path
+
+
+def tiny_mlm_args(text: Path, out: Path, *extra: str) -> list[str]:
+    """``vaswani train mlm`` arguments for a one-layer BERT that trains in about two seconds."""
+    return [
+        "train", "mlm", "--text", str(text), "--out", str(out), "--vocab-size", "100",
+        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--max-len", "24",
+        "--batch-tokens", "384", "--max-steps", "300", "--lr", "1e-2", "--warmup", "10",
+        "--dropout", "0", "--eval-every", "1000", "--quiet", "--no-bf16", *extra,
+    ]  # fmt: skip
+
+
+def tiny_mlm_run(folder: Path, *extra: str) -> Path:
+    """Train the model of :func:`tiny_mlm_args` on the repeated words in ``folder / "mlm"``."""
+    text = write_repeated_text(folder / "repeated.txt")
+    assert main(tiny_mlm_args(text, folder / "mlm", *extra)) == 0
+    return folder / "mlm"
+
+
+def encoder_run(folder: Path) -> Path:
+    """A run of task ``encoder`` (a BERT without its MLM head, as imported from a ``BertModel``)."""
+    tokenizer = WordPieceTokenizer.train([COUNTING] * 5, vocab_size=60, min_frequency=1, max_len=24)
+    cfg = ModelConfig.preset(
+        "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=24
+    )
+    run_dir = folder / "encoder_run"
+    run_dir.mkdir()
+    write_run_config(run_dir, RunConfig("encoder", cfg, TrainConfig(), DataConfig(source="default")))
+    atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
+    tokenizer.save(run_dir / "tokenizer.json")
+    return run_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# The masking recipe
+
+
+PAD, CLS, SEP, MASK, UNK = 0, 2, 3, 4, 1
+VOCAB = 50
+
+
+def _masker(prob: float = 0.15, random: float = 0.1, keep: float = 0.1) -> Masker:
+    special = torch.tensor([PAD, CLS, SEP, MASK])
+    return Masker(MASK, special, torch.arange(5, VOCAB), prob, random, keep)
+
+
+def _windows(rows: int = 400, width: int = 128, seed: int = 0) -> torch.Tensor:
+    """[CLS] x [SEP] rows of random lengths, padded."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(5, VOCAB, (rows, width), generator=g)
+    tokens[:, 0] = CLS
+    lengths = torch.randint(10, width + 1, (rows,), generator=g)
+    for i, n in enumerate(lengths.tolist()):
+        tokens[i, n - 1] = SEP
+        tokens[i, n:] = PAD
+    tokens[::7, 5] = UNK  # an unknown word may be chosen like any other
+    return tokens
+
+
+def test_masking_follows_berts_proportions():
+    tokens = _windows(rows=4000)
+    inputs, chosen = _masker()(tokens, torch.Generator().manual_seed(1))
+    real = ~torch.isin(tokens, torch.tensor([PAD, CLS, SEP]))
+    assert not chosen[~real].any()  # [CLS], [SEP] and padding are never chosen
+    assert torch.equal(inputs[~chosen], tokens[~chosen])  # nothing else changes
+    n = int(chosen.sum())
+    assert n > 35_000
+    assert abs(n / int(real.sum()) - 0.15) < 0.005
+    masked = inputs[chosen] == MASK
+    kept = inputs[chosen] == tokens[chosen]
+    randomised = ~masked & ~kept
+    # A random replacement draws the original token 1 time in 45: kept ≈ 0.1 + 0.1 / 45.
+    assert abs(float(masked.float().mean()) - 0.8) < 0.01
+    assert abs(float(randomised.float().mean()) - 0.1 * 44 / 45) < 0.01
+    assert abs(float(kept.float().mean()) - (0.1 + 0.1 / 45)) < 0.01
+    replacements = inputs[chosen][randomised]
+    assert not torch.isin(replacements, torch.tensor([PAD, UNK, CLS, SEP, MASK])).any()
+    assert len(replacements.unique()) == VOCAB - 5  # every ordinary piece can be drawn
+    assert chosen[tokens == UNK].any()
+
+
+@pytest.mark.parametrize(("random", "keep"), [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)])
+def test_masking_extremes(random, keep):
+    tokens = _windows(rows=50)
+    inputs, chosen = _masker(0.5, random, keep)(tokens, torch.Generator().manual_seed(0))
+    if keep == 1.0:
+        assert torch.equal(inputs, tokens)
+    elif random == 1.0:
+        assert not (inputs == MASK).any() and (inputs[chosen] != tokens[chosen]).float().mean() > 0.9
+    else:
+        assert (inputs[chosen] == MASK).all()
+
+
+def test_masks_are_fresh_each_draw_and_repeat_with_the_seed():
+    tokens = _windows(rows=20)
+    masker = _masker()
+    first = masker(tokens, torch.Generator().manual_seed(3))
+    again = masker(tokens, torch.Generator().manual_seed(3))
+    generator = torch.Generator().manual_seed(3)
+    masker(tokens, generator)
+    second = masker(tokens, generator)  # the same generator, drawn on: a new mask
+    assert torch.equal(first[1], again[1]) and torch.equal(first[0], again[0])
+    assert not torch.equal(first[1], second[1])
+    torch.manual_seed(5)
+    global_draw = masker(tokens)  # no generator: the global one, which the trainer seeds and saves
+    torch.manual_seed(5)
+    assert torch.equal(masker(tokens)[1], global_draw[1])
+
+
+class _FixedLogits(nn.Module):
+    """MaskedLM's interface over given full logits (batch, seq, vocab): the rows at ``predict``."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, tokens, segments=None, attention_mask=None, predict=None):
+        return self.logits if predict is None else self.logits[predict]
+
+
+def test_loss_is_taken_at_the_chosen_positions_only():
+    tokens = _windows(rows=6, width=16)
+    inputs, chosen = _masker(0.3)(tokens, torch.Generator().manual_seed(0))
+    logits = torch.randn(6, 16, VOCAB, generator=torch.Generator().manual_seed(1))
+    loss, count = masked_lm_loss(_FixedLogits(logits), tokens, inputs, chosen, PAD)
+    assert count == int(chosen.sum()) > 0
+    expected = F.cross_entropy(logits[chosen], tokens[chosen], reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    elsewhere = logits.clone()
+    elsewhere[~chosen] = torch.randn_like(elsewhere[~chosen]) * 10
+    assert float(masked_lm_loss(_FixedLogits(elsewhere), tokens, inputs, chosen, PAD)[0]) == float(loss)
+    one = logits.clone()
+    one[chosen.nonzero()[0].tolist()] += torch.randn(VOCAB) * 10
+    assert float(masked_lm_loss(_FixedLogits(one), tokens, inputs, chosen, PAD)[0]) != float(loss)
+
+
+def test_loss_of_a_real_model_runs_the_head_at_the_chosen_positions():
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset(
+        "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=128,
+        dropout=0.0, attn_dropout=0.0,
+    )  # fmt: skip
+    model = MaskedLM(cfg).eval()
+    tokens = _windows(rows=3, width=20)
+    inputs, chosen = _masker(0.3)(tokens, torch.Generator().manual_seed(0))
+    loss, count = masked_lm_loss(model, tokens, inputs, chosen, PAD, vocab_size=VOCAB)
+    full = model(inputs, attention_mask=inputs != PAD)[..., :VOCAB]
+    expected = F.cross_entropy(full[chosen], tokens[chosen], reduction="sum")
+    torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-5)
+    assert count == int(chosen.sum())
+
+
+def test_text_windows_cover_each_document_in_order():
+    tokenizer = WordPieceTokenizer.train([COUNTING] * 5, vocab_size=200, min_frequency=1, max_len=8)
+    docs = [" ".join([COUNTING] * 3), "one two", "three"]
+    windows = text_windows(tokenizer, docs, 8)
+    assert all(len(w) <= 8 and w[0] == tokenizer.cls_id and w[-1] == tokenizer.sep_id for w in windows)
+    pieces = tokenizer.encode_pieces_batch(docs)
+    assert len(pieces[0]) == 36  # not truncated to max_len
+    assert tokenizer.max_len == 8 and len(tokenizer.encode(docs[0])) == 8  # truncation is back on
+    assert [t for w in windows for t in w[1:-1]] == [t for doc in pieces for t in doc]
+    assert [len(w) - 2 for w in windows] == [6] * 6 + [2, 1]  # a window never spans two documents
+
+
+def test_wordpiece_training_gives_the_same_vocabulary_every_time():
+    """The reruns and resumes of an mlm run depend on it (tokenizers' own trainer does not, #1794)."""
+    from vaswani.data.text import default_documents
+
+    texts = default_documents()[:12]
+    first = WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab()
+    for _ in range(3):
+        assert WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab() == first
+    tokenizer = WordPieceTokenizer.train(texts, 1000)
+    assert tokenizer.tokenize("zqx") == ["z", "##q", "##x"]  # single characters continue a word
+    assert tokenizer.tokenizer.get_added_tokens_decoder().keys() == {0, 1, 2, 3, 4}  # "##x" are pieces
+
+
+def test_filled_joins_continuation_pieces():
+    assert filled("The [MASK] statement [MASK].", [[("for", 0.9)], [("##s", 0.5)]]) == "The for statements."
+
+
+# ---------------------------------------------------------------------------------------------
+# Training, resume and the commands
+
+
+def _run(text: Path, max_steps: int) -> RunConfig:
+    model = ModelConfig.preset(
+        "bert-base", d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, max_len=24, dropout=0.1,
+        pooler=False,
+    )  # fmt: skip
+    train = TrainConfig(
+        batch_tokens=192, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000, checkpoint_every=5,
+        eval_sentences=8, seed=3, optimizer="adamw", schedule="cosine", label_smoothing=0.0,
+    )  # fmt: skip
+    return RunConfig("mlm", model, train, DataConfig(source="text", text=(str(text),), vocab_size=100))
+
+
+def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monkeypatch):
+    """SIGINT during step 10 of 15 (dropout on, masks drawn afresh each step, cosine decay): the
+    resumed run ends bit-identical to the uninterrupted one."""
+    text = write_repeated_text(tmp_path / "text.txt")
+    whole = tmp_path / "whole"
+    train_mlm(_run(text, 15), whole, quiet=True)
+    calls = 0
+    original = MLMTask.loss
+
+    def interrupted_loss(self, model, batch):
+        nonlocal calls
+        calls += 1
+        if calls == 10:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, model, batch)
+
+    monkeypatch.setattr(MLMTask, "loss", interrupted_loss)
+    parts = tmp_path / "parts"
+    with pytest.raises(TrainingInterrupted):
+        train_mlm(_run(text, 15), parts, quiet=True)
+    monkeypatch.undo()
+    first_leg = load_file(parts / "model.safetensors")
+    assert (
+        json.loads((parts / "checkpoints" / "step_00000010" / "trainer_state.json").read_text())["step"] == 10
+    )
+    resume_mlm(parts, quiet=True)
+    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
+    assert json.loads((parts / "metrics.json").read_text())["steps"] == 15
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return tiny_mlm_run(tmp_path_factory.mktemp("mlm"))
+
+
+def test_a_tiny_model_learns_the_masked_words(run):
+    metrics = json.loads((run / "metrics.json").read_text())
+    for key in ("valid_loss", "perplexity", "masked_accuracy", "train_seconds", "steps", "tokens_per_second"):
+        assert key in metrics, key
+    assert metrics["steps"] == 300
+    assert metrics["perplexity"] == pytest.approx(math.exp(metrics["valid_loss"]))
+    vocab = WordPieceTokenizer.load(run / "tokenizer.json").vocab_size
+    assert vocab > 20 and metrics["masked_accuracy"] > 0.8  # chance: 1 / vocab
+    config = json.loads((run / "config.json").read_text())
+    assert config["task"] == "mlm" and config["model"]["arch"] == "encoder_only"
+    assert config["model"]["src_vocab_size"] % 64 == 0 and config["model"]["src_vocab_size"] >= vocab
+    assert {"config.json", "model.safetensors", "tokenizer.json", "metrics.json", "train_log.csv"} <= {
+        p.name for p in run.iterdir()
+    }
+
+
+def test_fill_mask_prints_the_candidates_of_each_mask(run, capsys):
+    capsys.readouterr()
+    text = "five five [MASK] five five nine nine nine [MASK] nine"
+    assert main(["fill-mask", str(run), text, "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == text
+    assert lines[1].startswith("  [MASK] 1: five 0.") and lines[2].startswith("  [MASK] 2: nine 0.")
+    assert all(len(line.split(": ", 1)[1].split(", ")) == 3 for line in lines[1:3])
+    assert lines[3] == "  → five five five five five nine nine nine nine nine"
+    candidates = MaskedLanguageModel.load(run).fill_mask("two two [MASK] two", top_k=4)
+    probs = [p for _, p in candidates[0]]
+    assert len(candidates) == 1 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0 + 1e-6
+    assert not {"[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"} & {piece for piece, _ in candidates[0]}
+
+
+def test_evaluate_reports_masked_loss_and_accuracy(run, capsys, tmp_path):
+    text = write_repeated_text(tmp_path / "held_out.txt", lines=24)
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--text", str(text)]) == 0
+    printed = capsys.readouterr().out
+    assert "masked-token loss" in printed and "perplexity" in printed and "accuracy" in printed
+    direct = MaskedLanguageModel.load(run).evaluate([text.read_text().rstrip("\n")])
+    assert f"{direct['valid_loss']:.4f}" in printed
+    assert direct["masked_accuracy"] > 0.8
+
+
+def test_an_mlm_run_exports_as_bert_for_masked_lm(run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    assert main(["export-hf", str(run), str(tmp_path / "hf")]) == 0
+    hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
+    ours = MaskedLanguageModel.load(run)
+    tokens = torch.tensor([ours.tokenizer.encode("one two three four")])
+    with torch.no_grad():
+        expected = ours.model(tokens)
+        got = hf(input_ids=tokens).logits
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def _args(*args: str):
+    return lambda r, t: [a.replace("RUN", str(r)).replace("TMP", str(t)) for a in args]
+
+
+# (name, arguments built from (run, tmp folder), words the one-line message must contain)
+BAD = [
+    ("fill-mask without [MASK]", _args("fill-mask", "RUN", "no mask here"), ["[MASK]"]),
+    ("fill-mask with an encoder run", lambda r, t: ["fill-mask", str(encoder_run(t)), "a [MASK]"],
+     ["encoder_run", "'encoder'", "mlm"]),
+    ("fill-mask with top-k 0", _args("fill-mask", "RUN", "a [MASK]", "--top-k", "0"), ["--top-k"]),
+    ("fill-mask with a text too long", _args("fill-mask", "RUN", "one " * 30 + "[MASK]"), ["max_len"]),
+    ("fill-mask without a run", _args("fill-mask", "TMP/none", "a [MASK]"), ["none", "no such run"]),
+    ("train on a missing text", lambda r, t: tiny_mlm_args(t / "nope.txt", t / "out"),
+     ["nope.txt", "no such file"]),
+    ("train on non-UTF-8 text", lambda r, t: tiny_mlm_args(t / "latin1.txt", t / "out"),
+     ["latin1.txt:2", "UTF-8"]),
+    ("mask probability 1", lambda r, t: tiny_mlm_args(t / "p.txt", t / "out", "--mask-prob", "1"),
+     ["mask_prob"]),
+    ("evaluate without --text", _args("evaluate", "RUN"), ["--text"]),
+    ("evaluate an encoder run", lambda r, t: ["evaluate", str(encoder_run(t))], ["encoder", "embed"]),
+    ("resume nothing", _args("train", "mlm", "--resume", "TMP/none"), ["no such run"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "build", "words"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gives_one_line_and_writes_nothing(run, tmp_path, capsys, name, build, words):
+    (tmp_path / "p.txt").write_text("a few words\n")
+    (tmp_path / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
+    args = build(run, tmp_path)
+    watched = [*tmp_path.rglob("*"), *run.rglob("*")]
+    before = {p: p.stat().st_mtime_ns for p in watched}
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("vaswani: error: ") and "Traceback" not in err
+    for word in words:
+        assert word in err, (word, err)
+    assert not (tmp_path / "out").exists()
+    assert {p: p.stat().st_mtime_ns for p in [*tmp_path.rglob("*"), *run.rglob("*")]} == before
