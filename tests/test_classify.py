@@ -1,7 +1,8 @@
 """Classification and sentence embeddings with BERT: the labeled-file readers (TSV, CSV, JSON
 lines, headers, string labels, sentence pairs, every bad row named by file and line), the
 classifier's pooling and metrics, a tiny classifier that learns, ``--init`` from an mlm run,
-``vaswani classify``, ``vaswani embed``, ``evaluate --labeled``, and bad input in one line."""
+``vaswani classify``, ``vaswani embed`` and ``evaluate --labeled`` (their bad input on the command
+line is in test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -381,92 +382,3 @@ def test_embed_pooling_normalisation_and_safetensors(run, tmp_path, capsys):
     assert not torch.allclose(saved.norm(dim=-1), torch.ones(2))
     mean = encoder.embed(sentences, pool="mean")
     assert not torch.allclose(torch.nn.functional.normalize(saved, dim=-1), mean, atol=1e-3)
-
-
-# ---------------------------------------------------------------------------------------------
-# Bad input through the command line
-
-
-def _translation_run(folder: Path) -> Path:
-    from vaswani.config import DataConfig, RunConfig, TrainConfig
-    from vaswani.rundir import write_run_config
-
-    run_dir = folder / "translation_run"
-    run_dir.mkdir()
-    model = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=2, d_ff=32)
-    write_run_config(run_dir, RunConfig("translation", model, TrainConfig(), DataConfig(source="default")))
-    return run_dir
-
-
-def _train(*extra: str, train: str = "train.tsv", dev: str = "dev.tsv"):
-    """Arguments of a tiny training on ``train`` and ``dev``, from the data folder or else the tmp one."""
-
-    def build(r: Path, d: Path, t: Path) -> list[str]:
-        files = [d / name if (d / name).exists() else t / name for name in (train, dev)]
-        return tiny_classify_args(
-            *files, t / "out", *[e.replace("RUN", str(r)).replace("TMP", str(t)) for e in extra]
-        )
-
-    return build
-
-
-def _init(data: Path, tmp: Path, init: Path) -> list[str]:
-    return [
-        "train", "classify", "--train", str(data / "train.tsv"), "--dev", str(data / "dev.tsv"),
-        "--out", str(tmp / "out"), "--init", str(init), "--quiet",
-    ]  # fmt: skip
-
-
-# (name, arguments built from (classify run, data folder, tmp folder), words the one line must contain)
-BAD = [
-    ("a short training row", _train(train="short.tsv"), ["short.tsv:3", "missing column"]),
-    ("an unknown dev label", _train(dev="maybe.tsv"), ["maybe.tsv:3", "'maybe'"]),
-    ("an empty text", _train(train="empty.tsv"), ["empty.tsv:2", "empty text"]),
-    ("a malformed JSON line", _train(train="bad.jsonl", dev="bad.jsonl"), ["bad.jsonl:2", "not valid JSON"]),
-    ("an unknown column name", _train("--text-column", "review"),
-     ["train.tsv:1", "no column named 'review'"]),
-    ("three text columns", _train("--text-column", "0", "--text-column", "0", "--text-column", "1"),
-     ["text_columns"]),
-    ("one label only", _train(train="one_label.tsv"), ["one_label.tsv", "two or more"]),
-    ("an unknown extension", _train(train="train.txt"), ["train.txt", "--format"]),
-    ("no --dev", lambda r, d, t: ["train", "classify", "--train", str(d / "train.tsv")], ["--dev"]),
-    ("zero epochs", _train("--epochs", "0"), ["--epochs"]),
-    ("batches by tokens", _train("--batch-tokens", "512"), ["--batch-tokens", "--batch-size"]),
-    ("a model flag with --init", _train("--init", "RUN", "--d-model", "64"), ["--d-model", "--init"]),
-    ("--init of a translation run", lambda r, d, t: _init(d, t, _translation_run(t)),
-     ["'translation'", "--init"]),
-    ("--init of nothing", lambda r, d, t: _init(d, t, t / "none"), ["none", "no such run"]),
-    ("--init of a classify run", lambda r, d, t: _init(d, t, r), ["'classify'", "--init"]),
-    ("classify with an encoder run", lambda r, d, t: ["classify", str(encoder_run(t)), "a text"],
-     ["'encoder'", "classify"]),
-    ("classify an empty text", lambda r, d, t: ["classify", str(r), "good", " "], ["text 2 is empty"]),
-    ("embed into a .txt", lambda r, d, t: ["embed", str(r), "a", "--out", str(t / "e.txt")], [".npy"]),
-    ("embed a translation run", lambda r, d, t: ["embed", str(_translation_run(t)), "a"],
-     ["'translation'", "embed"]),
-    ("evaluate without --labeled", lambda r, d, t: ["evaluate", str(r)], ["--labeled"]),
-    ("evaluate with an unknown label",
-     lambda r, d, t: ["evaluate", str(r), "--labeled", str(t / "maybe.tsv")], ["maybe.tsv:3", "'maybe'"]),
-    ("resume nothing", lambda r, d, t: ["train", "classify", "--resume", str(t / "none")], ["no such run"]),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("name", "build", "words"), BAD, ids=[b[0] for b in BAD])
-def test_bad_input_gives_one_line_and_writes_nothing(run, data, tmp_path, capsys, name, build, words):
-    write(tmp_path / "short.tsv", "good\tpositive\nbad\tnegative\nfine\n")
-    write(tmp_path / "maybe.tsv", "sentence\tlabel\ngood\tpositive\nso so\tmaybe\n")
-    write(tmp_path / "empty.tsv", "sentence\tlabel\n \tpositive\n")
-    write(tmp_path / "bad.jsonl", '{"text": "good", "label": "positive"}\n{"text": "bad" "label": 0}\n')
-    write(tmp_path / "one_label.tsv", "sentence\tlabel\ngood\tpositive\nfine\tpositive\n")
-    write(tmp_path / "train.txt", "good\tpositive\nbad\tnegative\n")
-    args = build(run, data, tmp_path)
-    watched = [*tmp_path.rglob("*"), *run.rglob("*")]
-    before = {p: p.stat().st_mtime_ns for p in watched}
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("vaswani: error: ") and "Traceback" not in err
-    for word in words:
-        assert word in err, (word, err)
-    assert not (tmp_path / "out").exists()
-    assert {p: p.stat().st_mtime_ns for p in [*tmp_path.rglob("*"), *run.rglob("*")]} == before

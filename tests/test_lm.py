@@ -1,6 +1,6 @@
 """Language modelling around the GPT: its tokenizers, its data (documents, the held-out tail,
 next-token windows, the streamed loss) and the commands ``train lm``, ``generate`` and
-``evaluate --text``, including every bad input answered in one line."""
+``evaluate --text`` (their bad input is in test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import DataError
 from vaswani.generation import Sampling
 from vaswani.models.gpt import GPT
-from vaswani.rundir import write_run_config
 from vaswani.tasks.lm import LanguageModel, LMTask, next_token_loss, stream_loss, windows
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
 
@@ -442,66 +441,6 @@ def test_loss_of_a_model_fresh_from_training_has_no_dropout(tmp_path):
     first = lm.loss(sample)
     assert lm.loss(sample) == first
     assert LanguageModel.load(tmp_path / "run").loss(sample) == pytest.approx(first, abs=1e-6)
-
-
-def _translation_run(folder: Path) -> Path:
-    run_dir = folder / "translation_run"
-    run_dir.mkdir()
-    model = ModelConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=2, d_ff=32)
-    write_run_config(run_dir, RunConfig("translation", model, TrainConfig(), DataConfig(source="default")))
-    return run_dir
-
-
-# (name, arguments built from (run, tmp folder), words the one-line message must contain)
-def _generate_args(*args: str):
-    return lambda r, t: ["generate", str(r), *args]
-
-
-BAD = [
-    ("prompt longer than the context", _generate_args("the cat " * 5), ["prompt 1", "context"]),
-    ("prompt and prompt file", lambda r, t: ["generate", str(r), "x", "--prompt-file", str(t / "p.txt")],
-     ["--prompt-file"]),
-    ("missing prompt file", lambda r, t: ["generate", str(r), "--prompt-file", str(t / "nope.txt")],
-     ["nope.txt", "no such file"]),
-    ("no samples", _generate_args("a", "--num-samples", "0"), ["--num-samples"]),
-    ("no new tokens", _generate_args("a", "--max-new-tokens", "0"), ["--max-new-tokens"]),
-    ("top-p above 1", _generate_args("a", "--top-p", "1.5"), ["--top-p", "1.5"]),
-    ("negative temperature", _generate_args("a", "--temperature", "-1"), ["--temperature"]),
-    ("top-k zero", _generate_args("a", "--top-k", "0"), ["--top-k"]),
-    ("generate without a run", lambda r, t: ["generate", str(t / "none"), "a"], ["none", "no such run"]),
-    ("generate with a translation run", lambda r, t: ["generate", str(_translation_run(t)), "a"],
-     ["translation_run", "translation"]),
-    ("train on a missing text", lambda r, t: tiny_lm_args(t / "nope.txt", t / "out"),
-     ["nope.txt", "no such file"]),
-    ("train on non-UTF-8 text", lambda r, t: tiny_lm_args(t / "latin1.txt", t / "out"),
-     ["latin1.txt:2", "UTF-8"]),
-    ("train on too little text", lambda r, t: tiny_lm_args(t / "p.txt", t / "out"), ["context"]),
-    ("evaluate an lm run without --text", lambda r, t: ["evaluate", str(r)], ["--text"]),
-    ("evaluate a missing text", lambda r, t: ["evaluate", str(r), "--text", str(t / "nope.txt")],
-     ["nope.txt", "no such file"]),
-    ("evaluate a translation run with --text",
-     lambda r, t: ["evaluate", str(_translation_run(t)), "--text", str(t / "p.txt")], ["--src", "--ref"]),
-    ("resume nothing", lambda r, t: ["train", "lm", "--resume", str(t / "none")], ["no such run"]),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("name", "build", "words"), BAD, ids=[b[0] for b in BAD])
-def test_bad_input_gives_one_line_and_writes_nothing(run, tmp_path, capsys, name, build, words):
-    (tmp_path / "p.txt").write_text("a few words\n")
-    (tmp_path / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
-    args = build(run, tmp_path)
-    watched = [*tmp_path.rglob("*"), *run.rglob("*")]
-    before = {p: p.stat().st_mtime_ns for p in watched}
-    capsys.readouterr()
-    assert main(args) == 2
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("vaswani: error: ") and "Traceback" not in err
-    for word in words:
-        assert word in err, (word, err)
-    assert not (tmp_path / "out").exists()
-    assert {p: p.stat().st_mtime_ns for p in [*tmp_path.rglob("*"), *run.rglob("*")]} == before
 
 
 def test_train_lm_never_overwrites_an_existing_run(run, capsys):

@@ -1,6 +1,6 @@
 """Masked language modelling: BERT's masking recipe, the loss at the chosen positions only, text
-windows, exact resume, a tiny model that learns, ``fill-mask``, ``evaluate --text``, the export of
-a run, and every bad input answered in one line."""
+windows, exact resume, a tiny model that learns, ``fill-mask``, ``evaluate --text`` and the export of
+a run (bad input: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -333,45 +333,3 @@ def test_an_mlm_run_exports_as_bert_for_masked_lm(run, tmp_path):
         expected = ours.model(tokens)
         got = hf(input_ids=tokens).logits
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-
-
-def _args(*args: str):
-    return lambda r, t: [a.replace("RUN", str(r)).replace("TMP", str(t)) for a in args]
-
-
-# (name, arguments built from (run, tmp folder), words the one-line message must contain)
-BAD = [
-    ("fill-mask without [MASK]", _args("fill-mask", "RUN", "no mask here"), ["[MASK]"]),
-    ("fill-mask with an encoder run", lambda r, t: ["fill-mask", str(encoder_run(t)), "a [MASK]"],
-     ["encoder_run", "'encoder'", "mlm"]),
-    ("fill-mask with top-k 0", _args("fill-mask", "RUN", "a [MASK]", "--top-k", "0"), ["--top-k"]),
-    ("fill-mask with a text too long", _args("fill-mask", "RUN", "one " * 30 + "[MASK]"), ["max_len"]),
-    ("fill-mask without a run", _args("fill-mask", "TMP/none", "a [MASK]"), ["none", "no such run"]),
-    ("train on a missing text", lambda r, t: tiny_mlm_args(t / "nope.txt", t / "out"),
-     ["nope.txt", "no such file"]),
-    ("train on non-UTF-8 text", lambda r, t: tiny_mlm_args(t / "latin1.txt", t / "out"),
-     ["latin1.txt:2", "UTF-8"]),
-    ("mask probability 1", lambda r, t: tiny_mlm_args(t / "p.txt", t / "out", "--mask-prob", "1"),
-     ["mask_prob"]),
-    ("evaluate without --text", _args("evaluate", "RUN"), ["--text"]),
-    ("evaluate an encoder run", lambda r, t: ["evaluate", str(encoder_run(t))], ["encoder", "embed"]),
-    ("resume nothing", _args("train", "mlm", "--resume", "TMP/none"), ["no such run"]),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("name", "build", "words"), BAD, ids=[b[0] for b in BAD])
-def test_bad_input_gives_one_line_and_writes_nothing(run, tmp_path, capsys, name, build, words):
-    (tmp_path / "p.txt").write_text("a few words\n")
-    (tmp_path / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
-    args = build(run, tmp_path)
-    watched = [*tmp_path.rglob("*"), *run.rglob("*")]
-    before = {p: p.stat().st_mtime_ns for p in watched}
-    capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("vaswani: error: ") and "Traceback" not in err
-    for word in words:
-        assert word in err, (word, err)
-    assert not (tmp_path / "out").exists()
-    assert {p: p.stat().st_mtime_ns for p in [*tmp_path.rglob("*"), *run.rglob("*")]} == before

@@ -1,5 +1,5 @@
 """Sentence pairs from one tab-separated file (Tatoeba exports): reading, the held-out split,
-training on it and scoring its test split."""
+training on it and scoring its test split (bad command lines: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -78,24 +78,3 @@ def test_training_on_pairs_scores_the_held_out_test_split(tsv_run, capsys):
     hypotheses = (tsv_run / "hypotheses.test").read_text().splitlines()
     _, _, test = hold_out(tatoeba_like(), n_valid=15, n_test=25, seed=1)
     assert len(hypotheses) == len(test) == 25
-
-
-@pytest.mark.parametrize(
-    ("extra", "words"),
-    [
-        (["--src", "{folder}/pairs.tsv", "--tgt", "{folder}/pairs.tsv"], ["--pairs", "--src"]),
-        (["--columns", "0"], ["--columns", "'0'"]),
-        (["--columns", "1,1"], ["data.columns", "[1, 1]"]),
-        (["--columns", "0,4"], ["pairs.tsv:1", "expected at least 5"]),
-    ],
-    ids=["pairs and src", "one column", "same column twice", "missing column"],
-)
-def test_bad_pairs_input_gives_one_line(tmp_path, capsys, extra, words):
-    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in tatoeba_like(50)))
-    args = ["train", "translation", "--pairs", str(tmp_path / "pairs.tsv"), "--out", str(tmp_path / "run")]
-    assert main([*args, *(e.format(folder=tmp_path) for e in extra)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("vaswani: error: "), err
-    for word in words:
-        assert word in err, (word, err)
-    assert not (tmp_path / "run").exists()

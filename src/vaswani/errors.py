@@ -22,6 +22,11 @@ class DataError(VaswaniError, ValueError):
     """An input file is missing, empty, not UTF-8, or otherwise unusable."""
 
 
+class InputError(VaswaniError, ValueError):
+    """A tensor given to a model through the Python API is unusable: a token or segment id
+    outside its embedding, or a sequence longer than the model's ``max_len``."""
+
+
 class RunDirError(VaswaniError):
     """A directory is not a vaswani run directory, or is an incomplete one."""
 

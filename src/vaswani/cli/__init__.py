@@ -15,13 +15,15 @@ from pathlib import Path
 
 from vaswani.cli import average, classify, interop, lm, mlm, plots, translation
 from vaswani.config import LABELED_FORMATS
-from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Dispatch on the run directory's task."""
     from vaswani.rundir import read_run_config
 
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     task = read_run_config(args.run_dir).task
     if task == "lm":
         lm.cmd_evaluate(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # the task modules import torch: loaded when a command runs, 
     from torch import Tensor
 
     from vaswani.tasks.classify import LabeledData
+    from vaswani.tokenizer import WordPieceTokenizer
 
 EMBED_FORMATS = (".npy", ".safetensors")
 
@@ -73,7 +75,8 @@ def add_command_parsers(commands: Any) -> None:
         "classify",
         help="label texts with a fine-tuned classifier",
         description="Print the predicted label of each TEXT (or of each line of standard input) and "
-        "its probability, tab-separated. For a sentence-pair classifier, write the pair as A<TAB>B.",
+        "its probability, tab-separated. For a sentence-pair classifier, write the pair as A<TAB>B. "
+        "A text longer than the model's max_len is cut to it (BERT's convention), with one warning line.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument(
@@ -87,7 +90,8 @@ def add_command_parsers(commands: Any) -> None:
         description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder "
         "or classify): the mean of its tokens' final hidden states (or the pooled [CLS] state), L2-"
         "normalised. Prints the first dimensions and the norm of each vector and the matrix of cosine "
-        "similarities; --out writes the vectors (.npy, or .safetensors under the key 'embeddings').",
+        "similarities; --out writes the vectors (.npy, or .safetensors under the key 'embeddings'). "
+        "A text longer than the model's max_len is cut to it, with one warning line.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="*", metavar="SENTENCE", help="sentences (default: lines of standard input)")
@@ -191,6 +195,24 @@ def read_texts(given: Sequence[str]) -> list[str]:
     return texts
 
 
+def warn_if_cut(tokenizer: WordPieceTokenizer, inputs: Sequence[tuple[str, ...]]) -> None:
+    """One warning line on standard error when texts (or sentence pairs) are longer than the
+    model's max_len, [CLS] and [SEP] included: the model reads them cut to it."""
+    pieces = iter(tokenizer.encode_pieces_batch([text for parts in inputs for text in parts]))
+    cut = []
+    for number, parts in enumerate(inputs, start=1):
+        length = sum(len(next(pieces)) for _ in parts) + len(parts) + 1
+        if length > tokenizer.max_len:
+            cut.append((number, length))
+    if cut:
+        number, length = cut[0]
+        print(
+            f"vaswani: warning: {len(cut)} of {len(inputs)} texts are longer than the model's max_len of "
+            f"{tokenizer.max_len} tokens and were cut to it (the first: text {number}, {length} tokens)",
+            file=sys.stderr,
+        )
+
+
 def cmd_classify(args: argparse.Namespace) -> None:
     from vaswani.tasks.classify import TextClassifier
 
@@ -204,6 +226,7 @@ def cmd_classify(args: argparse.Namespace) -> None:
         if len(parts) != classifier.n_texts:
             raise DataError(f"text {number}: a sentence-pair classifier needs the pair as A<TAB>B")
         inputs.append(parts)
+    warn_if_cut(classifier.tokenizer, inputs)
     for label, prob in classifier.predict(inputs, args.batch_size):
         print(f"{label}\t{prob:.4f}")
 
@@ -238,6 +261,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise ConfigError("--dims must be >= 0 and --batch-size >= 1")
     encoder = SentenceEncoder.load(args.run_dir)
     texts = read_texts(args.text)
+    warn_if_cut(encoder.tokenizer, [(text,) for text in texts])
     vectors = encoder.embed(texts, args.pool, args.normalize, args.batch_size)
     shown = min(args.dims, vectors.shape[1])
     for number, (text, vector) in enumerate(zip(texts, vectors, strict=True), start=1):

@@ -31,6 +31,7 @@ TRAIN_FLAGS = {
     "keep_checkpoints": "keep_checkpoints",
 }  # fmt: skip
 RESUME_CHANGES = ("max_steps", "max_minutes")
+NOT_SETTINGS = ("command", "task", "handler", "debug", "resume", "quiet")
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -132,7 +133,15 @@ def merge_settings(
 
 
 def resume_changes(args: argparse.Namespace) -> dict[str, Any]:
-    """The training settings a resume may extend (``--max-steps``, ``--max-minutes``)."""
+    """The training settings a resume may extend (``--max-steps``, ``--max-minutes``). Any other
+    setting given with ``--resume`` is refused: a resumed run keeps the settings it was started
+    with (its ``config.json``)."""
+    for name, value in vars(args).items():
+        if name not in (*NOT_SETTINGS, *RESUME_CHANGES) and value is not None:
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: a resumed run keeps its own settings; "
+                "only --max-steps and --max-minutes may change"
+            )
     return {TRAIN_FLAGS[f]: getattr(args, f) for f in RESUME_CHANGES if getattr(args, f) is not None}
 
 

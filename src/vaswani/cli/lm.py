@@ -134,6 +134,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         prompts = list(args.prompt) or [""]
     lm = LanguageModel.load(args.run_dir)
     batch = [p for p in prompts for _ in range(args.num_samples)]
+    lm.encode_prompts(batch)  # a prompt too long for the context is refused before anything is printed
     if len(batch) == 1:
         sys.stdout.write(batch[0])
         sys.stdout.flush()

@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> None:
         "--columns", metavar="SRC,TGT", help="the --pairs columns of source and target, from 0 (default 0,1)"
     )
     data.add_argument("--vocab-size", type=int, help="BPE vocabulary size per tokenizer")
-    data.add_argument("--shared-vocab", action="store_true", help="one BPE for both languages")
+    data.add_argument("--shared-vocab", action="store_true", default=None, help="one BPE for both languages")
     data.add_argument(
         "--bleu-tokenize",
         choices=BLEU_TOKENIZERS,
@@ -262,6 +262,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_translate(args: argparse.Namespace) -> None:
     from vaswani.tasks.translation import Translator
 
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     decoding = decoding_from_args(args)
     translator = Translator.load(args.run_dir)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]

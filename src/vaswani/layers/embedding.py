@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from vaswani.errors import InputError
 from vaswani.layers.positions import LearnedPositions, SinusoidalPositions
 
 
@@ -20,10 +21,23 @@ def make_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
     return None
 
 
+def check_ids(ids: Tensor, size: int, what: str, table: str) -> None:
+    """Refuse ids outside ``0 … size - 1`` with :class:`InputError`, naming the first offender,
+    its index and the size (an ``nn.Embedding`` would raise a bare ``IndexError`` on the CPU and
+    a device-side assert on a GPU)."""
+    outside = (ids < 0) | (ids >= size)
+    if bool(outside.any()):
+        index = outside.nonzero()[0].tolist()
+        value = int(ids[tuple(index)])
+        raise InputError(f"{what} id {value} at {index} is outside {table} of {size} (ids 0 to {size - 1})")
+
+
 class Embeddings(nn.Module):
     """x = Dropout(Norm(E[token] · sqrt(d_model) + P[position] + S[segment])).
 
-    Token ids ``(batch, seq)`` → vectors ``(batch, seq, d_model)``.
+    Token ids ``(batch, seq)`` → vectors ``(batch, seq, d_model)``; a batch of no rows or of no
+    tokens gives the empty result of that shape. An id outside the embedding, or a position past
+    ``max_len``, is an :class:`~vaswani.errors.InputError`.
 
     The sqrt(d_model) scale is the paper's (section 3.4); BERT and GPT-2 leave
     it out (``scale=False``). ``positions`` may be None for relative schemes.
@@ -60,20 +74,25 @@ class Embeddings(nn.Module):
         """``positions`` (batch, seq) overrides the default ``offset, offset+1, …``
         (left-padded prompts take theirs from the attention mask). ``segments`` (batch, seq)
         are the segment ids (all 0 when None) of a model with segment embeddings."""
+        check_ids(tokens, self.token.num_embeddings, "token", "the vocabulary")
         x = self.token(tokens) * self.scale
         if self.positions is not None:
             if positions is None:
                 last = offset + tokens.shape[1] - 1  # known without reading the tensor back
                 positions = torch.arange(offset, last + 1, device=tokens.device)
             else:
-                last = int(positions.max())
+                last = int(positions.max()) if positions.numel() else -1
             if last >= self.positions.max_len:
-                raise ValueError(f"sequence of {last + 1} positions exceeds max_len={self.positions.max_len}")
+                raise InputError(f"sequence of {last + 1} positions exceeds max_len={self.positions.max_len}")
             x = x + self.positions(positions)
         if self.segment is not None:
-            x = x + (self.segment.weight[0] if segments is None else self.segment(segments))
+            if segments is None:
+                x = x + self.segment.weight[0]
+            else:
+                check_ids(segments, self.segment.num_embeddings, "segment", "the segment embeddings")
+                x = x + self.segment(segments)
         elif segments is not None:
-            raise ValueError("segment ids given to a model without segment embeddings (type_vocab_size 0)")
+            raise InputError("segment ids given to a model without segment embeddings (type_vocab_size 0)")
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)

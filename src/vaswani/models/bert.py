@@ -88,7 +88,9 @@ class Bert(nn.Module):
     ) -> Tensor:
         """Hidden states of ``tokens`` (batch, seq). ``segments`` (batch, seq) are the segment
         ids (0 for the first text, 1 for the second; all 0 when None); ``attention_mask``
-        (batch, seq) is True or 1 at real tokens (all real when None)."""
+        (batch, seq) is True or 1 at real tokens (all real when None). A batch of no rows or of
+        no tokens gives the empty result of that shape; a token or segment id outside its
+        embedding, or a sequence longer than ``max_len``, is an :class:`~vaswani.errors.InputError`."""
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         hidden, _ = self.blocks(self.embed(tokens, segments=segments), mask=key_mask)
         return hidden

@@ -26,7 +26,9 @@ class GPT(nn.Module):
 
     Causal blocks without cross-attention (GPT-2: pre-LN, GELU, learned positions,
     a final LayerNorm, the head tied to the token embedding). ``tokens`` (batch, seq) →
-    logits (batch, seq, vocab).
+    logits (batch, seq, vocab); a batch of no rows or of no tokens gives the empty logits of that
+    shape, and an id outside the vocabulary or a sequence longer than ``max_len`` is an
+    :class:`~vaswani.errors.InputError`.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:

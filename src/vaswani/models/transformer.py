@@ -36,7 +36,10 @@ class Transformer(nn.Module):
 
     ``src`` (batch, src_len) and ``tgt_in`` (batch, tgt_len) are token ids padded
     with ``pad_id``; ``tgt_in`` is the target shifted right behind BOS (teacher
-    forcing). Logits are (batch, tgt_len, tgt_vocab_size).
+    forcing). Logits are (batch, tgt_len, tgt_vocab_size). A batch of no rows, or a ``tgt_in``
+    of no tokens, gives the empty logits of that shape (an empty ``src`` is an empty sentence);
+    an id outside the vocabulary or a sequence longer than ``max_len`` is an
+    :class:`~vaswani.errors.InputError`.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:

@@ -265,7 +265,8 @@ class TextClassifier:
         return cls(model.eval(), tokenizer, run.data)
 
     def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
-        """p(y | x) (n, n_classes) of each text (a 1-tuple) or sentence pair (a 2-tuple)."""
+        """p(y | x) (n, n_classes) of each text (a 1-tuple) or sentence pair (a 2-tuple), cut to
+        the model's max_len; no texts give a (0, n_classes) tensor."""
         self.model.eval()
         out = []
         with torch.no_grad():
@@ -277,7 +278,7 @@ class TextClassifier:
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
 
     def predict(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> list[tuple[str, float]]:
-        """The most likely label of each text or pair, and its probability."""
+        """The most likely label of each text or pair, and its probability (``[]`` for no texts)."""
         probs, best = self.probabilities(texts, batch_size).max(dim=-1)
         return [(self.labels[i], p) for i, p in zip(best.tolist(), probs.tolist(), strict=True)]
 
@@ -374,8 +375,8 @@ class SentenceEncoder:
     def embed(
         self, texts: Sequence[str], pool: str = "mean", normalize: bool = True, batch_size: int = 64
     ) -> Tensor:
-        """v(x) (n, d_model) of each text (see :func:`sentence_vectors`), divided by its L2 norm
-        with ``normalize``."""
+        """v(x) (n, d_model) of each text (see :func:`sentence_vectors`), cut to the model's
+        max_len, divided by its L2 norm with ``normalize``; no texts give a (0, d_model) tensor."""
         self.bert.eval()
         out = []
         with torch.no_grad():

@@ -182,9 +182,13 @@ class LanguageModel:
     ) -> list[str]:
         """The continuation of each prompt (without the prompt), cut before the first ``stop``
         string; generation ends at ``<|endoftext|>``, after ``max_new_tokens`` tokens, or when
-        every row has met a stop string. ``stream`` receives the first row's text as it grows."""
+        every row has met a stop string. ``stream`` receives the first row's text as it grows.
+        No prompts give no continuations (``[]``); a prompt that leaves no room in the context is
+        a :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not prompts:
+            return []
         self.model.eval()
         ids, mask = self.encode_prompts(prompts)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None

@@ -209,7 +209,9 @@ class Translator:
         give the same translations). A sentence gets at most
         ``max_len_a * len(source) + max_len_b`` tokens, and at most the model's max_len - 1.
         Decoding starts from the target tokenizer's ``bos_id`` and never produces its
-        ``suppressed_ids`` (Marian's ``<pad>``, see :class:`~vaswani.tokenizer.TextTokenizer`)."""
+        ``suppressed_ids`` (Marian's ``<pad>``, see :class:`~vaswani.tokenizer.TextTokenizer`).
+        No sentences give no translations (``[]``); a sentence longer than the model's max_len is
+        a :class:`~vaswani.errors.DataError` naming it."""
         if beam != 1:  # beam search (which refuses beam < 1)
             if sampling is not None:
                 raise ValueError("beam search and sampling do not go together: give one of them")
@@ -244,7 +246,8 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """The ``n_best`` (<= ``beam``) best translations of each sentence, best first, by beam
         search (:func:`vaswani.generation.beam_search`, Hugging Face's convention): score =
-        log P(y | x) / lp(|y|). The defaults are the paper's: beam 4, GNMT penalty alpha 0.6."""
+        log P(y | x) / lp(|y|). The defaults are the paper's: beam 4, GNMT penalty alpha 0.6.
+        No sentences give no lists (``[]``)."""
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor, limits: Tensor) -> list[list[Hypothesis]]:

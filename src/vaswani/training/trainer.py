@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from vaswani.config import TrainConfig
 from vaswani.data.batching import epoch_order
-from vaswani.errors import TrainingInterrupted, VaswaniError
+from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.training.checkpoint import (
     atomic_save_model,
     atomic_write_text,
@@ -76,6 +76,29 @@ class TrainerState:
     bad_steps: int = 0  # in a row, up to now
     skipped_steps: int = 0  # in all
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+STATE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int": int,
+    "float": (int, float),
+    "dict[str, float]": dict,
+}
+"""The annotation of each :class:`TrainerState` field → the JSON values it accepts."""
+
+
+def restored_state(saved: Any, path: Path) -> TrainerState:
+    """The :class:`TrainerState` read from ``path`` (a checkpoint's ``trainer_state.json``), checked
+    like a config: a field this vaswani does not know, or a value of another type, is a one-line
+    :class:`~vaswani.errors.RunDirError`."""
+    if not isinstance(saved, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    annotations = {f.name: str(f.type) for f in fields(TrainerState)}
+    for name, value in saved.items():
+        if name not in annotations:
+            raise RunDirError(f"{path}: unknown field '{name}' (written by a newer vaswani? upgrade vaswani)")
+        if isinstance(value, bool) or not isinstance(value, STATE_TYPES[annotations[name]]):
+            raise RunDirError(f"{path}: field '{name}' must be {annotations[name]}, got {value!r}")
+    return TrainerState(**saved)
 
 
 def seed_everything(seed: int) -> None:
@@ -121,8 +144,9 @@ class Trainer:
     def resume(self) -> None:
         """Continue from the newest intact checkpoint of the run directory (damaged newer ones
         are reported on stderr and skipped)."""
-        saved = load_checkpoint(newest_intact_checkpoint(self.run_dir), self.model, self.optimizer)
-        self.state = TrainerState(**saved)
+        checkpoint = newest_intact_checkpoint(self.run_dir)
+        saved = load_checkpoint(checkpoint, self.model, self.optimizer)
+        self.state = restored_state(saved, checkpoint / "trainer_state.json")
 
     def _next_batches(self) -> list[Any]:
         """The next ``accumulate`` batches; the position is part of the saved state."""

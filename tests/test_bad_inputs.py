@@ -1,0 +1,706 @@
+"""The catalogue of bad input: every input a user can get wrong, through the command line or the
+Python API, with its exact behaviour, in three tables.
+
+- :data:`CLI`: refused commands. Each exits with status 2 and prints exactly one line on standard
+  error, ``vaswani: error: …``, holding the row's words (the file and line, or the config field or
+  flag, and what is wrong), with no traceback and nothing on standard output; no file is created,
+  changed or removed, in the test's folder or in any of the module's runs and data.
+- :data:`API`: refused calls. Each raises exactly the row's exception class (not a subclass), its
+  message holding the row's words, and writes nothing either.
+- :data:`DOCUMENTED`: inputs that look wrong but have a documented, non-error behaviour (a stop
+  string never found, no sentences, zero-size tensors, a text longer than a BERT model's
+  ``max_len``); each row checks that behaviour exactly, and that nothing is written. (A prompt
+  longer than a language model's context is refused, a :data:`CLI` and :data:`API` row: only
+  generation goes on past the context, dropping its oldest half.)
+
+``--debug`` turns the one line back into a traceback (:func:`test_debug_shows_the_traceback`).
+
+Rows that wait for a task not built yet: an image that is not an image (a missing, truncated or
+non-image file given to an image classifier) joins :data:`CLI` and :data:`API` with the image
+task (ViT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+
+from tests.helpers import tiny_args, tiny_lm_args, write_lm_text, write_reverse_task
+from tests.test_classify import tiny_classify_args, write_sentiment
+from tests.test_mlm import encoder_run, tiny_mlm_args, write_repeated_text
+from tests.test_safe_loading import resign
+from vaswani.cli import main
+from vaswani.config import ModelConfig, TrainConfig
+from vaswani.data.labeled import read_labeled
+from vaswani.data.readers import read_lines, read_parallel
+from vaswani.errors import ConfigError, DataError, InputError, RunDirError
+from vaswani.generation import Sampling
+from vaswani.interop import export_hf, import_hf
+from vaswani.rundir import read_run_config
+from vaswani.tasks.classify import SentenceEncoder, TextClassifier
+from vaswani.tasks.lm import LanguageModel
+from vaswani.tasks.mlm import MaskedLanguageModel
+from vaswani.tasks.translation import Translator, resume_translation
+from vaswani.training.averaging import average_checkpoints, newest_checkpoints
+from vaswani.training.checkpoint import list_checkpoints
+
+FAMILIES = (
+    "translation", "lm", "mlm", "classify", "fill-mask", "embed", "interop", "average", "plots",
+    "evaluate",
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The runs and files the rows are built from
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The module's data and tiny runs of each family (``newer``: the lm run with a config of a
+    newer format version; ``future``: the translation run whose newest checkpoint has a field only
+    a newer vaswani knows), and the test's own folder with the bad files of :func:`bad_files`."""
+
+    data: Path
+    tr: Path
+    lm: Path
+    mlm: Path
+    cls: Path
+    enc: Path
+    newer: Path
+    future: Path
+    tmp: Path
+
+    def fill(self, argv: list[str]) -> list[str]:
+        """``argv`` with its placeholders (``{data}``, ``{tr}``, ``{tmp}``…) replaced by the paths."""
+        return [arg.format(**{k: str(v) for k, v in vars(self).items()}) for arg in argv]
+
+    def snapshot(self) -> dict[Path, tuple[int, int]]:
+        """Every file and folder under the module's folder and the test's, with its mtime and size."""
+        found = [*self.data.rglob("*"), *self.tmp.rglob("*")]
+        return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in found}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Paths:
+    """Tiny runs of every family, trained a few steps (the rows need their files, not their skill);
+    ``data`` is the folder that holds them all and their training data."""
+    data = tmp_path_factory.mktemp("catalogue")
+    src, tgt = write_reverse_task(data, n=100)
+    tr = data / "translation_run"
+    assert main(tiny_args(src, tgt, tr, "--max-steps", "2", "--checkpoint-every", "1")) == 0
+    lm = data / "lm_run"
+    lm_args = tiny_lm_args(write_lm_text(data / "lm.txt", lines=60), lm)
+    lm_args[lm_args.index("--max-steps") + 1] = "20"
+    assert main(lm_args) == 0
+    mlm = data / "mlm_run"
+    mlm_args = tiny_mlm_args(write_repeated_text(data / "repeated.txt", lines=40), mlm)
+    mlm_args[mlm_args.index("--max-steps") + 1] = "3"
+    assert main(mlm_args) == 0
+    train, dev = write_sentiment(data, "train", 60, seed=0), write_sentiment(data, "dev", 20, seed=1)
+    cls = data / "classify_run"
+    assert main(tiny_classify_args(train, dev, cls, "--max-steps", "2", "--max-len", "24")) == 0
+    newer = Path(shutil.copytree(lm, data / "newer_run"))
+    config = json.loads((newer / "config.json").read_text(encoding="utf-8"))
+    (newer / "config.json").write_text(json.dumps({**config, "format_version": 2}), encoding="utf-8")
+    future = Path(shutil.copytree(tr, data / "future_run"))
+    checkpoint = list_checkpoints(future)[-1]
+    state = checkpoint / "trainer_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "ema_decay": 0.999}), encoding="utf-8")
+    resign(checkpoint)
+    return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, data)
+
+
+def bad_files(tmp: Path, data: Path) -> None:
+    """The bad (and a few good) input files the rows name, written in the test's folder."""
+    texts = {
+        "empty.txt": "",
+        "p.txt": "a few words\n",
+        "bad.yaml": "model:\n  d_model: 64\n  n_head: 4\n",
+        "broken.yaml": "model:\n  d_model: [64\n",
+        "short.tsv": "good\tpositive\nbad\tnegative\nfine\n",
+        "maybe.tsv": "sentence\tlabel\ngood\tpositive\nso so\tmaybe\n",
+        "empty.tsv": "sentence\tlabel\n \tpositive\n",
+        "bad.jsonl": '{"text": "good", "label": "positive"}\n{"text": "bad" "label": 0}\n',
+        "one_label.tsv": "sentence\tlabel\ngood\tpositive\nfine\tpositive\n",
+        "train.txt": "good\tpositive\nbad\tnegative\n",
+        "hf_t5/config.json": '{"model_type": "t5"}\n',
+        "hf_broken/config.json": '{"model_type": \n',
+        "hf_gpt2/config.json": '{"model_type": "gpt2"}\n',
+    }
+    for name, text in texts.items():
+        (tmp / name).parent.mkdir(exist_ok=True)
+        (tmp / name).write_text(text, encoding="utf-8")
+    (tmp / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
+    (tmp / "folder.tsv").mkdir()
+    src, tgt = (data / "train.src").read_text(), (data / "train.tgt").read_text()
+    (tmp / "short.tgt").write_text("".join(tgt.splitlines(keepends=True)[:-1]))
+    lines = src.splitlines()
+    lines[6] = " ".join(["a"] * 600)
+    (tmp / "long.src").write_text("\n".join(lines) + "\n")
+    pairs = zip(src.splitlines(), tgt.splitlines(), strict=True)
+    (tmp / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+
+
+@pytest.fixture
+def paths(runs: Paths, tmp_path: Path) -> Paths:
+    """The module's runs and this test's folder, with the bad files in it."""
+    bad_files(tmp_path, runs.data)
+    return dataclasses.replace(runs, tmp=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command lines that are refused
+
+
+@dataclass(frozen=True)
+class Cli:
+    """A command line refused in one line that holds ``words``; ``stdin`` is its standard input."""
+
+    family: str
+    name: str
+    argv: list[str]
+    words: list[str]
+    stdin: bytes = b""
+
+
+def tr_train(*extra: str, src: str = "{data}/train.src", tgt: str = "{data}/train.tgt") -> list[str]:
+    return tiny_args(Path(src), Path(tgt), Path("{tmp}/out"), *extra)
+
+
+def lm_train(*extra: str, text: str = "{data}/lm.txt") -> list[str]:
+    return tiny_lm_args(Path(text), Path("{tmp}/out"), *extra)
+
+
+def mlm_train(*extra: str, text: str = "{data}/repeated.txt", out: str = "{tmp}/out") -> list[str]:
+    return tiny_mlm_args(Path(text), Path(out), *extra)
+
+
+def cls_train(*extra: str, train: str = "{data}/train.tsv", dev: str = "{data}/dev.tsv") -> list[str]:
+    return tiny_classify_args(Path(train), Path(dev), Path("{tmp}/out"), *extra)
+
+
+def pairs_train(*extra: str) -> list[str]:
+    return ["train", "translation", "--pairs", "{tmp}/pairs.tsv", "--out", "{tmp}/out", *extra]
+
+
+def cls_init(init: str) -> list[str]:
+    return [
+        "train", "classify", "--train", "{data}/train.tsv", "--dev", "{data}/dev.tsv", "--out", "{tmp}/out",
+        "--init", init, "--quiet",
+    ]  # fmt: skip
+
+
+def decode(*flags: str) -> list[str]:
+    """``translate`` with decoding flags, which are checked before the run is loaded."""
+    return ["translate", "{tr}", "a", *flags]
+
+
+def generate(*args: str) -> list[str]:
+    return ["generate", "{lm}", *args]
+
+
+def attention(run: str, text: str, *flags: str) -> list[str]:
+    return ["attention", run, text, "--out", "{tmp}/a.png", *flags]
+
+
+RESUMED = "a resumed run keeps its own settings"
+NEWER = ["format_version 2", "upgrade"]
+
+CLI = [
+    # train translation, translate
+    Cli("translation", "unequal line counts", tr_train(tgt="{tmp}/short.tgt"), ["short.tgt", "100", "99"]),
+    Cli("translation", "empty file", tr_train(src="{tmp}/empty.txt"), ["empty.txt", "empty"]),
+    Cli("translation", "missing file", tr_train(src="{tmp}/nope.src"), ["nope.src", "no such file"]),
+    Cli("translation", "directory as a file", tr_train(src="{tmp}"), ["{tmp}", "is a directory"]),
+    Cli("translation", "not UTF-8", tr_train(src="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
+    Cli("translation", "line longer than max_len (refused)", tr_train(src="{tmp}/long.src"),
+        ["long.src:7", "max_len"]),
+    Cli("translation", "unknown config field", tr_train("--config", "{tmp}/bad.yaml"),
+        ["bad.yaml", "model.n_head"]),
+    Cli("translation", "broken YAML", tr_train("--config", "{tmp}/broken.yaml"), ["broken.yaml:", "YAML"]),
+    Cli("translation", "heads do not divide d_model", tr_train("--heads", "5"), ["model.n_heads", "divide"]),
+    Cli("translation", "attention window 0", tr_train("--attn-window", "0"), ["model.attn_window", ">= 1"]),
+    Cli("translation", "negative steps", tr_train("--max-steps", "-1"), ["train.max_steps", "> 0"]),
+    Cli("translation", "--src without --tgt", ["train", "translation", "--src", "{data}/train.src"],
+        ["--src and --tgt"]),
+    Cli("translation", "--pairs and --src",
+        pairs_train("--src", "{data}/train.src", "--tgt", "{data}/train.tgt"), ["--pairs", "--src"]),
+    Cli("translation", "one column", pairs_train("--columns", "0"), ["--columns", "'0'"]),
+    Cli("translation", "the same column twice", pairs_train("--columns", "1,1"), ["data.columns", "[1, 1]"]),
+    Cli("translation", "a column the pairs lack", pairs_train("--columns", "0,4"),
+        ["pairs.tsv:1", "expected at least 5"]),
+    Cli("translation", "resume from nothing", ["train", "translation", "--resume", "{tmp}/none"],
+        ["none", "no such run"]),
+    Cli("translation", "resume with a model flag",
+        ["train", "translation", "--resume", "{tr}", "--d-model", "64"],
+        ["--d-model", RESUMED]),
+    Cli("translation", "resume with a data flag",
+        ["train", "translation", "--resume", "{tr}", "--src", "{data}/train.src"], ["--src", RESUMED]),
+    Cli("translation", "resume a checkpoint of a newer vaswani",
+        ["train", "translation", "--resume", "{future}"],
+        ["step_00000002/trainer_state.json", "unknown field 'ema_decay'", "newer vaswani"]),
+    Cli("translation", "translate with no run", ["translate", "{tmp}/none", "a b"], ["none", "no such run"]),
+    Cli("translation", "translate with a folder that is not a run", ["translate", "{tmp}", "a b"],
+        ["{tmp}", "config.json"]),
+    Cli("translation", "translate with an lm run", ["translate", "{lm}", "a"],
+        ["lm_run", "'lm'", "'translation'"]),
+    Cli("translation", "translate with a run of a newer format", ["translate", "{newer}", "a"],
+        ["newer_run/config.json", *NEWER]),
+    Cli("translation", "translate a line longer than max_len (refused)", ["translate", "{tr}", "a " * 600],
+        ["input line 1", "max_len=512"]),
+    Cli("translation", "translate non-UTF-8 standard input", ["translate", "{tr}"], ["<stdin>:2", "UTF-8"],
+        stdin=b"a b\nGr\xfc\xdfe\n"),
+    Cli("translation", "translate --batch-size 0", ["translate", "{tr}", "a", "--batch-size", "0"],
+        ["--batch-size"]),
+    Cli("translation", "beam 0", decode("--beam", "0"), ["--beam", ">= 1"]),
+    Cli("translation", "n-best above beam", decode("--beam", "2", "--n-best", "3"),
+        ["--n-best", "--beam (2)"]),
+    Cli("translation", "beam and sampling", decode("--beam", "2", "--top-k", "5"), ["--beam", "sampling"]),
+    Cli("translation", "length penalty without beam", decode("--length-penalty", "1"),
+        ["--length-penalty", "--beam"]),
+    Cli("translation", "unknown length penalty", decode("--beam", "2", "--length-penalty-kind", "wu"),
+        ["gnmt", "simple", "'wu'"]),
+    Cli("translation", "seed without sampling", decode("--seed", "1"), ["--seed", "--temperature"]),
+    # train lm, generate
+    Cli("lm", "missing text", lm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
+    Cli("lm", "non-UTF-8 text", lm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
+    Cli("lm", "empty text", lm_train(text="{tmp}/empty.txt"), ["empty.txt", "empty"]),
+    Cli("lm", "too little text", lm_train(text="{tmp}/p.txt"), ["context"]),
+    Cli("lm", "heads do not divide d_model", lm_train("--heads", "3"), ["model.n_heads", "d_model=32"]),
+    Cli("lm", "attention window 0", lm_train("--attn-window", "0"), ["model.attn_window"]),
+    Cli("lm", "zero context", lm_train("--max-len", "0"), ["model.max_len", "> 0"]),
+    Cli("lm", "negative learning rate", lm_train("--lr", "-1"), ["train.lr", "> 0"]),
+    Cli("lm", "resume nothing", ["train", "lm", "--resume", "{tmp}/none"], ["no such run"]),
+    Cli("lm", "resume with --no-bf16", ["train", "lm", "--resume", "{lm}", "--no-bf16"], ["--bf16", RESUMED]),
+    Cli("lm", "prompt longer than the context (refused: only generation slides past it)",
+        generate("the cat " * 5), ["prompt 1", "context of 32"]),
+    Cli("lm", "prompt and prompt file", generate("x", "--prompt-file", "{tmp}/p.txt"), ["--prompt-file"]),
+    Cli("lm", "missing prompt file", generate("--prompt-file", "{tmp}/nope.txt"), ["nope.txt", "no such"]),
+    Cli("lm", "no samples", generate("a", "--num-samples", "0"), ["--num-samples"]),
+    Cli("lm", "no new tokens", generate("a", "--max-new-tokens", "0"), ["--max-new-tokens"]),
+    Cli("lm", "top-p above 1", generate("a", "--top-p", "1.5"), ["--top-p", "1.5"]),
+    Cli("lm", "negative temperature", generate("a", "--temperature", "-1"), ["--temperature"]),
+    Cli("lm", "top-k 0", generate("a", "--top-k", "0"), ["--top-k"]),
+    Cli("lm", "generate with no run", ["generate", "{tmp}/none", "a"], ["none", "no such run"]),
+    Cli("lm", "generate with a translation run", ["generate", "{tr}", "a"],
+        ["translation_run", "'translation'"]),
+    Cli("lm", "generate with a run of a newer format", ["generate", "{newer}", "a"], NEWER),
+    # train mlm
+    Cli("mlm", "missing text", mlm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
+    Cli("mlm", "non-UTF-8 text", mlm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
+    Cli("mlm", "mask probability 1", mlm_train("--mask-prob", "1"), ["data.mask_prob"]),
+    Cli("mlm", "zero d_model", mlm_train("--d-model", "0"), ["model.d_model", "> 0"]),
+    Cli("mlm", "negative d_ff", mlm_train("--d-ff", "-8"), ["model.d_ff", "> 0"]),
+    Cli("mlm", "an existing run as --out", mlm_train(out="{cls}"), ["classify_run", "already exists"]),
+    Cli("mlm", "resume nothing", ["train", "mlm", "--resume", "{tmp}/none"], ["no such run"]),
+    Cli("mlm", "resume with --mask-prob", ["train", "mlm", "--resume", "{mlm}", "--mask-prob", "0.2"],
+        ["--mask-prob", RESUMED]),
+    # fill-mask
+    Cli("fill-mask", "no [MASK]", ["fill-mask", "{mlm}", "no mask here"], ["[MASK]"]),
+    Cli("fill-mask", "top-k 0", ["fill-mask", "{mlm}", "a [MASK]", "--top-k", "0"], ["--top-k"]),
+    Cli("fill-mask", "text longer than max_len (refused)", ["fill-mask", "{mlm}", "one " * 30 + "[MASK]"],
+        ["max_len of 24"]),
+    Cli("fill-mask", "no such run", ["fill-mask", "{tmp}/none", "a [MASK]"], ["none", "no such run"]),
+    Cli("fill-mask", "an encoder run", ["fill-mask", "{enc}", "a [MASK]"],
+        ["encoder_run", "'encoder'", "mlm"]),
+    Cli("fill-mask", "a classify run", ["fill-mask", "{cls}", "a [MASK]"],
+        ["classify_run", "'classify'", "mlm"]),
+    # train classify, classify
+    Cli("classify", "short training row", cls_train(train="{tmp}/short.tsv"),
+        ["short.tsv:3", "missing column"]),
+    Cli("classify", "dev label absent from training", cls_train(dev="{tmp}/maybe.tsv"),
+        ["maybe.tsv:3", "'maybe'"]),
+    Cli("classify", "empty text", cls_train(train="{tmp}/empty.tsv"), ["empty.tsv:2", "empty text"]),
+    Cli("classify", "malformed JSON line", cls_train(train="{tmp}/bad.jsonl", dev="{tmp}/bad.jsonl"),
+        ["bad.jsonl:2", "not valid JSON"]),
+    Cli("classify", "missing training file", cls_train(train="{tmp}/nope.tsv"), ["nope.tsv", "no such file"]),
+    Cli("classify", "directory as the training file", cls_train(train="{tmp}/folder.tsv"),
+        ["folder.tsv", "is a directory"]),
+    Cli("classify", "non-UTF-8 training file", cls_train("--format", "tsv", train="{tmp}/latin1.txt"),
+        ["latin1.txt:2", "UTF-8"]),
+    Cli("classify", "unknown column name", cls_train("--text-column", "review"),
+        ["train.tsv:1", "no column named 'review'"]),
+    Cli("classify", "three text columns",
+        cls_train("--text-column", "0", "--text-column", "0", "--text-column", "1"), ["text_columns"]),
+    Cli("classify", "one label only", cls_train(train="{tmp}/one_label.tsv"),
+        ["one_label.tsv", "two or more"]),
+    Cli("classify", "unknown extension", cls_train(train="{tmp}/train.txt"), ["train.txt", "--format"]),
+    Cli("classify", "no --dev", ["train", "classify", "--train", "{data}/train.tsv"], ["--dev"]),
+    Cli("classify", "zero epochs", cls_train("--epochs", "0"), ["--epochs"]),
+    Cli("classify", "zero batch size", cls_train("--batch-size", "0"), ["data.batch_size", "> 0"]),
+    Cli("classify", "batches by tokens", cls_train("--batch-tokens", "512"),
+        ["--batch-tokens", "--batch-size"]),
+    Cli("classify", "a model flag with --init", cls_train("--init", "{mlm}", "--d-model", "64"),
+        ["--d-model", "--init"]),
+    Cli("classify", "--init of a translation run", cls_init("{tr}"), ["'translation'", "--init"]),
+    Cli("classify", "--init of nothing", cls_init("{tmp}/none"), ["none", "no such run"]),
+    Cli("classify", "--init of a classify run", cls_init("{cls}"), ["'classify'", "--init"]),
+    Cli("classify", "resume nothing", ["train", "classify", "--resume", "{tmp}/none"], ["no such run"]),
+    Cli("classify", "classify with an encoder run", ["classify", "{enc}", "a"], ["'encoder'", "classify"]),
+    Cli("classify", "classify with a translation run", ["classify", "{tr}", "a"],
+        ["'translation'", "classify"]),
+    Cli("classify", "classify an empty text", ["classify", "{cls}", "good", " "], ["text 2 is empty"]),
+    Cli("classify", "classify no text (empty standard input)", ["classify", "{cls}"], ["no text given"]),
+    Cli("classify", "classify non-UTF-8 standard input", ["classify", "{cls}"], ["<stdin>:2", "UTF-8"],
+        stdin=b"good\n\xff bad\n"),
+    Cli("classify", "classify --batch-size 0", ["classify", "{cls}", "good", "--batch-size", "0"],
+        ["--batch-size"]),
+    # embed
+    Cli("embed", "--out a .txt", ["embed", "{cls}", "a", "--out", "{tmp}/e.txt"], [".npy"]),
+    Cli("embed", "a translation run", ["embed", "{tr}", "a"], ["'translation'", "embed"]),
+    Cli("embed", "an lm run", ["embed", "{lm}", "a"], ["'lm'", "embed"]),
+    Cli("embed", "no text (empty standard input)", ["embed", "{mlm}"], ["no text given"]),
+    Cli("embed", "negative --dims", ["embed", "{mlm}", "a", "--dims", "-1"], ["--dims"]),
+    # import-hf, export-hf
+    Cli("interop", "import a missing folder", ["import-hf", "{tmp}/nope", "{tmp}/out"],
+        ["nope", "no such folder"]),
+    Cli("interop", "import a folder without config.json", ["import-hf", "{tmp}", "{tmp}/out"],
+        ["no config.json"]),
+    Cli("interop", "import an unsupported model_type", ["import-hf", "{tmp}/hf_t5", "{tmp}/out"],
+        ["hf_t5/config.json", "'t5'", "supported"]),
+    Cli("interop", "import a config.json that is not JSON", ["import-hf", "{tmp}/hf_broken", "{tmp}/out"],
+        ["hf_broken/config.json", "not valid JSON"]),
+    Cli("interop", "import GPT-2 without a tokenizer", ["import-hf", "{tmp}/hf_gpt2", "{tmp}/out"],
+        ["hf_gpt2", "no tokenizer"]),
+    Cli("interop", "export a classify run", ["export-hf", "{cls}", "{tmp}/out"],
+        ["'classify'", "cannot be exported"]),
+    Cli("interop", "export into a run", ["export-hf", "{lm}", "{mlm}"], ["mlm_run", "already exists"]),
+    Cli("interop", "export nothing", ["export-hf", "{tmp}/none", "{tmp}/out"], ["none", "no such run"]),
+    Cli("interop", "export a run of a newer format", ["export-hf", "{newer}", "{tmp}/out"], NEWER),
+    # average
+    Cli("average", "--last 0", ["average", "{tr}", "--last", "0"], ["--last", ">= 1"]),
+    Cli("average", "more checkpoints than kept", ["average", "{tr}", "--last", "5"],
+        ["2 checkpoints kept", "cannot average the last 5"]),
+    Cli("average", "no checkpoints", ["average", "{enc}", "--last", "1"], ["encoder_run", "no checkpoints"]),
+    Cli("average", "not a run", ["average", "{tmp}", "--last", "1"], ["config.json"]),
+    Cli("average", "a run of a newer format", ["average", "{newer}", "--last", "1"], NEWER),
+    # attention, plot
+    Cli("plots", "attention into a .txt", ["attention", "{tr}", "a b", "--out", "{tmp}/a.txt"],
+        ["a.txt", "image format"]),
+    Cli("plots", "attention of a layer the model lacks", attention("{tr}", "a b", "--layers", "7"),
+        ["layer 7", "0 to 1"]),
+    Cli("plots", "attention with --layers not numbers", attention("{tr}", "a b", "--layers", "x"),
+        ["--layers", "'x'"]),
+    Cli("plots", "attention of a text longer than max_len", attention("{lm}", "a " * 40), ["max_len=32"]),
+    Cli("plots", "attention of an empty text", attention("{lm}", ""), ["empty"]),
+    Cli("plots", "attention of an mlm run", attention("{mlm}", "a"), ["'mlm'"]),
+    Cli("plots", "plot a folder that is not a run", ["plot", "{tmp}"], ["config.json"]),
+    Cli("plots", "plot a run without a training log", ["plot", "{enc}"],
+        ["train_log.csv", "no training log"]),
+    Cli("plots", "plot into a .txt", ["plot", "{tr}", "--out", "{tmp}/p.txt"], ["p.txt", "image format"]),
+    # evaluate
+    Cli("evaluate", "--batch-size 0", ["evaluate", "{tr}", "--batch-size", "0"], ["--batch-size"]),
+    Cli("evaluate", "--src without --ref", ["evaluate", "{tr}", "--src", "{data}/train.src"],
+        ["--src and --ref"]),
+    Cli("evaluate", "--src a directory", ["evaluate", "{tr}", "--src", "{tmp}", "--ref", "{data}/train.tgt"],
+        ["is a directory"]),
+    Cli("evaluate", "unequal --src and --ref",
+        ["evaluate", "{tr}", "--src", "{data}/train.src", "--ref", "{tmp}/short.tgt"],
+        ["short.tgt", "100", "99"]),
+    Cli("evaluate", "a translation run with --text", ["evaluate", "{tr}", "--text", "{tmp}/p.txt"],
+        ["--src", "--ref"]),
+    Cli("evaluate", "an lm run without --text", ["evaluate", "{lm}"], ["--text"]),
+    Cli("evaluate", "an lm run on a missing text", ["evaluate", "{lm}", "--text", "{tmp}/nope.txt"],
+        ["nope.txt", "no such file"]),
+    Cli("evaluate", "an mlm run without --text", ["evaluate", "{mlm}"], ["--text"]),
+    Cli("evaluate", "an mlm run on an empty text", ["evaluate", "{mlm}", "--text", "{tmp}/empty.txt"],
+        ["empty.txt", "empty"]),
+    Cli("evaluate", "an encoder run", ["evaluate", "{enc}"], ["encoder", "embed"]),
+    Cli("evaluate", "a classifier without --labeled", ["evaluate", "{cls}"], ["--labeled"]),
+    Cli("evaluate", "a label absent from training", ["evaluate", "{cls}", "--labeled", "{tmp}/maybe.tsv"],
+        ["maybe.tsv:3", "'maybe'"]),
+    Cli("evaluate", "non-UTF-8 labeled file",
+        ["evaluate", "{cls}", "--labeled", "{tmp}/latin1.txt", "--format", "tsv"], ["latin1.txt:2", "UTF-8"]),
+    Cli("evaluate", "a run of a newer format", ["evaluate", "{newer}"], NEWER),
+]  # fmt: skip
+
+
+def run_cli(
+    paths: Paths, argv: list[str], stdin: bytes, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """Exit status, standard output and standard error of ``vaswani ARGV`` reading ``stdin``."""
+    capsys.readouterr()
+    with mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin))):
+        status = main(paths.fill(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize("row", CLI, ids=[f"{row.family}: {row.name}" for row in CLI])
+def test_a_bad_command_line_gets_one_line_and_writes_nothing(paths, capsys, row):
+    before = paths.snapshot()
+    status, out, err = run_cli(paths, row.argv, row.stdin, capsys)
+    assert status == 2, err
+    assert err.endswith("\n") and len(err.splitlines()) == 1, err
+    assert err.startswith("vaswani: error: ") and "Traceback" not in err
+    for word in paths.fill(row.words):
+        assert word in err, (word, err)
+    assert out == ""
+    assert paths.snapshot() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Python API calls that are refused
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The module's runs loaded through the API, and the test's paths."""
+
+    paths: Paths
+    translator: Translator
+    lm: LanguageModel
+    mlm: MaskedLanguageModel
+    classifier: TextClassifier
+    encoder: SentenceEncoder
+
+
+@pytest.fixture(scope="module")
+def models(runs: Paths) -> dict[str, Any]:
+    """The runs loaded once for the module: :class:`Loaded`'s fields but ``paths``."""
+    return {
+        "translator": Translator.load(runs.tr),
+        "lm": LanguageModel.load(runs.lm),
+        "mlm": MaskedLanguageModel.load(runs.mlm),
+        "classifier": TextClassifier.load(runs.cls),
+        "encoder": SentenceEncoder.load(runs.cls),
+    }
+
+
+@pytest.fixture
+def loaded(paths: Paths, models: dict[str, Any]) -> Loaded:
+    """The loaded runs, and the test's paths with the bad files."""
+    return Loaded(paths, **models)
+
+
+@dataclass(frozen=True)
+class Api:
+    """A call refused with exactly ``error``, its message holding ``words``."""
+
+    family: str
+    name: str
+    call: Callable[[Loaded], object]
+    error: type[Exception]
+    words: list[str]
+
+
+def ids(*rows: list[int]) -> torch.Tensor:
+    """A (batch, seq) tensor of token ids, one list a row."""
+    return torch.tensor(list(rows))
+
+
+API = [
+    Api("translation", "source id above the vocabulary",
+        lambda x: x.translator.model(ids([5, 10**6]), ids([1])),
+        InputError, ["token id 1000000 at [0, 1]", "outside the vocabulary of 64"]),
+    Api("translation", "negative target id", lambda x: x.translator.model(ids([5]), ids([1, -1])),
+        InputError, ["token id -1 at [0, 1]", "vocabulary"]),
+    Api("translation", "sentence longer than max_len", lambda x: x.translator.translate(["ok", "a " * 600]),
+        DataError, ["input line 2", "max_len=512"]),
+    Api("translation", "beam search and sampling",
+        lambda x: x.translator.translate(["a"], beam=2, sampling=Sampling()),
+        ValueError, ["beam search and sampling"]),
+    Api("translation", "resume a checkpoint of a newer vaswani", lambda x: resume_translation(x.paths.future),
+        RunDirError, ["trainer_state.json", "unknown field 'ema_decay'"]),
+    Api("translation", "load an lm run", lambda x: Translator.load(x.paths.lm), RunDirError,
+        ["'lm'", "'translation'"]),
+    Api("lm", "token id equal to the vocabulary size", lambda x: x.lm.model(ids([1, 64])), InputError,
+        ["token id 64 at [0, 1]", "vocabulary of 64 (ids 0 to 63)"]),
+    Api("lm", "sequence longer than max_len", lambda x: x.lm.model(torch.zeros(1, 33, dtype=torch.long)),
+        InputError, ["33 positions", "max_len=32"]),
+    Api("lm", "prompt longer than the context", lambda x: x.lm.generate(["a", "the cat " * 5]), DataError,
+        ["prompt 2", "context of 32"]),
+    Api("lm", "no new tokens", lambda x: x.lm.generate(["a"], 0), ValueError, ["max_new_tokens", ">= 1"]),
+    Api("lm", "loss of an empty text", lambda x: x.lm.loss(""), DataError, ["fewer than two tokens"]),
+    Api("lm", "load a run of a newer format", lambda x: LanguageModel.load(x.paths.newer), RunDirError,
+        ["format_version 2", "upgrade"]),
+    Api("mlm", "token id above the vocabulary", lambda x: x.mlm.model(ids([2, 500, 3])), InputError,
+        ["token id 500 at [0, 1]", "vocabulary of 128"]),
+    Api("mlm", "segment id 2", lambda x: x.mlm.model(ids([2, 5, 3]), segments=ids([0, 2, 0])), InputError,
+        ["segment id 2 at [0, 1]", "segment embeddings of 2"]),
+    Api("fill-mask", "no [MASK]", lambda x: x.mlm.fill_mask("one two"), DataError, ["no [MASK]"]),
+    Api("fill-mask", "top_k 0", lambda x: x.mlm.fill_mask("one [MASK]", top_k=0), ValueError, ["top_k"]),
+    Api("fill-mask", "load a classify run", lambda x: MaskedLanguageModel.load(x.paths.cls), RunDirError,
+        ["'classify'", "mlm"]),
+    Api("classify", "load an mlm run", lambda x: TextClassifier.load(x.paths.mlm), RunDirError,
+        ["'mlm'", "classify"]),
+    Api("classify", "label absent from training",
+        lambda x: read_labeled(x.paths.tmp / "maybe.tsv", labels=x.classifier.labels), DataError,
+        ["maybe.tsv:3", "'maybe'", "training labels"]),
+    Api("embed", "load an lm run", lambda x: SentenceEncoder.load(x.paths.lm), RunDirError,
+        ["'lm'", "embed"]),
+    Api("translation", "heads do not divide d_model", lambda x: ModelConfig(d_model=30, n_heads=4),
+        ConfigError, ["model.n_heads", "divide d_model=30"]),
+    Api("lm", "attention window 0", lambda x: ModelConfig(attn_window=0), ConfigError, ["model.attn_window"]),
+    Api("mlm", "negative d_ff", lambda x: ModelConfig(d_ff=-1), ConfigError, ["model.d_ff", "> 0"]),
+    Api("lm", "zero batch tokens", lambda x: TrainConfig(batch_tokens=0), ConfigError,
+        ["train.batch_tokens"]),
+    Api("translation", "parallel files of unequal length",
+        lambda x: read_parallel(x.paths.data / "train.src", x.paths.tmp / "short.tgt"), DataError,
+        ["short.tgt has 99", "100 lines"]),
+    Api("translation", "a directory as a file", lambda x: read_lines(x.paths.tmp), DataError,
+        ["is a directory"]),
+    Api("translation", "non-UTF-8 file", lambda x: read_lines(x.paths.tmp / "latin1.txt"), DataError,
+        ["latin1.txt:2", "byte 0xfc"]),
+    Api("translation", "empty file", lambda x: read_lines(x.paths.tmp / "empty.txt"), DataError,
+        ["empty.txt", "empty"]),
+    Api("interop", "import a missing folder", lambda x: import_hf(x.paths.tmp / "nope", x.paths.tmp / "out"),
+        DataError, ["nope", "no such folder"]),
+    Api("interop", "export a classify run", lambda x: export_hf(x.paths.cls, x.paths.tmp / "out"),
+        RunDirError, ["'classify'", "cannot be exported"]),
+    Api("average", "more checkpoints than kept", lambda x: average_checkpoints(x.paths.tr, 5), RunDirError,
+        ["cannot average the last 5"]),
+    Api("average", "zero checkpoints", lambda x: newest_checkpoints(x.paths.tr, 0), ValueError,
+        [">= 1, got 0"]),
+    Api("evaluate", "a run config of a newer format", lambda x: read_run_config(x.paths.newer), RunDirError,
+        ["format_version 2", "reads up to 1"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", API, ids=[f"{row.family}: {row.name}" for row in API])
+def test_a_bad_api_call_raises_its_error_and_writes_nothing(loaded, row):
+    before = loaded.paths.snapshot()
+    with pytest.raises(row.error) as caught:
+        row.call(loaded)
+    assert type(caught.value) is row.error, repr(caught.value)  # exactly, not a subclass
+    message = str(caught.value)
+    assert "\n" not in message
+    for word in row.words:
+        assert word in message, (word, message)
+    assert loaded.paths.snapshot() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs with a documented behaviour other than an error
+
+
+def cli_ok(loaded: Loaded, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """Standard output and standard error of ``vaswani ARGV``, which must succeed."""
+    status, out, err = run_cli(loaded.paths, argv, b"", capsys)
+    assert status == 0, err
+    return out, err
+
+
+def stop_string_never_found(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """Generation runs to --max-new-tokens, as without the stop string."""
+    argv = ["generate", "{lm}", "the", "--max-new-tokens", "12", "--temperature", "0"]
+    plain, _ = cli_ok(x, argv, capsys)
+    stopped, err = cli_ok(x, [*argv, "--stop", "QQ"], capsys)
+    assert stopped == plain and err == ""
+    assert len(x.lm.tokenizer.encode(stopped.removeprefix("the").removesuffix("\n"))) == 12
+
+
+def no_prompts(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    assert x.lm.generate([]) == []
+
+
+def no_sentences(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    assert x.translator.translate([]) == [] and x.translator.translate([], beam=2) == []
+    assert x.translator.translate_n_best([], 2) == []
+
+
+def no_texts(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    assert x.classifier.predict([]) == []
+    assert x.classifier.probabilities([]).shape == (0, 2)
+
+
+def no_texts_to_embed(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    assert x.encoder.embed([]).shape == (0, 32)
+
+
+def zero_size_tensors(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """No rows, or rows of no tokens: the empty result of that shape."""
+    empty = torch.zeros(0, 4, dtype=torch.long)
+    with torch.no_grad():
+        assert x.lm.model(empty).shape == (0, 4, 64)
+        assert x.lm.model(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, 64)
+        assert x.translator.model(empty, torch.zeros(0, 3, dtype=torch.long)).shape == (0, 3, 64)
+        assert x.translator.model(ids([5, 6]), torch.zeros(1, 0, dtype=torch.long)).shape == (1, 0, 64)
+        assert x.mlm.model(empty).shape == (0, 4, 128)
+
+
+def cut_with_a_warning(command: str) -> Callable[[Loaded, pytest.CaptureFixture[str]], None]:
+    """``classify`` or ``embed`` of a text longer than the model's max_len (24): the model reads it
+    cut to max_len, and one warning line says so."""
+
+    def check(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+        out, err = cli_ok(x, [command, "{cls}", "a good film", "good " * 30], capsys)
+        assert err.splitlines() == [
+            "vaswani: warning: 1 of 2 texts are longer than the model's max_len of 24 tokens and were cut "
+            "to it (the first: text 2, 32 tokens)"
+        ]
+        if command == "classify":
+            assert len(out.splitlines()) == 2
+        else:
+            assert "cosine similarity" in out
+
+    return check
+
+
+@dataclass(frozen=True)
+class Documented:
+    """An input that looks wrong and has a documented behaviour, which ``check`` asserts."""
+
+    family: str
+    name: str
+    check: Callable[[Loaded, pytest.CaptureFixture[str]], None]
+
+
+DOCUMENTED = [
+    Documented("lm", "a stop string never found: runs to --max-new-tokens", stop_string_never_found),
+    Documented("lm", "no prompts: no continuations", no_prompts),
+    Documented("translation", "no sentences: no translations", no_sentences),
+    Documented("classify", "no texts: no labels", no_texts),
+    Documented("embed", "no texts: a (0, d_model) tensor", no_texts_to_embed),
+    Documented("lm", "zero-size token tensors: empty outputs", zero_size_tensors),
+    Documented("classify", "a text longer than max_len: cut, with a warning", cut_with_a_warning("classify")),
+    Documented("embed", "a text longer than max_len: cut, with a warning", cut_with_a_warning("embed")),
+]
+
+
+@pytest.mark.parametrize("row", DOCUMENTED, ids=[f"{row.family}: {row.name}" for row in DOCUMENTED])
+def test_an_input_with_a_documented_behaviour_gets_it_and_writes_nothing(loaded, capsys, row):
+    before = loaded.paths.snapshot()
+    row.check(loaded, capsys)
+    assert loaded.paths.snapshot() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue itself, and --debug
+
+
+def test_the_catalogue_covers_every_family():
+    families = {row.family for row in CLI}
+    assert families == set(FAMILIES)
+    assert len(CLI) + len(API) + len(DOCUMENTED) >= 30
+    for table in (CLI, API, DOCUMENTED):
+        names = [(row.family, row.name) for row in table]
+        assert len(names) == len(set(names))  # one row per bad input (the same one may be in CLI and API)
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    """The command in its own process: one line and status 2, and with --debug the traceback."""
+    argv = [sys.executable, "-m", "vaswani.cli", "translate", str(tmp_path), "hello"]
+    plain = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert plain.returncode == 2
+    assert plain.stderr.splitlines() == [
+        f"vaswani: error: {tmp_path}: not a vaswani run directory (no config.json)"
+    ]
+    debug = subprocess.run([*argv[:3], "--debug", *argv[3:]], capture_output=True, text=True, check=False)
+    assert debug.returncode != 0
+    assert "Traceback (most recent call last)" in debug.stderr and debug.stderr.rstrip().endswith(
+        f"RunDirError: {tmp_path}: not a vaswani run directory (no config.json)"
+    )
+    assert list(tmp_path.iterdir()) == []
