@@ -1,11 +1,12 @@
 """The ablations the seeds argue about: norm placement × position scheme × learning-rate warmup.
 
 Trains the Multi30k model of ``configs/multi30k.yaml`` (3 + 3 layers, 256 dimensions, shared BPE,
-bf16 autocast) once for each of the 3 × 3 × 2 combinations of
+bf16 autocast; smaller batches than the recipe's, for more steps in a short budget) once for
+each of the 3 × 3 × 2 combinations of
 
 - ``model.norm``: post_ln (the paper's), pre_ln, pre_rmsnorm;
 - ``model.position``: sinusoidal, learned, relative (Shaw et al. 2018);
-- warmup: the recipe's linear warmup (scaled to the budget) or none, both followed by cosine decay;
+- warmup: linear over the first quarter of the steps (`--warmup`) or none, then cosine decay;
 
 at a fixed, smaller budget of optimizer steps (the same batches in the same order for every run,
 so that runs done side by side or on a busy machine give the same figures). Each run reports greedy
@@ -17,7 +18,7 @@ checked here: Pre-LN trains well without warmup, where Post-LN needs it (Xiong e
 Writes ``ablations.md`` (the table, with the command) and ``ablations.png`` (validation loss
 against steps, one panel with warmup and one without) to ``--results``:
 
-    python benchmarks/ablations.py                      # 18 runs of 200 steps, two at a time
+    python benchmarks/ablations.py                      # 18 runs of 200 steps, two at a time (~30 min)
     python benchmarks/ablations.py --steps 40 --norms post_ln --positions sinusoidal   # two runs
 """
 
@@ -66,12 +67,13 @@ def base_run(config: Path, data: Path) -> Any:
     return dataclasses.replace(run, data=run.data.replace(**paths))
 
 
-def variant_run(base: Any, variant: Variant, steps: int, warmup: int) -> Any:
-    """``base`` with the variant's norm and positions, trained for ``steps`` steps on one thread,
-    with ``warmup`` steps of warmup or none."""
+def variant_run(base: Any, variant: Variant, steps: int, warmup: int, batch_tokens: int) -> Any:
+    """``base`` with the variant's norm and positions, trained for ``steps`` steps of
+    ``batch_tokens`` on one thread, with ``warmup`` steps of warmup or none."""
     train = base.train.replace(
-        max_steps=steps, max_minutes=None, warmup_steps=warmup if variant.warmup else 0,
-        eval_every=max(1, steps // 8), eval_sentences=100, checkpoint_every=None, threads=1,
+        max_steps=steps, batch_tokens=batch_tokens, max_minutes=None,
+        warmup_steps=warmup if variant.warmup else 0, eval_every=max(1, steps // 8),
+        eval_sentences=100, checkpoint_every=None, threads=1,
     )  # fmt: skip
     model = base.model.replace(norm=variant.norm, position=variant.position)
     return dataclasses.replace(base, model=model, train=train)
@@ -121,14 +123,17 @@ def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     return row
 
 
-def table(rows: list[dict[str, Any]], steps: int, warmup: int, command: str, wall: float) -> str:
+def table(
+    rows: list[dict[str, Any]], steps: int, warmup: int, batch_tokens: int, command: str, wall: float
+) -> str:
     unigram = rows[0]["unigram_loss"]
     lines = [
         "# Ablations: norm placement × positions × warmup on Multi30k de→en",
         "",
         f"Written by `{command}` ({time.strftime('%Y-%m-%d')}, {wall:.0f} minutes in all).",
         "",
-        f"Each run: the model and batches of `configs/multi30k.yaml`, {steps} optimizer steps, peak lr "
+        f"Each run: the model of `configs/multi30k.yaml`, {steps} optimizer steps of {batch_tokens} padded "
+        "tokens per side (the same batches in the same order), one thread, peak lr "
         f"from the recipe, linear warmup over {warmup} steps or none, then cosine decay to 0. "
         "BLEU: greedy decoding of test2016, sacreBLEU cased (13a). Valid loss: cross-entropy per "
         "target token on the whole val split after the last step. Diverged: training stopped on "
@@ -178,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, help="warmup steps of the runs with warmup (default: steps / 4)"
     )
+    parser.add_argument("--batch-tokens", type=int, default=1500, help="padded tokens per side a step")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained side by side (one thread each)")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k.yaml")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
@@ -200,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [
-            pool.submit(train_variant, variant_run(base, v, args.steps, warmup), v, args.out)
+            pool.submit(
+                train_variant, variant_run(base, v, args.steps, warmup, args.batch_tokens), v, args.out
+            )
             for v in variants
         ]
         rows = []
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     args.results.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python benchmarks/ablations.py", *(argv if argv is not None else sys.argv[1:])])
-    text = table(rows, args.steps, warmup, command, (time.perf_counter() - started) / 60)
+    text = table(rows, args.steps, warmup, args.batch_tokens, command, (time.perf_counter() - started) / 60)
     (args.results / "ablations.md").write_text(text, encoding="utf-8")
     curves(rows, args.results / "ablations.png")
     print(text)
