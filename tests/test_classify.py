@@ -21,7 +21,6 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
 from vaswani.errors import DataError
-from vaswani.tasks import classify as classify_module
 from vaswani.tasks.classify import (
     BertClassifier,
     SentenceEncoder,
@@ -31,6 +30,7 @@ from vaswani.tasks.classify import (
     text_batch,
 )
 from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training import trainer as trainer_module
 
 # ---------------------------------------------------------------------------------------------
 # Reading labeled files
@@ -297,12 +297,12 @@ def test_init_from_an_mlm_run_starts_from_its_encoder(mlm_run, data, tmp_path, m
     lacks is new; the tokenizer and model config are the mlm run's."""
     seen: dict[str, torch.Tensor] = {}
 
-    class Recording(classify_module.Trainer):
+    class Recording(trainer_module.Trainer):
         def fit(self, quiet: bool = False):
             seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
             return super().fit(quiet)
 
-    monkeypatch.setattr(classify_module, "Trainer", Recording)
+    monkeypatch.setattr(trainer_module, "Trainer", Recording)
     out = tmp_path / "run"
     args = [
         "train", "classify", "--train", str(data / "train.tsv"), "--dev", str(data / "dev.tsv"),

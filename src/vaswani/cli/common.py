@@ -11,7 +11,18 @@ from typing import Any
 
 import yaml
 
-from vaswani.config import ACTIVATIONS, NORMS, POSITIONS, PRESETS, SCHEDULES, TIES
+from vaswani.config import (
+    ACTIVATIONS,
+    NORMS,
+    POSITIONS,
+    PRESETS,
+    SCHEDULES,
+    TIES,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+)
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError, DataError, RunDirError
 
@@ -130,6 +141,38 @@ def merge_settings(
         if getattr(args, flag, None) is not None:
             train[name] = getattr(args, flag)
     return str(args.config) if args.config else "flags"
+
+
+def text_run_config(
+    args: argparse.Namespace,
+    task: str,
+    arch: str,
+    settings: tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+    data_flags: tuple[str, ...],
+) -> RunConfig:
+    """The run config of a model trained on plain text (``lm``, ``mlm``): the task's default
+    ``settings`` (model, train, data) < ``--config`` < flags. ``--text`` replaces the embedded
+    default text, and with it or a config file the default job's time budget is dropped; the
+    ``data_flags`` given are copied into the data section."""
+    model, train, data = settings
+    if args.text or args.config:  # the time budget is the embedded default job's, not a recipe's
+        train["max_minutes"] = None
+    if args.text:
+        data["source"] = "text"
+        data["text"] = [str(Path(t).resolve()) for t in args.text]
+    source = merge_settings(args, model, train, data)
+    model["arch"] = arch
+    if args.layers is not None:
+        model["n_decoder_layers" if arch == "decoder_only" else "n_encoder_layers"] = args.layers
+    for flag in data_flags:
+        if getattr(args, flag) is not None:
+            data[flag] = getattr(args, flag)
+    return RunConfig(
+        task,
+        ModelConfig.from_dict(model, source=source),
+        TrainConfig.from_dict(train, source=source),
+        DataConfig.from_dict(data, source=source),
+    )
 
 
 def resume_changes(args: argparse.Namespace) -> dict[str, Any]:

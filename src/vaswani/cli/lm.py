@@ -12,11 +12,11 @@ from vaswani.cli.common import (
     add_model_flags,
     add_run_flags,
     add_train_flags,
-    merge_settings,
     new_run_dir,
     resume_changes,
+    text_run_config,
 )
-from vaswani.config import LM_TOKENIZERS, DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import LM_TOKENIZERS, RunConfig
 from vaswani.data.readers import read_lines
 from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError
@@ -70,24 +70,8 @@ def add_generate_parser(commands: Any) -> None:
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     from vaswani.tasks.lm import default_settings
 
-    model, train, data = default_settings()
-    if args.text or args.config:  # the time budget is the embedded default job's, not a recipe's
-        train["max_minutes"] = None
-    if args.text:
-        data["source"] = "text"
-        data["text"] = [str(Path(t).resolve()) for t in args.text]
-    source = merge_settings(args, model, train, data)
-    model["arch"] = "decoder_only"
-    if args.layers is not None:
-        model["n_decoder_layers"] = args.layers
-    for flag in ("tokenizer", "vocab_size", "valid_fraction"):
-        if getattr(args, flag) is not None:
-            data[flag] = getattr(args, flag)
-    return RunConfig(
-        "lm",
-        ModelConfig.from_dict(model, source=source),
-        TrainConfig.from_dict(train, source=source),
-        DataConfig.from_dict(data, source=source),
+    return text_run_config(
+        args, "lm", "decoder_only", default_settings(), ("tokenizer", "vocab_size", "valid_fraction")
     )
 
 

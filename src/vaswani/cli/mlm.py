@@ -11,11 +11,11 @@ from vaswani.cli.common import (
     add_model_flags,
     add_run_flags,
     add_train_flags,
-    merge_settings,
     new_run_dir,
     resume_changes,
+    text_run_config,
 )
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import RunConfig
 from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError
 
@@ -59,24 +59,8 @@ def add_fill_mask_parser(commands: Any) -> None:
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     from vaswani.tasks.mlm import TASK, default_settings
 
-    model, train, data = default_settings()
-    if args.text or args.config:  # the time budget is the embedded default job's, not a recipe's
-        train["max_minutes"] = None
-    if args.text:
-        data["source"] = "text"
-        data["text"] = [str(Path(t).resolve()) for t in args.text]
-    source = merge_settings(args, model, train, data)
-    model["arch"] = "encoder_only"
-    if args.layers is not None:
-        model["n_encoder_layers"] = args.layers
-    for flag in ("vocab_size", "valid_fraction", "mask_prob"):
-        if getattr(args, flag) is not None:
-            data[flag] = getattr(args, flag)
-    return RunConfig(
-        TASK,
-        ModelConfig.from_dict(model, source=source),
-        TrainConfig.from_dict(train, source=source),
-        DataConfig.from_dict(data, source=source),
+    return text_run_config(
+        args, TASK, "encoder_only", default_settings(), ("vocab_size", "valid_fraction", "mask_prob")
     )
 
 

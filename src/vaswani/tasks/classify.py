@@ -39,11 +39,11 @@ from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, POOLER_TABLE, TOKENIZER, model_for_run
 from vaswani.models.bert import Bert, MaskedLM, SequenceClassifier, mean_pool
-from vaswani.rundir import read_run_config, write_run_config
+from vaswani.rundir import read_run_config
 from vaswani.tasks.mlm import check_tokenizer, native_bf16, read_bert_run, save_tokenizer, small_bert
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.checkpoint import load_weights
-from vaswani.training.trainer import Trainer, seed_everything
+from vaswani.training.trainer import fit_run
 
 TASK = "classify"
 PRETRAINED_TASKS = (MLM_TASK, ENCODER_TASK)
@@ -331,19 +331,14 @@ def train_classify(
         run = RunConfig(run.task, classifier_config(run.model, spec.pool), run.train, spec)
     check_tokenizer(run, tokenizer, run_dir)
     task = ClassifyTask(run, tokenizer, data)
-    seed_everything(run.train.seed)
-    model = classifier_model(run)
-    if bert is not None:
-        load_encoder_weights(model, bert)
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_tokenizer(tokenizer, run_dir)
-        write_run_config(run_dir, run)
-    trainer = Trainer(model, task, run.train, run_dir)
-    if resume:
-        trainer.resume()
-        write_run_config(run_dir, run)
-    metrics = trainer.fit(quiet=quiet)
+
+    def build() -> nn.Module:
+        model = classifier_model(run)
+        if bert is not None:
+            load_encoder_weights(model, bert)
+        return model
+
+    metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 
 

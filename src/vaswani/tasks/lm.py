@@ -21,10 +21,10 @@ from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, s
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import Sampling, generate, lm_next_logits
 from vaswani.models.gpt import GPT
-from vaswani.rundir import read_run_config, write_run_config
+from vaswani.rundir import read_run_config
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.checkpoint import load_weights
-from vaswani.training.trainer import Trainer, seed_everything
+from vaswani.training.trainer import fit_run
 
 TASK = "lm"
 TOKENIZER = "tokenizer.json"
@@ -283,17 +283,10 @@ def train_lm(
         encode_documents(tokenizer, valid_docs),
         tokenizer.vocab_size,
     )
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(run_dir / TOKENIZER)
-        write_run_config(run_dir, run)
-    seed_everything(run.train.seed)
-    model = GPT(run.model)
-    trainer = Trainer(model, task, run.train, run_dir)
-    if resume:
-        trainer.resume()
-        write_run_config(run_dir, run)
-    metrics = trainer.fit(quiet=quiet)
+    metrics, model = fit_run(
+        run, run_dir, task, lambda: GPT(run.model), lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
+    )
+    assert isinstance(model, GPT)
     return metrics, LanguageModel(model, tokenizer), name
 
 

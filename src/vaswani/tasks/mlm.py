@@ -37,11 +37,11 @@ from vaswani.data.text import split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, tokenizer_json
 from vaswani.models.bert import MaskedLM
-from vaswani.rundir import read_run_config, write_run_config
+from vaswani.rundir import read_run_config
 from vaswani.tasks.lm import load_documents, native_bf16
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.checkpoint import load_weights, write_file
-from vaswani.training.trainer import Trainer, seed_everything
+from vaswani.training.trainer import fit_run
 
 TASK = MLM_TASK
 BERT_TASKS = (MLM_TASK, ENCODER_TASK)
@@ -333,17 +333,10 @@ def train_mlm(
         text_windows(tokenizer, train_docs, max_len),
         text_windows(tokenizer, valid_docs, max_len),
     )
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_tokenizer(tokenizer, run_dir)
-        write_run_config(run_dir, run)
-    seed_everything(run.train.seed)
-    model = MaskedLM(run.model)
-    trainer = Trainer(model, task, run.train, run_dir)
-    if resume:
-        trainer.resume()
-        write_run_config(run_dir, run)
-    metrics = trainer.fit(quiet=quiet)
+    metrics, model = fit_run(
+        run, run_dir, task, lambda: MaskedLM(run.model), lambda d: save_tokenizer(tokenizer, d), resume, quiet
+    )
+    assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
 
 

@@ -25,11 +25,11 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import read_run_config, write_run_config
+from vaswani.rundir import read_run_config
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.checkpoint import atomic_write_text, load_weights
 from vaswani.training.losses import label_smoothed_nll
-from vaswani.training.trainer import Trainer, seed_everything
+from vaswani.training.trainer import fit_run
 
 TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
@@ -345,18 +345,15 @@ def train_translation(
         run = fit_vocab(run, src_tok, tgt_tok, data)
     check_vocab(run.model, src_tok, tgt_tok, run_dir)
     task = TranslationTask(run, src_tok, tgt_tok, data)
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        src_tok.save(run_dir / SRC_TOKENIZER)
-        tgt_tok.save(run_dir / TGT_TOKENIZER)
-        write_run_config(run_dir, run)
-    seed_everything(run.train.seed)
-    model = Transformer(run.model)
-    trainer = Trainer(model, task, run.train, run_dir)
-    if resume:
-        trainer.resume()
-        write_run_config(run_dir, run)  # with the resume's changes, for the next resume
-    metrics = trainer.fit(quiet=quiet)
+
+    def save_tokenizers(folder: Path) -> None:
+        src_tok.save(folder / SRC_TOKENIZER)
+        tgt_tok.save(folder / TGT_TOKENIZER)
+
+    metrics, model = fit_run(
+        run, run_dir, task, lambda: Transformer(run.model), save_tokenizers, resume, quiet
+    )
+    assert isinstance(model, Transformer)
     return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
 
 

@@ -21,7 +21,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,9 +31,10 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from vaswani.config import TrainConfig
+from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.rundir import write_run_config
 from vaswani.training.checkpoint import (
     atomic_save_model,
     atomic_write_text,
@@ -351,3 +352,29 @@ class Trainer:
         }
         atomic_write_text(self.run_dir / "metrics.json", json.dumps(result, indent=2) + "\n")
         return result
+
+
+def fit_run(
+    run: RunConfig,
+    run_dir: Path,
+    task: Task,
+    build_model: Callable[[], nn.Module],
+    save_files: Callable[[Path], None],
+    resume: bool = False,
+    quiet: bool = False,
+) -> tuple[dict[str, Any], nn.Module]:
+    """What every task's training shares once its data and tokenizers are ready: seed, build the
+    model, and either write a new run directory (``save_files`` writes the task's own files, such
+    as tokenizers, then ``config.json``) or continue from its newest checkpoint; then train.
+    Returns the final metrics and the trained model."""
+    seed_everything(run.train.seed)
+    model = build_model()
+    if not resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_files(run_dir)
+        write_run_config(run_dir, run)
+    trainer = Trainer(model, task, run.train, run_dir)
+    if resume:
+        trainer.resume()
+        write_run_config(run_dir, run)  # with the resume's changes, for the next resume
+    return trainer.fit(quiet=quiet), model
