@@ -43,6 +43,8 @@ Token ids: Marian's vocabulary has ``</s>`` (end), ``<unk>`` and ``<pad>`` (usua
 which also starts the decoder (``decoder_start_token_id``), and is never generated (the
 ``bad_words_ids`` of Marian's generation config). The run's tokenizers carry these roles (see
 :class:`~vaswani.tokenizer.TextTokenizer`); the ids in ``config.json`` must agree with them.
+A folder without ``tokenizer.json`` is read from OPUS-MT's ``source.spm``, ``target.spm`` and
+``vocab.json``, tokenized as ``MarianTokenizer`` does (:mod:`vaswani.interop.sentencepiece`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
+from vaswani.interop.sentencepiece import marian_tokenizer
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import write_run_config
@@ -79,6 +82,8 @@ from vaswani.training.checkpoint import atomic_save_model, first_line, load_weig
 MODEL_TYPE = "marian"
 ARCHITECTURE = "MarianMTModel"
 HF_TOKENIZER, HF_TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
+SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"  # OPUS-MT's SentencePiece models
+VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"  # and its vocabularies (piece → id)
 GENERATION_CONFIG = "generation_config.json"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm, not configurable
 
@@ -440,11 +445,8 @@ def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tens
     return hf
 
 
-def _load_tokenizer(path: Path) -> TextTokenizer:
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
-        raise DataError(f"{path}: not a readable tokenizer ({first_line(exc)})") from None
+def _text_tokenizer(tokenizer: Tokenizer, path: Path) -> TextTokenizer:
+    """``tokenizer`` (read from ``path``) with its special tokens' roles, unpadded and untruncated."""
     tokenizer.no_truncation()
     tokenizer.no_padding()
     try:
@@ -453,16 +455,38 @@ def _load_tokenizer(path: Path) -> TextTokenizer:
         raise DataError(f"{path}: {exc}") from None
 
 
+def _load_tokenizer(path: Path) -> TextTokenizer:
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise DataError(f"{path}: not a readable tokenizer ({first_line(exc)})") from None
+    return _text_tokenizer(tokenizer, path)
+
+
+def _sentencepiece_tokenizers(src: Path) -> tuple[TextTokenizer, TextTokenizer, Path]:
+    """The tokenizers of OPUS-MT's own files, as ``MarianTokenizer`` reads them: ``source.spm``
+    (and ``target.spm`` for the target side, when there is one) with the ids of ``vocab.json``
+    (and ``target_vocab.json`` for a separate target vocabulary, when there is one)."""
+    vocab = src / VOCAB
+    if not vocab.is_file():
+        raise DataError(f"{src}: {SOURCE_SPM} without {VOCAB}, which gives its pieces their ids")
+    target_spm = src / TARGET_SPM if (src / TARGET_SPM).is_file() else src / SOURCE_SPM
+    target_vocab = src / TARGET_VOCAB if (src / TARGET_VOCAB).is_file() else vocab
+    src_tok = _text_tokenizer(marian_tokenizer(src / SOURCE_SPM, vocab, source=True), vocab)
+    tgt_tok = _text_tokenizer(marian_tokenizer(target_spm, target_vocab, source=False), target_vocab)
+    return src_tok, tgt_tok, vocab
+
+
 def read_tokenizers(src: Path) -> tuple[TextTokenizer, TextTokenizer, Path]:
     """The source and target tokenizers of a Marian folder and the file they came from:
     ``tokenizer.json`` (both sides, or the source side when a ``target_tokenizer.json`` is
-    there too), as :func:`export_run` writes them."""
+    there too), as :func:`export_run` writes them, or else OPUS-MT's SentencePiece files (see
+    :mod:`vaswani.interop.sentencepiece`)."""
     path = src / HF_TOKENIZER
     if not path.is_file():
-        raise DataError(
-            f"{src}: no {HF_TOKENIZER}; a run directory needs one (SentencePiece files such as "
-            "source.spm are not read)"
-        )
+        if (src / SOURCE_SPM).is_file():
+            return _sentencepiece_tokenizers(src)
+        raise DataError(f"{src}: no {HF_TOKENIZER}, nor {SOURCE_SPM} with {VOCAB}; a run directory needs one")
     src_tok = _load_tokenizer(path)
     target = src / HF_TARGET_TOKENIZER
     tgt_tok = _load_tokenizer(target) if target.is_file() else src_tok
