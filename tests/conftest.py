@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
@@ -14,3 +16,15 @@ def _single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_not_ignored():
+    """A shell that starts pytest in the background (``nohup … &``) makes it ignore SIGINT, and
+    the trainer rightly leaves an ignored signal alone; the tests that press Ctrl-C need the
+    usual handler."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
