@@ -152,7 +152,7 @@ def _tree(table: dict[tuple[int, ...], dict[int, float]]) -> Reorderable:
             rows.append([math.log(probs[t]) if t in probs else -30.0 for t in range(TOY_VOCAB)])
         return torch.tensor(rows, dtype=DT)
 
-    return Reorderable(next_logits, lambda index: None)
+    return Reorderable(next_logits, lambda index, sources: None)
 
 
 def _search(table, beam, max_new_tokens=4, n_best=1, penalty=NO_PENALTY, early_stopping=True):

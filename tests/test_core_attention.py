@@ -117,6 +117,31 @@ def test_cross_attention_matches_torch(fused):
     _assert_close(weights, expected_w)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_memory_rows_shared_by_consecutive_query_rows(fused, need_weights):
+    """Beam search keeps one memory row per source for its hypotheses: the result must be that of
+    the memory (and its padding mask, one empty row included) repeated for every row of ``x``."""
+    ours, _ = _pair(fused, cross=True)
+    group = 3
+    x = torch.randn(2 * group, 4, D_MODEL, dtype=DT)
+    memory = torch.randn(2, 7, D_MODEL, dtype=DT)
+    kpm = torch.zeros(2, 7, dtype=torch.bool)
+    kpm[0, 5:] = True
+    kpm[1, :] = True
+    mask = from_key_padding_mask(kpm)
+    out, weights = ours(x, memory=memory, mask=mask, need_weights=need_weights)
+    expanded = ours(
+        x, memory=memory.repeat_interleave(group, 0), mask=mask.repeat_interleave(group, 0),
+        need_weights=need_weights,
+    )  # fmt: skip
+    _assert_close(out, expanded[0])
+    if need_weights:
+        _assert_close(weights, expanded[1])
+    with pytest.raises(ValueError, match="cannot share"):
+        ours(x[:5], memory=memory, mask=mask)
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_cross_attention_cache_is_filled_once_and_reused(fused):
     ours, _ = _pair(fused, cross=True)

@@ -124,10 +124,37 @@ def test_reorder_keeps_the_chosen_rows():
     with torch.no_grad():
         source = model.start_decoding(src)
         model.decode(tgt[:, :3], source)
-        source.reorder(index)
+        source.reorder(index, index)
         after, _ = model.decode(tgt[index, 3:], source)
         expected, _ = model.decode(tgt[index], model.encode(src[index]))
     torch.testing.assert_close(after, expected[:, 3:], atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_hypotheses_share_their_source_row(use_cache):
+    """Beam search's state: decoder rows grow from one per source to two (without copies of the
+    memory), follow their parents, then a finished source is dropped. Every step must equal
+    decoding each hypothesis from scratch against its own copy of the source."""
+    model = _model("post_ln", "sinusoidal", fused=True)
+    src = _source()
+    g = torch.Generator().manual_seed(3)
+    first = torch.randint(3, VOCAB, (3, 2), generator=g)
+    parents = torch.tensor([0, 0, 1, 1, 2, 2])  # two hypotheses per source
+    grown = torch.cat([first[parents], torch.randint(3, VOCAB, (6, 2), generator=g)], dim=1)
+    kept, sources = torch.tensor([5, 4, 1, 1]), torch.tensor([2, 0])  # source 1 finished
+    final = torch.cat([grown[kept], torch.randint(3, VOCAB, (4, 1), generator=g)], dim=1)
+    with torch.no_grad():
+        source = model.start_decoding(src) if use_cache else model.encode(src)
+        model.decode(first, source)
+        source.reorder(parents)
+        step, _ = model.decode(grown[:, 2:] if use_cache else grown, source)
+        source.reorder(kept, sources)
+        last, _ = model.decode(final[:, 4:] if use_cache else final, source)
+        grown_ref, _ = model.decode(grown, model.encode(src[parents]))
+        final_ref, _ = model.decode(final, model.encode(src[parents[kept]]))
+    assert source.memory.shape[0] == 2
+    torch.testing.assert_close(step[:, -2:], grown_ref[:, 2:], atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(last[:, -1:], final_ref[:, 4:], atol=1e-10, rtol=1e-8)
 
 
 def test_greedy_search_with_a_toy_next_token_function():

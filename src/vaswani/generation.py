@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from vaswani.models.gpt import GPT
@@ -129,12 +130,14 @@ def per_row_limits(max_new_tokens: int | Tensor, batch: int, device: torch.devic
 class Reorderable:
     """A next-token function whose model keeps state per batch row (encoder output, KV cache).
 
-    ``reorder(index)`` keeps the rows ``index`` (rows',) of that state, in that order
-    (repeats allowed), so that the state follows the hypotheses a search keeps.
+    ``reorder(index, sources)`` keeps the decoder rows ``index`` (rows',) of that state, in
+    that order (repeats allowed), so that the state follows the hypotheses a search keeps, and
+    the source rows ``sources`` (all of them if ``None``), each of which serves the same number
+    of consecutive decoder rows.
     """
 
     next_logits: NextLogits
-    reorder: Callable[[Tensor], None]
+    reorder: Callable[[Tensor, Tensor | None], None]
 
 
 LENGTH_PENALTIES = ("gnmt", "simple", "none")
@@ -202,15 +205,16 @@ def beam_search(
 ) -> Beams:
     """Beam search: approximately argmax_y log P(y | prefix) / lp(|y|), ``beam`` hypotheses per row.
 
-    ``decoding`` holds state for the ``batch`` rows of ``prefix`` (batch, t); it is expanded
-    here to batch·beam rows (each row's ``beam`` hypotheses adjacent), and every step is one
-    call of ``decoding.next_logits`` on (rows still searching)·beam rows. A row is searched
-    until it is done, then dropped from the model's batch.
+    ``decoding`` holds state for the ``batch`` rows of ``prefix`` (batch, t). The first step
+    is one call of ``decoding.next_logits`` on those rows (the ``beam`` hypotheses are all the
+    prefix then); every later step is one call on (rows still searching)·beam rows, each row's
+    ``beam`` hypotheses adjacent. A row is searched until it is done, then dropped from the
+    model's batch.
 
     The convention is Hugging Face's ``generate(num_beams=beam, length_penalty=alpha)`` with
     a ``simple`` penalty (transformers 5.x ``GenerationMixin._beam_search``):
 
-    - Scores are sums of log_softmax of the float32 logits. At the first step only the first
+    - Scores are sums of log_softmax of the float32 logits. At the first step only one
       of the identical hypotheses is expanded. The ids in ``suppress`` get a log-probability
       of -inf after the log_softmax (HF's ``bad_words_ids``, which process log-probabilities).
     - Each step ranks all beam·vocab continuations of a row and keeps the best 2·beam
@@ -245,25 +249,25 @@ def beam_search(
     done_scores = torch.full((batch, beam), -math.inf, device=device)
     done_lengths = torch.zeros((batch, beam), dtype=torch.long, device=device)
     done_filled = torch.zeros((batch, beam), dtype=torch.bool, device=device)
-    # The rows still searching (``alive``) and their running hypotheses.
+    # The rows still searching (``alive``) and their running hypotheses: one until the first step.
     alive = torch.arange(batch, device=device)
-    seqs = torch.full((batch, beam, start + n_steps), pad_id, dtype=torch.long, device=device)
+    seqs = torch.full((batch, 1, start + n_steps), pad_id, dtype=torch.long, device=device)
     seqs[:, :, :start] = prefix[:, None]
-    running = torch.full((batch, beam), -math.inf, device=device)
-    running[:, 0] = 0.0
-    decoding.reorder(alive.repeat_interleave(beam))
+    running = torch.zeros((batch, 1), device=device)
     for step in range(n_steps):
         if not alive.numel():
             break
-        rows, t = alive.numel(), start + step
-        logits = decoding.next_logits(seqs[:, :, :t].reshape(rows * beam, t)).float()
+        (rows, hyps), t = running.shape, start + step
+        logits = decoding.next_logits(seqs[:, :, :t].reshape(rows * hyps, t)).float()
         vocab = logits.shape[-1]
         log_probs = logits.log_softmax(dim=-1)
         if suppress:
             log_probs[:, list(suppress)] = -math.inf
-        totals = log_probs.view(rows, beam, vocab) + running[:, :, None]
-        cand_scores, flat = totals.view(rows, beam * vocab).topk(width, dim=1)
-        origin, token = flat // vocab, flat % vocab
+        totals = (log_probs.view(rows, hyps, vocab) + running[:, :, None]).view(rows, hyps * vocab)
+        if hyps * vocab < width:  # a tiny vocabulary: impossible candidates fill the 2·beam
+            totals = F.pad(totals, (0, width - hyps * vocab), value=-math.inf)
+        cand_scores, flat = totals.topk(width, dim=1)
+        origin, token = (flat // vocab).clamp(max=hyps - 1), flat % vocab
         cand_seqs = _take(seqs, origin)
         cand_seqs[:, :, t] = token
         at_limit = limits[alive] <= step + 1
@@ -294,7 +298,8 @@ def beam_search(
         finished |= at_limit
         searching = (~finished).nonzero().squeeze(1)
         alive, running, seqs = alive[searching], running[searching], seqs[searching]
-        decoding.reorder((searching[:, None] * beam + parent[searching]).flatten())
+        sources = searching if searching.numel() < rows else None
+        decoding.reorder((searching[:, None] * hyps + parent[searching]).flatten(), sources)
     length = int(done_lengths[:, :n_best].max()) if batch else 0
     return Beams(done_tokens[:, :n_best, :length], done_scores[:, :n_best], done_lengths[:, :n_best])
 

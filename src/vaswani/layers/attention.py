@@ -82,6 +82,13 @@ def slow_flash_kernel(q: Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad
 
 
+def decoding_step(q: Tensor) -> bool:
+    """Whether ``q`` holds the few queries of a decoding step on the CPU (one new token per row,
+    or a source's beam hypotheses together), for which the explicit path is faster than SDPA's
+    CPU flash kernel (by about 6% of beam-search time in ``benchmarks/marian_speed.py``)."""
+    return q.device.type == "cpu" and q.shape[2] <= 8 and not q.requires_grad
+
+
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
     """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
@@ -90,6 +97,20 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | 
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return scores.softmax(dim=-1)
+
+
+def regroup(q: Tensor, group: int) -> Tensor:
+    """(rows, heads, t, d) → (rows / group, heads, group · t, d): the queries of ``group``
+    consecutive rows become one row's queries (they attend to the same memory row)."""
+    rows, heads, t, d = q.shape
+    n = rows // group
+    return q.view(n, group, heads, t, d).transpose(1, 2).reshape(n, heads, group * t, d)
+
+
+def ungroup(x: Tensor, group: int) -> Tensor:
+    """The inverse of :func:`regroup`: (rows / group, heads, group · t, d) → (rows, heads, t, d)."""
+    n, heads, gt, d = x.shape
+    return x.view(n, heads, group, gt // group, d).transpose(1, 2).reshape(n * group, heads, gt // group, d)
 
 
 class MultiHeadAttention(nn.Module):
@@ -167,15 +188,21 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``x`` (batch, q_len, d_model).
 
         ``memory`` (batch, k_len, d_model) is the key/value source of
-        cross-attention. ``mask`` is a boolean may-attend mask broadcastable to
-        (batch, heads, q_len, k_len), typically the key padding mask; the causal
-        and window parts are added here from the layer's own settings. Returns
-        the output (batch, q_len, d_model) and, if ``need_weights``, the
-        attention weights (batch, heads, q_len, k_len) before dropout.
+        cross-attention; it may have fewer rows than ``x``, each memory row then serving
+        that many consecutive rows of ``x`` (the hypotheses of one source in beam search),
+        whose queries are attended together. ``mask`` is a boolean may-attend mask
+        broadcastable to (batch, heads, q_len, k_len), with memory rows as its batch in
+        cross-attention, typically the key padding mask; the causal and window parts
+        are added here from the layer's own settings. Returns the output
+        (batch, q_len, d_model) and, if ``need_weights``, the attention weights
+        (batch, heads, q_len, k_len) before dropout.
         """
         q, k, v = self._project(x, x if memory is None else memory, cache)
+        group = self._group_size(q, k)
+        if group > 1:
+            q = regroup(q, group)
         q_len, k_len = q.shape[2], k.shape[2]
-        explicit = need_weights or self.relative is not None or slow_flash_kernel(q)
+        explicit = need_weights or self.relative is not None or slow_flash_kernel(q) or decoding_step(q)
         is_causal = (
             not explicit and self.causal and self.window is None and mask is None and q_len == k_len > 1
         )
@@ -195,8 +222,20 @@ class MultiHeadAttention(nn.Module):
         if has_key is not None:
             out = out * has_key
             weights = None if weights is None else weights * has_key
+        if group > 1:
+            out = ungroup(out, group)
+            weights = None if weights is None else ungroup(weights, group)
         out = self.out_proj(out.transpose(1, 2).flatten(-2))
         return out, (weights if need_weights else None)
+
+    def _group_size(self, q: Tensor, k: Tensor) -> int:
+        """How many consecutive query rows share each memory row in cross-attention (1 otherwise)."""
+        rows, memory_rows = q.shape[0], k.shape[0]
+        if not self.cross or rows == memory_rows or not memory_rows:
+            return 1
+        if rows % memory_rows:
+            raise ValueError(f"cross-attention: {rows} query rows cannot share {memory_rows} memory rows")
+        return rows // memory_rows
 
     def _explicit(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float

@@ -21,12 +21,18 @@ class EncodedSource:
     mask: Tensor
     cache: list[LayerCache] | None = None
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows ``index`` of everything (beam search)."""
-        self.memory, self.mask = self.memory[index], self.mask[index]
+    def reorder(self, index: Tensor, sources: Tensor | None = None) -> None:
+        """Keep the decoder rows ``index`` (their self-attention caches) and, if given, the source
+        rows ``sources`` (memory, mask, cross-attention caches); without ``sources`` every source
+        row is kept. A source row serves len(index) / len(sources) consecutive decoder rows (the
+        hypotheses of beam search), which attend to it without copies of it (see
+        :class:`~vaswani.layers.attention.MultiHeadAttention`)."""
         for layer in self.cache or []:
             layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)
+        if sources is not None:
+            self.memory, self.mask = self.memory[sources], self.mask[sources]
+            for layer in self.cache or []:
+                layer.cross_attn.reorder(sources)
 
 
 class Transformer(nn.Module):
