@@ -280,16 +280,17 @@ def beam_search(
         # The finished hypotheses: ended candidates among the first ``beam`` compete for the slots
         # (impossible ones, of probability 0, never: they fill the 2·beam when the vocabulary is tiny).
         joins = ends & (torch.arange(width, device=device) < beam) & (cand_scores > -math.inf)
-        lp = length_penalty(torch.tensor(step + 1, device=device))
-        scores = torch.where(joins, cand_scores / lp, -math.inf)
-        merged_scores = torch.cat([done_scores[alive], scores], dim=1)
-        best = merged_scores.topk(beam, dim=1).indices
-        done_scores[alive] = _take(merged_scores, best)
-        done_filled[alive] = _take(torch.cat([done_filled[alive], joins], dim=1), best)
-        new_lengths = torch.full_like(token, step + 1)
-        done_lengths[alive] = _take(torch.cat([done_lengths[alive], new_lengths], dim=1), best)
-        new_tokens = cand_seqs[:, :, start:]
-        done_tokens[alive] = _take(torch.cat([done_tokens[alive], new_tokens], dim=1), best)
+        if bool(joins.any()):  # most steps end no hypothesis: skip the merge
+            lp = length_penalty(torch.tensor(step + 1, device=device))
+            scores = torch.where(joins, cand_scores / lp, -math.inf)
+            merged_scores = torch.cat([done_scores[alive], scores], dim=1)
+            best = merged_scores.topk(beam, dim=1).indices
+            done_scores[alive] = _take(merged_scores, best)
+            done_filled[alive] = _take(torch.cat([done_filled[alive], joins], dim=1), best)
+            new_lengths = torch.full_like(token, step + 1)
+            done_lengths[alive] = _take(torch.cat([done_lengths[alive], new_lengths], dim=1), best)
+            new_tokens = cand_seqs[:, :, start:]
+            done_tokens[alive] = _take(torch.cat([done_tokens[alive], new_tokens], dim=1), best)
         finished = done_filled[alive].all(dim=1)
         if not early_stopping:  # lp is monotonic: its largest value is at one end of the lengths left
             lp_next = length_penalty(torch.tensor(step + 2, device=device))

@@ -4,6 +4,7 @@ from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder, LayerCache
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.feedforward import FeedForward
+from vaswani.layers.linear import Linear
 from vaswani.layers.masks import causal_mask, padding_mask, window_mask
 from vaswani.layers.norms import RMSNorm
 from vaswani.layers.positions import LearnedPositions, RelativePositions, SinusoidalPositions
@@ -18,6 +19,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "LearnedPositions",
+    "Linear",
     "MultiHeadAttention",
     "RMSNorm",
     "RelativePositions",

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vaswani.layers.linear import Linear
 from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import RelativePositions
 
@@ -58,7 +59,15 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows ``index`` (beam search, dropping finished rows)."""
         if self._key is not None and self._value is not None:
-            self._key, self._value = self._key[index], self._value[index]
+            self._key, self._value = self._select(self._key, index), self._select(self._value, index)
+
+    def _select(self, buffer: Tensor, index: Tensor) -> Tensor:
+        """A new buffer of the same capacity holding the rows ``index`` of the filled part:
+        only ``length`` positions are copied (``index_select`` into the slice, several times
+        faster than indexing the whole buffer)."""
+        kept = buffer.new_empty(index.shape[0], *buffer.shape[1:])
+        torch.index_select(buffer[:, :, : self.length], 0, index, out=kept[:, :, : self.length])
+        return kept
 
 
 def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -147,15 +156,15 @@ class MultiHeadAttention(nn.Module):
         self.window = window
         self.relative = relative
         if fused and not cross:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
         elif fused:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.q_proj = Linear(d_model, d_model, bias=bias)
+            self.kv_proj = Linear(d_model, 2 * d_model, bias=bias)
         else:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = Linear(d_model, d_model, bias=bias)
+            self.k_proj = Linear(d_model, d_model, bias=bias)
+            self.v_proj = Linear(d_model, d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
         """(batch, seq, d_model) → (batch, heads, seq, d_head)."""

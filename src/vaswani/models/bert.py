@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack
 from vaswani.layers.embedding import Embeddings, make_positions
-from vaswani.layers.feedforward import ACTIVATIONS
+from vaswani.layers.linear import Linear
 from vaswani.layers.norms import RMSNorm, make_norm
 
 INIT_STD = 0.02
@@ -55,7 +55,7 @@ class Pooler(nn.Module):
 
     def __init__(self, d_model: int, bias: bool = True) -> None:
         super().__init__()
-        self.dense = nn.Linear(d_model, d_model, bias=bias)
+        self.dense = Linear(d_model, d_model, bias=bias)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return torch.tanh(self.dense(hidden[:, 0]))
@@ -113,10 +113,10 @@ class MaskedLMHead(nn.Module):
     def __init__(self, cfg: ModelConfig, word_embedding: nn.Embedding | None = None) -> None:
         super().__init__()
         d = cfg.d_model
-        self.dense = nn.Linear(d, d, bias=cfg.bias)
-        self.activation = ACTIVATIONS[cfg.activation]
+        self.dense = Linear(d, d, bias=cfg.bias)
+        self.activation = cfg.activation
         self.norm = make_norm(cfg.norm, d, cfg.norm_eps, cfg.bias)
-        self.output = nn.Linear(d, cfg.src_vocab_size)
+        self.output = Linear(d, cfg.src_vocab_size)
         self.dense.apply(init_bert_weights)
         self.norm.apply(init_bert_weights)
         nn.init.zeros_(self.output.bias)
@@ -126,7 +126,7 @@ class MaskedLMHead(nn.Module):
             self.output.weight = word_embedding.weight
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return self.output(self.norm(self.activation(self.dense(hidden))))
+        return self.output(self.norm(self.dense(hidden, self.activation)))
 
 
 class SequenceClassifier(nn.Module):
@@ -137,7 +137,7 @@ class SequenceClassifier(nn.Module):
     def __init__(self, cfg: ModelConfig, n_classes: int) -> None:
         super().__init__()
         self.dropout = nn.Dropout(cfg.dropout)
-        self.linear = nn.Linear(cfg.d_model, n_classes)
+        self.linear = Linear(cfg.d_model, n_classes)
         self.apply(init_bert_weights)
 
     def forward(self, pooled: Tensor) -> Tensor:
@@ -151,7 +151,7 @@ class TokenClassifier(nn.Module):
     def __init__(self, cfg: ModelConfig, n_labels: int) -> None:
         super().__init__()
         self.dropout = nn.Dropout(cfg.dropout)
-        self.linear = nn.Linear(cfg.d_model, n_labels)
+        self.linear = Linear(cfg.d_model, n_labels)
         self.apply(init_bert_weights)
 
     def forward(self, hidden: Tensor) -> Tensor:

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack, LayerCache
 from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.linear import Linear
 
 
 def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
@@ -42,7 +43,7 @@ class GPT(nn.Module):
             cfg.scale_embeddings,
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_decoder_layers, causal=True, cross=False)
-        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
+        self.output = Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.tie_embeddings != "none":
             self.output.weight = self.embed.token.weight

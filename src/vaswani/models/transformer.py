@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Decoder, Encoder, LayerCache
 from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
 
 
@@ -30,7 +31,7 @@ class EncodedSource:
         for layer in self.cache or []:
             layer.self_attn.reorder(index)
         if sources is not None:
-            self.memory, self.mask = self.memory[sources], self.mask[sources]
+            self.memory, self.mask = self.memory.index_select(0, sources), self.mask.index_select(0, sources)
             for layer in self.cache or []:
                 layer.cross_attn.reorder(sources)
 
@@ -65,7 +66,7 @@ class Transformer(nn.Module):
         )  # fmt: skip
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.output = nn.Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
+        self.output = Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.tie_embeddings != "none":
             self.output.weight = self.tgt_embed.token.weight
