@@ -92,10 +92,18 @@ def slow_flash_kernel(q: Tensor) -> bool:
 
 
 def decoding_step(q: Tensor) -> bool:
-    """Whether ``q`` holds the few queries of a decoding step on the CPU (one new token per row,
-    or a source's beam hypotheses together), for which the explicit path is faster than SDPA's
-    CPU flash kernel (by about 6% of beam-search time in ``benchmarks/marian_speed.py``)."""
-    return q.device.type == "cpu" and q.shape[2] <= 8 and not q.requires_grad
+    """Whether ``q`` holds the few queries of a decoding step of many rows on the CPU in float32
+    (one new token per row, or a source's beam hypotheses together; batch · heads >= 256), for
+    which the explicit path is faster than SDPA's CPU flash kernel (by about 6% of beam-search
+    time in ``benchmarks/marian_speed.py``). For a few rows (batch-1 generation) SDPA is faster."""
+    batch, heads, q_len = q.shape[:3]
+    return (
+        q.device.type == "cpu"
+        and q.dtype == torch.float32
+        and q_len <= 8
+        and batch * heads >= 256
+        and not q.requires_grad
+    )
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
