@@ -41,6 +41,22 @@ def test_translate_arguments_and_stdin_agree(trained, capsys, monkeypatch):
     assert len(from_args) == 2
 
 
+def test_texts_may_follow_the_options(trained, capsys):
+    """``translate RUN --beam 3 "a b c"``: argparse alone matches the optional texts (an empty
+    list) before the options and then refuses the texts; they must reach the command."""
+    assert main(["translate", str(trained), "a b c", "d e", "--beam", "3"]) == 0
+    texts_first = capsys.readouterr().out
+    assert main(["translate", str(trained), "--beam", "3", "a b c", "d e"]) == 0
+    assert capsys.readouterr().out == texts_first
+    assert main(["translate", str(trained), "a b c", "--beam", "3", "d e"]) == 0
+    assert capsys.readouterr().out == texts_first
+    assert len(texts_first.splitlines()) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", str(trained), "--beam", "3", "a b c", "--no-such-flag"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments:" in (err := capsys.readouterr().err) and "--no-such-flag" in err
+
+
 def test_translate_with_beam_search_n_best_and_sampling(trained, capsys):
     assert main(["translate", str(trained), "a b c", "d e", "--beam", "3", "--n-best", "2"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]

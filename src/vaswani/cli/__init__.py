@@ -84,9 +84,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, letting the texts of a command whose texts are optional (``translate``, ``generate``,
+    ``classify``, ``embed``) also come after its options: ``translate RUN --beam 5 "text"``, which
+    argparse alone refuses once the empty list of texts has been matched before the options."""
+    args, extra = parser.parse_known_args(argv)
+    texts = getattr(args, "texts_field", None)
+    if extra and texts and not any(a.startswith("-") for a in extra):
+        setattr(args, texts, [*getattr(args, texts), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         status = args.handler(args)
     except TrainingInterrupted as exc:

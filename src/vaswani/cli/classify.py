@@ -83,7 +83,7 @@ def add_command_parsers(commands: Any) -> None:
         "text", nargs="*", metavar="TEXT", help="texts to label (default: lines of standard input)"
     )
     p.add_argument("--batch-size", type=int, default=64)
-    p.set_defaults(handler=cmd_classify)
+    p.set_defaults(handler=cmd_classify, texts_field="text")
     p = commands.add_parser(
         "embed",
         help="sentence embeddings of a BERT run, and their cosine similarities",
@@ -104,7 +104,7 @@ def add_command_parsers(commands: Any) -> None:
     p.add_argument("--dims", type=int, default=6, help="dimensions shown of each vector (default 6)")
     p.add_argument("--out", type=Path, help="write the vectors to FILE.npy or FILE.safetensors")
     p.add_argument("--batch-size", type=int, default=64)
-    p.set_defaults(handler=cmd_embed)
+    p.set_defaults(handler=cmd_embed, texts_field="text")
 
 
 def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, LabeledData]:

@@ -64,7 +64,7 @@ def add_generate_parser(commands: Any) -> None:
     p.add_argument("--seed", type=int, help="seed of the sampling (default: a fresh one)")
     p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end at STRING (repeatable)")
     p.add_argument("--num-samples", type=int, default=1, help="completions per prompt")
-    p.set_defaults(handler=cmd_generate)
+    p.set_defaults(handler=cmd_generate, texts_field="prompt")
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:

@@ -96,7 +96,7 @@ def add_translate_parser(commands: Any) -> None:
         "--top-p", type=float, help="sample among the most likely tokens of total probability P"
     )
     sampling.add_argument("--seed", type=int, help="seed of the sampling (default: a fresh one)")
-    translate.set_defaults(handler=cmd_translate)
+    translate.set_defaults(handler=cmd_translate, texts_field="text")
 
 
 def add_decoding_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
