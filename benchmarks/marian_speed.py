@@ -163,11 +163,11 @@ def trained_pair(run_dir: Path, folder: Path) -> tuple[Transformer, Any, TextTok
     """A trained translation run and the ``MarianMTModel`` it exports to (``vaswani export-hf``
     into ``folder``), with the run's source and target tokenizers."""
     from vaswani.interop.marian import export_run
-    from vaswani.rundir import read_run_config
+    from vaswani.rundir import RunDir
     from vaswani.tasks.translation import Translator
 
     translator = Translator.load(run_dir)
-    export_run(run_dir, read_run_config(run_dir), folder)
+    export_run(run_dir, RunDir(run_dir).read_config(), folder)
     hf = transformers.MarianMTModel.from_pretrained(folder).eval()
     return translator.model.eval(), hf, translator.src_tok, translator.tgt_tok
 

@@ -29,11 +29,12 @@ from typing import Any
 
 import torch
 
-from vaswani.cli.common import new_run_dir, read_config_file
+from vaswani.cli.common import read_config_file
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.data.text import split_documents
 from vaswani.errors import VaswaniError
 from vaswani.generation import Sampling
+from vaswani.rundir import RunDir
 from vaswani.tasks.lm import (
     LanguageModel,
     default_settings,
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{args.text}: no such file; pass tinyshakespeare's input.txt with --text")
     config = args.config or CONFIGS[args.large]
     try:
-        out = new_run_dir(args.out, "lm") if args.out else None
+        out = RunDir.new(args.out, "lm").path if args.out else None
         run = run_config(config, args.text, args)
     except VaswaniError as exc:
         parser.error(str(exc))

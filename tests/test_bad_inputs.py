@@ -48,11 +48,12 @@ from vaswani.data.readers import read_lines, read_parallel
 from vaswani.errors import ConfigError, DataError, InputError, RunDirError
 from vaswani.generation import Sampling
 from vaswani.interop import export_hf, import_hf
-from vaswani.rundir import read_run_config
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
 from vaswani.tasks.classify import SentenceEncoder, TextClassifier
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.mlm import MaskedLanguageModel
-from vaswani.tasks.translation import Translator, resume_translation
+from vaswani.tasks.translation import Translator
 from vaswani.training.averaging import average_checkpoints, newest_checkpoints
 from vaswani.training.checkpoint import list_checkpoints
 
@@ -512,7 +513,7 @@ API = [
     Api("translation", "beam search and sampling",
         lambda x: x.translator.translate(["a"], beam=2, sampling=Sampling()),
         ValueError, ["beam search and sampling"]),
-    Api("translation", "resume a checkpoint of a newer vaswani", lambda x: resume_translation(x.paths.future),
+    Api("translation", "resume a checkpoint of a newer vaswani", lambda x: registry.resume(x.paths.future),
         RunDirError, ["trainer_state.json", "unknown field 'ema_decay'"]),
     Api("translation", "load an lm run", lambda x: Translator.load(x.paths.lm), RunDirError,
         ["'lm'", "'translation'"]),
@@ -564,8 +565,8 @@ API = [
         ["cannot average the last 5"]),
     Api("average", "zero checkpoints", lambda x: newest_checkpoints(x.paths.tr, 0), ValueError,
         [">= 1, got 0"]),
-    Api("evaluate", "a run config of a newer format", lambda x: read_run_config(x.paths.newer), RunDirError,
-        ["format_version 2", "reads up to 1"]),
+    Api("evaluate", "a run config of a newer format", lambda x: RunDir(x.paths.newer).read_config(),
+        RunDirError, ["format_version 2", "reads up to 1"]),
 ]  # fmt: skip
 
 

@@ -21,8 +21,8 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
 from vaswani.errors import DataError
+from vaswani.models.bert import BertClassifier
 from vaswani.tasks.classify import (
-    BertClassifier,
     SentenceEncoder,
     TextClassifier,
     accuracy_and_macro_f1,

@@ -20,17 +20,12 @@ from vaswani.cli import main
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.interop import export_hf, import_hf
-from vaswani.interop.bert import (
-    ENCODER_TASK,
-    MLM_TASK,
-    config_from_hf,
-    config_to_hf,
-    model_for_run,
-    state_from_hf,
-    state_to_hf,
-)
+from vaswani.interop.bert import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
-from vaswani.rundir import read_run_config, write_run_config
+from vaswani.rundir import RunDir
+from vaswani.tasks.mlm import ENCODER_TASK
+from vaswani.tasks.mlm import TASK as MLM_TASK
+from vaswani.tasks.mlm import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.checkpoint import atomic_save_model, load_weights
 
@@ -116,7 +111,7 @@ def assert_same_outputs(hf: Any, ours: Bert | MaskedLM, config: dict[str, Any]) 
 
 
 def load_run(run_dir: Path) -> tuple[RunConfig, Bert | MaskedLM]:
-    run = read_run_config(run_dir)
+    run = RunDir(run_dir).read_config()
     model = model_for_run(run).eval()
     load_weights(model, run_dir / "model.safetensors")
     return run, model
@@ -174,7 +169,7 @@ def write_run(run_dir: Path, task: str, cfg: ModelConfig, tokenizer: WordPieceTo
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     run_dir.mkdir()
-    write_run_config(run_dir, RunConfig(task, cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig(task, cfg, TrainConfig(), DataConfig(source="default")))
     atomic_save_model(model, run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return model
@@ -287,7 +282,7 @@ def test_an_encoder_run_has_no_mlm_head(tmp_path, wordpiece):
     run, model = load_run(import_hf(src, tmp_path / "run"))
     assert run.task == ENCODER_TASK and isinstance(model, Bert)
     with pytest.raises(RunDirError) as exc:
-        read_run_config(tmp_path / "run", task=MLM_TASK)  # what fill-mask will ask for
+        RunDir(tmp_path / "run").read_config(MLM_TASK)  # what fill-mask will ask for
     assert "'encoder'" in one_line(exc)
 
 

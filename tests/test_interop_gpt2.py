@@ -20,7 +20,7 @@ from vaswani.generation import generate, lm_next_logits
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.models.gpt import GPT
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tokenizer import END_OF_TEXT, LMTokenizer
 from vaswani.training.checkpoint import atomic_save_model
@@ -84,7 +84,7 @@ def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     run_dir.mkdir()
-    write_run_config(run_dir, RunConfig("lm", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("lm", cfg, TrainConfig(), DataConfig(source="default")))
     atomic_save_model(model, run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return model
@@ -326,7 +326,7 @@ def test_an_existing_output_folder_is_never_overwritten(tmp_path, char_tokenizer
 def test_runs_of_other_tasks_or_shapes_are_not_exported(tmp_path, char_tokenizer):
     other = tmp_path / "summarization"
     other.mkdir()
-    write_run_config(other, RunConfig("summarization", ModelConfig.preset("tiny")))
+    RunDir(other).write_config(RunConfig("summarization", ModelConfig.preset("tiny")))
     with pytest.raises(RunDirError) as exc:
         export_hf(other, tmp_path / "out1")
     assert "'summarization'" in one_line(exc) and "lm (as GPT-2), translation (as Marian)" in one_line(exc)

@@ -21,7 +21,7 @@ from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
 from vaswani.tasks.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.checkpoint import atomic_save_model
@@ -249,7 +249,7 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
             p.add_(torch.randn_like(p) * 0.3)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_run_config(run_dir, RunConfig("translation", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("translation", cfg, TrainConfig(), DataConfig(source="default")))
     atomic_save_model(ours, run_dir / "model.safetensors")
     tokenizer.save(run_dir / SRC_TOKENIZER)
     tokenizer.save(run_dir / TGT_TOKENIZER)

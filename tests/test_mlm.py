@@ -20,14 +20,14 @@ from vaswani.cli import main
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import TrainingInterrupted
 from vaswani.models.bert import Bert, MaskedLM
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
 from vaswani.tasks.mlm import (
     MaskedLanguageModel,
     Masker,
     MLMTask,
     filled,
     masked_lm_loss,
-    resume_mlm,
     text_windows,
     train_mlm,
 )
@@ -72,7 +72,7 @@ def encoder_run(folder: Path) -> Path:
     )
     run_dir = folder / "encoder_run"
     run_dir.mkdir()
-    write_run_config(run_dir, RunConfig("encoder", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), DataConfig(source="default")))
     atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return run_dir
@@ -267,7 +267,7 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monke
     assert (
         json.loads((parts / "checkpoints" / "step_00000010" / "trainer_state.json").read_text())["step"] == 10
     )
-    resume_mlm(parts, quiet=True)
+    registry.resume(parts, quiet=True)
     a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:

@@ -20,16 +20,8 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
-from vaswani.plots import (
-    AttentionMap,
-    attention_figure,
-    cjk_font,
-    lm_attention,
-    loss_curves_figure,
-    missing_glyphs,
-    token_labels,
-    translation_attention,
-)
+from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs
+from vaswani.tasks.attention import AttentionMap, lm_attention, token_labels, translation_attention
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translation import Translator
 from vaswani.tokenizer import LMTokenizer, TextTokenizer

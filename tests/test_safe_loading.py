@@ -21,7 +21,7 @@ from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import read_run_config
+from vaswani.rundir import RunDir
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.checkpoint import MANIFEST, list_checkpoints, load_checkpoint
 
@@ -101,7 +101,7 @@ def test_malicious_optimizer_state_is_refused_and_never_run(run, tmp_path, capsy
     assert_really_malicious(kind, data, marker)
     checkpoint = list_checkpoints(run)[-1]
     (checkpoint / "optimizer.pt").write_bytes(data)
-    model = Transformer(read_run_config(run).model)
+    model = Transformer(RunDir(run).read_config().model)
     with pytest.raises(RunDirError, match="checkpoint"):
         load_checkpoint(checkpoint, model, torch.optim.Adam(model.parameters()))
     assert not marker.exists()
@@ -253,7 +253,7 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused(run, capsys, name):
     big = TextTokenizer.train_bpe(
         [" ".join(words[i : i + 5]) for i in range(0, 200, 5)], 300, min_frequency=1
     )
-    embedding = read_run_config(run).model.src_vocab_size
+    embedding = RunDir(run).read_config().model.src_vocab_size
     assert big.vocab_size > embedding
     big.save(run / name)
     err = translate_error(run, capsys)

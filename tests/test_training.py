@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from tests.helpers import write_reverse_task
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from vaswani.tasks.translation import resume_translation, train_translation
+from vaswani.tasks import registry
+from vaswani.tasks.translation import train_translation
 from vaswani.training.checkpoint import list_checkpoints
 from vaswani.training.schedules import cosine, inverse_sqrt
 
@@ -35,7 +36,7 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     parts = tmp_path / "parts"
     train_translation(_run(tmp_path, "parts", 10, data), parts, quiet=True)
     first_leg = load_file(parts / "model.safetensors")
-    resume_translation(parts, quiet=True, max_steps=15)
+    registry.resume(parts, quiet=True, max_steps=15)
 
     a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
     assert a.keys() == b.keys()

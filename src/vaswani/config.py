@@ -113,6 +113,12 @@ class _Validated:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+def padded_vocab_size(n: int, multiple: int = 64) -> int:
+    """The embedding rows for a vocabulary of ``n``: ``n`` rounded up to a ``multiple`` (aligned
+    matrix shapes; the extra rows are never targets, see the tasks' losses)."""
+    return -(-n // multiple) * multiple
+
+
 def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 

@@ -18,23 +18,17 @@ import math
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
-import torch
 from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.ticker import LogFormatter
-from tokenizers import Tokenizer, decoders
-from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.generation import translate_ids
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translation import MAX_LEN_A, MAX_LEN_B, Translator, target_budget
+from vaswani.tasks.attention import AttentionMap
 from vaswani.training.checkpoint import atomic_write
 
 # Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
@@ -48,139 +42,10 @@ FONT_HINT = (
     "install a font that has them: for Chinese, Japanese and Korean, pip install noto-cjk-sans-otc "
     "(or the system's fonts-noto-cjk package)"
 )
-VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
-LABEL_CHARS = 12  # longer token labels are cut with "…"
 MAX_TICKS = 40  # at most this many labelled tokens along an axis; longer sequences label every k-th
 CELL_INCHES = 0.22  # a panel's side grows by this much per token...
 PANEL_INCHES = (1.4, 4.5)  # ...between these bounds
 DPI, MAX_PIXELS = 150, 12_000  # resolution, lowered so that no side of a huge grid exceeds MAX_PIXELS
-
-
-@dataclass(frozen=True)
-class AttentionMap:
-    """One kind of attention of a model (e.g. the decoder's cross-attention) in every layer and head.
-
-    ``weights`` (layers, heads, queries, keys): each row is a softmax over the keys. ``queries``
-    and ``keys`` label the rows and columns; ``query_axis`` and ``key_axis`` name them.
-    """
-
-    name: str
-    weights: Tensor
-    queries: list[str]
-    keys: list[str]
-    query_axis: str
-    key_axis: str
-
-    def __post_init__(self) -> None:
-        if self.weights.dim() != 4:
-            raise ValueError(f"{self.name}: weights must be (layers, heads, queries, keys)")
-        if tuple(self.weights.shape[2:]) != (len(self.queries), len(self.keys)):
-            raise ValueError(
-                f"{self.name}: weights {tuple(self.weights.shape)} do not fit {len(self.queries)} query "
-                f"and {len(self.keys)} key labels"
-            )
-
-    @property
-    def n_layers(self) -> int:
-        return self.weights.shape[0]
-
-    @property
-    def n_heads(self) -> int:
-        return self.weights.shape[1]
-
-
-# -- tokens as labels ---------------------------------------------------------------------------
-
-
-@functools.cache
-def _byte_of_symbol() -> dict[str, int]:
-    """GPT-2's byte-level alphabet read backwards: the printable symbol standing for each byte."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # "!".."~", "¡".."¬", "®".."ÿ"
-    others = [b for b in range(256) if b not in printable]
-    symbols = printable + [256 + i for i in range(len(others))]
-    return {chr(s): b for s, b in zip(symbols, printable + others, strict=True)}
-
-
-def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """Readable labels of token ``ids``: the piece's text with a space shown as "␣" (the "▁" of a
-    SentencePiece-style word start and the "Ġ" of byte-level BPE both become "␣"), a newline as
-    "↵"; a byte-level piece that ends inside a UTF-8 character shows its loose bytes as ``\\xe4``.
-    Special tokens (``<bos>``, ``<|endoftext|>``) are shown as they are, other long pieces cut short;
-    an id past the vocabulary shows as ``#id``."""
-    specials = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
-    byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
-    table = _byte_of_symbol()
-    labels = []
-    for i in ids:
-        piece = tokenizer.id_to_token(i)
-        if piece is None:  # an embedding row past the tokenizer's vocabulary
-            labels.append(f"#{i}")
-        elif i in specials:
-            labels.append(piece)
-        else:
-            if byte_level:
-                piece = bytes(table.get(c, ord("?")) for c in piece).decode("utf-8", "backslashreplace")
-            piece = "".join(VISIBLE.get(c, c) for c in piece.replace("▁", " "))
-            labels.append(piece if len(piece) <= LABEL_CHARS else piece[: LABEL_CHARS - 1] + "…")
-    return labels
-
-
-# -- attention of a model -----------------------------------------------------------------------
-
-
-def _stack(weights: list[dict[str, Tensor]], kind: str) -> Tensor:
-    """(layers, heads, queries, keys) of the first batch row of each layer's ``kind`` weights."""
-    return torch.stack([layer[kind][0] for layer in weights]).float()
-
-
-@torch.no_grad()
-def translation_attention(translator: Translator, sentence: str) -> tuple[list[AttentionMap], str]:
-    """The decoder's cross- and self-attention while it translates ``sentence``, and the translation.
-
-    The sentence is translated greedily (as :meth:`Translator.translate` does); the decoder then reads
-    that translation teacher-forced and returns its weights. Row t is the query that predicts the
-    t-th target token (so it is labelled with that token); the decoder input it reads is
-    ``<bos>`` and the target tokens before it.
-    """
-    model = translator.model
-    model.eval()
-    src_ids = _check_text(sentence, translator.src_tok.encode(sentence), model.config.max_len, "sentence")
-    src = torch.tensor([src_ids])
-    budget = target_budget(torch.tensor([len(src_ids)]), MAX_LEN_A, MAX_LEN_B, model.config.max_len)
-    bos, eos = translator.tgt_tok.bos_id, translator.tgt_tok.eos_id
-    suppress = translator.tgt_tok.suppressed_ids
-    row = translate_ids(model, src, bos, eos, budget, suppress=suppress).tokens[0].tolist()
-    produced = row[: row.index(eos) + 1] if eos in row else row
-    tgt_in = [bos, *produced[:-1]]
-    _, weights = model.decode(torch.tensor([tgt_in]), model.encode(src), need_weights=True)
-    source = token_labels(translator.src_tok.tokenizer, src_ids)
-    predicted = token_labels(translator.tgt_tok.tokenizer, produced)
-    read = token_labels(translator.tgt_tok.tokenizer, tgt_in)
-    maps = [
-        AttentionMap("cross-attention", _stack(weights, "cross"), predicted, source, "target", "source"),
-        AttentionMap(
-            "decoder self-attention", _stack(weights, "self"), predicted, read, "target", "decoder input"
-        ),
-    ]
-    return maps, translator.tgt_tok.decode(produced)
-
-
-@torch.no_grad()
-def lm_attention(lm: LanguageModel, text: str) -> list[AttentionMap]:
-    """The causal self-attention of a language model reading ``text`` (one map, token × token)."""
-    lm.model.eval()
-    ids = _check_text(text, lm.tokenizer.encode(text), lm.model.config.max_len, "text")
-    _, weights = lm.model.run(torch.tensor([ids]), need_weights=True)
-    labels = token_labels(lm.tokenizer.tokenizer, ids)
-    return [AttentionMap("self-attention", _stack(weights, "self"), labels, labels, "query", "key")]
-
-
-def _check_text(text: str, ids: list[int], max_len: int, what: str) -> list[int]:
-    if not text.strip() or not ids:
-        raise DataError(f"the {what} is empty")
-    if len(ids) > max_len:
-        raise DataError(f"the {what} has {len(ids)} tokens, more than the model's max_len={max_len}")
-    return ids
 
 
 # -- fonts --------------------------------------------------------------------------------------

@@ -1,40 +1,36 @@
-"""Run directories: everything needed to use a trained model again.
+"""Run directories: everything needed to use a trained model again, behind one object.
 
 ::
 
     RUN_DIR/
         config.json          {"format_version", "task", "model", "train", "data"}
         model.safetensors    the trained weights
-        *tokenizer*.json     the tokenizers (task-specific names)
+        *tokenizer*.json     the tokenizers (each task names its own)
         metrics.json         final metrics
         train_log.csv        one row per evaluation
         checkpoints/         the last few complete checkpoints (resume)
+
+:class:`RunDir` knows these files, reads and validates them (``config.json`` like a config from
+the user) and writes them atomically. Turning a run directory into a usable model (a
+``Translator``, a ``LanguageModel``...) is the task registry's job
+(:func:`vaswani.tasks.registry.load`), which reads the directory through this class.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.training.checkpoint import atomic_write_text
+from vaswani.training.checkpoint import atomic_save_model, atomic_write_text, load_weights
 
 FORMAT_VERSION = 1
-CONFIG = "config.json"
 SECTIONS = ("format_version", "task", "model", "train", "data")
-
-
-def write_run_config(run_dir: Path, run: RunConfig) -> None:
-    payload = {
-        "format_version": FORMAT_VERSION,
-        "task": run.task,
-        "model": run.model.to_dict(),
-        "train": run.train.to_dict(),
-        "data": run.data.to_dict(),
-    }
-    atomic_write_text(run_dir / CONFIG, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 def _no_constant(name: str) -> Any:
@@ -42,42 +38,130 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_run_config(run_dir: Path, task: str | None = None) -> RunConfig:
-    """Read and validate ``config.json`` like a config from the user; with ``task``,
-    refuse a run directory of another task."""
-    path = run_dir / CONFIG
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: no such run directory")
-    if not path.is_file():
-        raise RunDirError(f"{run_dir}: not a vaswani run directory (no {CONFIG})")
-    try:
-        payload: Any = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
-        raise RunDirError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(payload, dict):
-        raise RunDirError(f"{path}: expected a JSON object")
-    version = payload.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise RunDirError(f"{path}: config field 'format_version' must be an integer >= 1, got {version!r}")
-    if version > FORMAT_VERSION:  # checked first: a newer format may have fields this one does not know
-        raise RunDirError(
-            f"{path}: format_version {version} is not supported (this vaswani reads up to "
-            f"{FORMAT_VERSION}); upgrade vaswani"
-        )
-    unknown = sorted(set(payload) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown config field '{unknown[0]}'")
-    missing = [name for name in SECTIONS if name not in payload]
-    if missing:
-        raise ConfigError(f"{path}: missing config field '{missing[0]}'")
-    found = payload["task"]
-    if task is not None and found != task:
-        raise RunDirError(f"{run_dir}: a run directory of task {found!r}, not {task!r}")
-    try:
-        model = ModelConfig.from_dict(payload["model"], source=str(path))
-        train = TrainConfig.from_dict(payload["train"], source=str(path))
-        data = DataConfig.from_dict(payload["data"], source=str(path))
-    except ConfigError as exc:  # name the file when the message does not already
-        message = str(exc)
-        raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
-    return RunConfig(task=str(found), model=model, train=train, data=data)
+class RunDir:
+    """The files of one run directory (see the module docstring); ``RunDir(path)`` reads nothing
+    until asked."""
+
+    CONFIG = "config.json"
+    WEIGHTS = "model.safetensors"
+    METRICS = "metrics.json"
+    LOG = "train_log.csv"
+    CHECKPOINTS = "checkpoints"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def file(self, name: str) -> Path:
+        """The path of the run's file ``name`` (a tokenizer, hypotheses...)."""
+        return self.path / name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def weights(self) -> Path:
+        return self.path / self.WEIGHTS
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def log(self) -> Path:
+        return self.path / self.LOG
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @classmethod
+    def new(cls, out: Path | None, name: str) -> RunDir:
+        """A run directory that is new or empty (``runs/NAME-DATE-TIME`` when ``out`` is None): an
+        existing run is never overwritten. Nothing is created yet."""
+        if out is None:
+            out = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise RunDirError(f"{out}: already exists and is not empty; choose another --out")
+        return cls(out)
+
+    def read_config(self, task: str | None = None) -> RunConfig:
+        """``config.json``, validated like a config from the user; with ``task``, a run directory
+        of another task is refused in one line."""
+        path = self.config_path
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: no such run directory")
+        if not path.is_file():
+            raise RunDirError(f"{self.path}: not a vaswani run directory (no {self.CONFIG})")
+        try:
+            payload: Any = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
+            raise RunDirError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(payload, dict):
+            raise RunDirError(f"{path}: expected a JSON object")
+        version = payload.get("format_version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise RunDirError(
+                f"{path}: config field 'format_version' must be an integer >= 1, got {version!r}"
+            )
+        if version > FORMAT_VERSION:  # checked first: a newer format may have fields this one does not know
+            raise RunDirError(
+                f"{path}: format_version {version} is not supported (this vaswani reads up to "
+                f"{FORMAT_VERSION}); upgrade vaswani"
+            )
+        unknown = sorted(set(payload) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(f"{path}: unknown config field '{unknown[0]}'")
+        missing = [name for name in SECTIONS if name not in payload]
+        if missing:
+            raise ConfigError(f"{path}: missing config field '{missing[0]}'")
+        found = payload["task"]
+        if task is not None and found != task:
+            raise RunDirError(f"{self.path}: a run directory of task {found!r}, not {task!r}")
+        try:
+            model = ModelConfig.from_dict(payload["model"], source=str(path))
+            train = TrainConfig.from_dict(payload["train"], source=str(path))
+            data = DataConfig.from_dict(payload["data"], source=str(path))
+        except ConfigError as exc:  # name the file when the message does not already
+            message = str(exc)
+            raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
+        return RunConfig(task=str(found), model=model, train=train, data=data)
+
+    def write_config(self, run: RunConfig) -> None:
+        payload = {
+            "format_version": FORMAT_VERSION,
+            "task": run.task,
+            "model": run.model.to_dict(),
+            "train": run.train.to_dict(),
+            "data": run.data.to_dict(),
+        }
+        atomic_write_text(self.config_path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+    def read_metrics(self) -> dict[str, Any]:
+        """``metrics.json`` ({} when the run has none yet)."""
+        if not self.metrics_path.is_file():
+            return {}
+        try:
+            loaded = json.loads(self.metrics_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise RunDirError(f"{self.metrics_path}: not valid JSON ({exc})") from None
+        if not isinstance(loaded, dict):
+            raise RunDirError(f"{self.metrics_path}: expected a JSON object")
+        return loaded
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        atomic_write_text(self.metrics_path, json.dumps(metrics, indent=2) + "\n")
+
+    def load_weights(self, model: nn.Module) -> nn.Module:
+        """Fill ``model`` from ``model.safetensors`` (never unpickled); return it."""
+        load_weights(model, self.weights)
+        return model
+
+    def save_weights(self, model: nn.Module) -> None:
+        atomic_save_model(model, self.weights)

@@ -21,6 +21,7 @@ tokens ([PAD], [UNK], [CLS], [SEP], [MASK]) at the ids its vocabulary gives them
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -222,6 +223,13 @@ class WordPieceTokenizer(TokenizerFile):
         tokenizer = super().load(path)
         tokenizer.max_len = max_len
         return tokenizer
+
+    def to_json(self) -> bytes:
+        """``tokenizer.json`` without truncation or padding (as a run keeps it and Hugging Face
+        writes it: the length limit is the reader's to set)."""
+        payload = json.loads(self.tokenizer.to_str())
+        payload["truncation"] = payload["padding"] = None
+        return (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     @property
     def max_len(self) -> int:

@@ -19,25 +19,21 @@ from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, Vaswan
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    """Dispatch on the run directory's task."""
-    from vaswani.rundir import read_run_config
+    """Score a run with its task's evaluate hook (see :mod:`vaswani.tasks.registry`)."""
+    from vaswani.tasks import registry
+    from vaswani.tasks.evaluation import Evaluation
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-    task = read_run_config(args.run_dir).task
-    if task == "lm":
-        lm.cmd_evaluate(args)
-    elif task == "mlm":
-        mlm.cmd_evaluate(args)
-    elif task == "classify":
-        classify.cmd_evaluate(args)
-    elif task == "encoder":
-        raise RunDirError(
-            f"{args.run_dir}: an encoder run has no head to score; compare its sentence vectors with "
-            "vaswani embed, or fine-tune it with vaswani train classify --init"
-        )
-    else:
-        translation.cmd_evaluate(args)
+    spec = registry.spec_of(args.run_dir)
+    if spec.evaluate is None:
+        raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
+    request = Evaluation(
+        src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
+        file_format=args.format, batch_size=args.batch_size, decoding=translation.decoding_from_args(args),
+    )  # fmt: skip
+    for line in spec.evaluate(args.run_dir, request):
+        print(line)
 
 
 def build_parser() -> argparse.ArgumentParser:

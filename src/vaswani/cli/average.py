@@ -27,12 +27,12 @@ def add_parser(commands: Any) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from vaswani.rundir import read_run_config
+    from vaswani.tasks import registry
     from vaswani.training.averaging import average_checkpoints
 
     if args.last < 1:
         raise ConfigError(f"--last must be >= 1, got {args.last}")
-    read_run_config(args.run_dir)
+    registry.spec_of(args.run_dir)
     done = average_checkpoints(args.run_dir, args.last, args.out)
     names = ", ".join(path.name for path in done.checkpoints)
     print(f"averaged {len(done.checkpoints)} checkpoints ({names}) → {done.out}")

@@ -17,12 +17,12 @@ from vaswani.cli.common import (
     add_run_flags,
     add_train_flags,
     merge_settings,
-    new_run_dir,
     read_stdin,
     resume_changes,
 )
 from vaswani.config import LABELED_FORMATS, POOLS, DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError
+from vaswani.rundir import RunDir
 
 if TYPE_CHECKING:  # the task modules import torch: loaded when a command runs, not to parse flags
     from torch import Tensor
@@ -165,15 +165,16 @@ def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, LabeledDa
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from vaswani.tasks.classify import resume_classify, train_classify
+    from vaswani.tasks import registry
+    from vaswani.tasks.classify import train_classify
 
     started = time.perf_counter()
     if args.resume:
         run_dir = args.resume
-        metrics, _ = resume_classify(run_dir, args.quiet, **resume_changes(args))
+        metrics, _ = registry.resume(run_dir, args.quiet, "classify", **resume_changes(args))
     else:
         run, examples = run_config_from_args(args)
-        run_dir = new_run_dir(args.out, "classify")
+        run_dir = RunDir.new(args.out, "classify").path
         metrics, _ = train_classify(run, run_dir, quiet=args.quiet, data=examples)
     print(
         f"\ndev accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
@@ -277,22 +278,3 @@ def cmd_embed(args: argparse.Namespace) -> None:
     if args.out is not None:
         write_vectors(args.out, vectors)
         print(f"\nwrote {tuple(vectors.shape)} vectors to {args.out}")
-
-
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """Loss, accuracy and macro-F1 of a ``classify`` run on ``--labeled``."""
-    from vaswani.data.labeled import read_labeled
-    from vaswani.tasks.classify import TextClassifier
-
-    if args.labeled is None:
-        raise ConfigError("a classifier is evaluated with --labeled FILE (TSV, CSV or JSON lines)")
-    classifier = TextClassifier.load(args.run_dir)
-    spec = classifier.data
-    labeled = read_labeled(
-        args.labeled, spec.text_columns, spec.label_column, args.format or spec.file_format, classifier.labels
-    )
-    metrics = classifier.evaluate(labeled, args.batch_size)
-    print(
-        f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
-        f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
-    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from vaswani.config import (
     TrainConfig,
 )
 from vaswani.data.readers import read_lines
-from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.errors import ConfigError, DataError
 
 # Flag name → config field. Flags left unset keep the config file's value.
 MODEL_FLAGS = {
@@ -186,15 +185,6 @@ def resume_changes(args: argparse.Namespace) -> dict[str, Any]:
                 "only --max-steps and --max-minutes may change"
             )
     return {TRAIN_FLAGS[f]: getattr(args, f) for f in RESUME_CHANGES if getattr(args, f) is not None}
-
-
-def new_run_dir(out: Path | None, name: str) -> Path:
-    """A run directory that is new or empty: an existing run is never overwritten."""
-    if out is None:
-        out = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RunDirError(f"{out}: already exists and is not empty; choose another --out")
-    return out
 
 
 def read_stdin() -> list[str]:

@@ -12,14 +12,13 @@ from vaswani.cli.common import (
     add_model_flags,
     add_run_flags,
     add_train_flags,
-    new_run_dir,
     resume_changes,
     text_run_config,
 )
 from vaswani.config import LM_TOKENIZERS, RunConfig
 from vaswani.data.readers import read_lines
-from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError
+from vaswani.rundir import RunDir
 
 SAMPLE_PROMPT = "The "
 CONTEXT_POLICY = (
@@ -77,15 +76,16 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from vaswani.generation import Sampling
-    from vaswani.tasks.lm import resume_lm, train_lm
+    from vaswani.tasks import registry
+    from vaswani.tasks.lm import train_lm
 
     started = time.perf_counter()
     if args.resume:
         run_dir = args.resume
-        metrics, lm, name = resume_lm(run_dir, args.quiet, **resume_changes(args))
+        metrics, lm, name = registry.resume(run_dir, args.quiet, "lm", **resume_changes(args))
     else:
         run = run_config_from_args(args)
-        run_dir = new_run_dir(args.out, "lm")
+        run_dir = RunDir.new(args.out, "lm").path
         metrics, lm, name = train_lm(run, run_dir, quiet=args.quiet)
     print(
         f"\nvalid loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
@@ -135,17 +135,3 @@ def cmd_generate(args: argparse.Namespace) -> None:
         if i:
             print("-" * 40)
         print(prompt + text)
-
-
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """Loss and perplexity of a language-model run on ``--text``."""
-    import math
-
-    from vaswani.tasks.lm import LanguageModel, encode_documents, stream_loss
-
-    if not args.text:
-        raise ConfigError("a language model is evaluated with --text FILE")
-    lm = LanguageModel.load(args.run_dir)
-    ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in args.text]))
-    loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
-    print(f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)")

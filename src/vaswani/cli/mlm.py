@@ -11,13 +11,12 @@ from vaswani.cli.common import (
     add_model_flags,
     add_run_flags,
     add_train_flags,
-    new_run_dir,
     resume_changes,
     text_run_config,
 )
 from vaswani.config import RunConfig
-from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError
+from vaswani.rundir import RunDir
 
 
 def add_parser(sub: Any) -> None:
@@ -75,15 +74,16 @@ def print_fill_mask(text: str, candidates: list[list[tuple[str, float]]]) -> Non
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from vaswani.tasks.mlm import FILL_MASK_EXAMPLE, resume_mlm, train_mlm
+    from vaswani.tasks import registry
+    from vaswani.tasks.mlm import FILL_MASK_EXAMPLE, train_mlm
 
     started = time.perf_counter()
     if args.resume:
         run_dir = args.resume
-        metrics, mlm, name = resume_mlm(run_dir, args.quiet, **resume_changes(args))
+        metrics, mlm, name = registry.resume(run_dir, args.quiet, "mlm", **resume_changes(args))
     else:
         run = run_config_from_args(args)
-        run_dir = new_run_dir(args.out, "mlm")
+        run_dir = RunDir.new(args.out, "mlm").path
         metrics, mlm, name = train_mlm(run, run_dir, quiet=args.quiet)
     print(
         f"\nmasked-token loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
@@ -104,17 +104,3 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
     results = [mlm.fill_mask(text, args.top_k) for text in args.text]  # every text checked first
     for text, candidates in zip(args.text, results, strict=True):
         print_fill_mask(text, candidates)
-
-
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """Masked-token loss, perplexity and accuracy of an ``mlm`` run on ``--text``."""
-    from vaswani.tasks.mlm import MaskedLanguageModel
-
-    if not args.text:
-        raise ConfigError("a masked language model is evaluated with --text FILE")
-    mlm = MaskedLanguageModel.load(args.run_dir)
-    metrics = mlm.evaluate(read_documents([str(t) for t in args.text]))
-    print(
-        f"masked-token loss {metrics['valid_loss']:.4f}  perplexity {metrics['perplexity']:.2f}  "
-        f"accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
-    )

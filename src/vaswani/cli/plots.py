@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.errors import ConfigError
+from vaswani.rundir import RunDir
 
 LOSS_CURVES = "loss_curves.png"
 
@@ -50,21 +51,16 @@ def parse_indices(text: str | None, flag: str) -> list[int] | None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    from vaswani.plots import attention_figure, lm_attention, translation_attention
-    from vaswani.rundir import read_run_config
+    """Draw the maps of the run's task's attention hook (see :mod:`vaswani.tasks.registry`)."""
+    from vaswani.plots import attention_figure
+    from vaswani.tasks import registry
 
     layers = parse_indices(args.layers, "--layers")
     heads = parse_indices(args.heads, "--heads")
-    if read_run_config(args.run_dir).task == "lm":
-        from vaswani.tasks.lm import LanguageModel
-
-        maps = lm_attention(LanguageModel.load(args.run_dir), args.sentence)
-        title = args.sentence
-    else:
-        from vaswani.tasks.translation import Translator
-
-        maps, translation = translation_attention(Translator.load(args.run_dir), args.sentence)
-        title = f"{args.sentence} → {translation}"
+    with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
+    spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
+    assert spec.attention is not None
+    maps, title = spec.attention(spec.load(args.run_dir), args.sentence)
     attention_figure(maps, layers, heads, title=shorten(title), out=args.out)
     print(args.out)
 
@@ -77,9 +73,9 @@ def shorten(text: str, limit: int = 120) -> str:
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from vaswani.plots import loss_curves_figure
-    from vaswani.rundir import read_run_config
+    from vaswani.tasks import registry
 
-    read_run_config(args.run_dir)  # a clear error for a directory that is not a run
+    registry.spec_of(args.run_dir)  # a clear error for a directory that is not a run of a known task
     out = args.out or args.run_dir / LOSS_CURVES
-    loss_curves_figure(args.run_dir / "train_log.csv", out)
+    loss_curves_figure(RunDir(args.run_dir).log, out)
     print(out)

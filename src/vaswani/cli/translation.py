@@ -16,13 +16,12 @@ from vaswani.cli.common import (
     add_run_flags,
     add_train_flags,
     merge_settings,
-    new_run_dir,
     read_stdin,
     resume_changes,
 )
 from vaswani.config import BLEU_TOKENIZERS, PRESETS, DataConfig, ModelConfig, RunConfig, TrainConfig
-from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError
+from vaswani.rundir import RunDir
 
 EXAMPLES = [
     "Tom chases Jerry",
@@ -157,16 +156,6 @@ def decoding_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**decoding, "sampling": sampling, "seed": args.seed}
 
 
-def describe_decoding(decoding: dict[str, Any]) -> str:
-    """``greedy`` or ``beam 4, gnmt length penalty 0.6``, for reports."""
-    if decoding["beam"] == 1:
-        return "greedy"
-    penalty = decoding["length_penalty"]
-    if penalty.kind == "none":
-        return f"beam {decoding['beam']}, no length penalty"
-    return f"beam {decoding['beam']}, {penalty.kind} length penalty {penalty.alpha:g}"
-
-
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     """Defaults < --config file < flags."""
     from vaswani.tasks.translation import default_settings
@@ -224,10 +213,11 @@ def parse_columns(text: str) -> list[int]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from vaswani.tasks import registry
     from vaswani.tasks.translation import (
         DEFAULT_CORPUS,
+        describe_scores,
         evaluate_split,
-        resume_translation,
         train_translation,
         write_test_metrics,
     )
@@ -235,10 +225,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.resume:
         run_dir = args.resume
-        metrics, translator, data = resume_translation(run_dir, args.quiet, **resume_changes(args))
+        metrics, translator, data = registry.resume(
+            run_dir, args.quiet, "translation", **resume_changes(args)
+        )
     else:
         run = run_config_from_args(args)
-        run_dir = new_run_dir(args.out, "translation")
+        run_dir = RunDir.new(args.out, "translation").path
         metrics, translator, data = train_translation(run, run_dir, quiet=args.quiet)
     pairs = data.test or data.valid
     split = "test" if data.test else "valid"
@@ -276,35 +268,3 @@ def cmd_translate(args: argparse.Namespace) -> None:
     for index, hypotheses in enumerate(found):
         for hypothesis in hypotheses:
             print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
-
-
-def describe_scores(scores: dict[str, Any]) -> str:
-    return f"BLEU {scores['bleu']:.2f} (lowercased {scores['bleu_lowercase']:.2f})  chrF {scores['chrf']:.2f}"
-
-
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    """BLEU and chrF of a translation run on ``--src``/``--ref``, or on the run's own test split."""
-    from vaswani.rundir import read_run_config
-    from vaswani.tasks.translation import Translator, evaluate_split, load_data
-
-    if args.text:
-        raise ConfigError(
-            "a translation run is evaluated on --src and --ref, or its own test split, not --text"
-        )
-    if (args.src is None) != (args.ref is None):
-        raise ConfigError("--src and --ref go together")
-    decoding = decoding_from_args(args)
-    translator = Translator.load(args.run_dir)
-    if args.src is not None:
-        pairs, name = read_parallel(args.src, args.ref), args.src.name
-    else:
-        data = load_data(read_run_config(args.run_dir).data)
-        pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
-    scores = evaluate_split(translator, pairs, batch_size=args.batch_size, quiet=False, **decoding)
-    out = args.out or args.run_dir / f"hypotheses.{name}"
-    Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
-    print(f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})")
-    print(
-        f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
-        f"  {scores['chrf_signature']}\nhypotheses: {out}"
-    )

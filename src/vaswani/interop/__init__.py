@@ -3,8 +3,9 @@
 One module per model family holds its key-mapping table, used in both directions
 (:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.marian`, :mod:`vaswani.interop.bert`);
 :mod:`vaswani.interop.common` has what they share. Imports are
-chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by
-the task of the run (:data:`EXPORTERS`). The output folder is written beside its final place
+chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by the
+Hugging Face family that the run's task names in the task registry (``hf_family``,
+:data:`EXPORTERS`). The output folder is written beside its final place
 and renamed into it, so that it appears complete or not at all; an existing non-empty one is
 refused, never overwritten.
 """
@@ -18,8 +19,9 @@ from typing import Any
 from vaswani.config import RunConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import bert, gpt2, marian
-from vaswani.interop.common import CONFIG, new_folder, read_hf_config
-from vaswani.rundir import read_run_config
+from vaswani.interop.common import new_folder, read_hf_config
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
 
 Importer = Callable[[Path, Mapping[str, Any], Path], None]
 """(Hugging Face folder, its config.json, output folder to fill) → None."""
@@ -32,11 +34,11 @@ IMPORTERS: dict[str, Importer] = {
     marian.MODEL_TYPE: marian.import_folder,
 }
 EXPORTERS: dict[str, tuple[str, Exporter]] = {
-    "lm": ("GPT-2", gpt2.export_run),
-    "translation": ("Marian", marian.export_run),
-    bert.MLM_TASK: ("BERT", bert.export_run),
-    bert.ENCODER_TASK: ("BERT", bert.export_run),
+    gpt2.MODEL_TYPE: ("GPT-2", gpt2.export_run),
+    marian.MODEL_TYPE: ("Marian", marian.export_run),
+    bert.MODEL_TYPE: ("BERT", bert.export_run),
 }
+"""Hugging Face family (a task's ``hf_family``) → (its name, its exporter)."""
 
 
 def import_hf(src_dir: Path, out_dir: Path) -> Path:
@@ -47,7 +49,7 @@ def import_hf(src_dir: Path, out_dir: Path) -> Path:
     model_type = hf_config.get("model_type")
     if model_type not in IMPORTERS:
         raise ConfigError(
-            f"{src_dir / CONFIG}: model_type {model_type!r} is not supported; "
+            f"{src_dir / RunDir.CONFIG}: model_type {model_type!r} is not supported; "
             f"supported: {', '.join(sorted(IMPORTERS))}"
         )
     with new_folder(out_dir) as tmp:
@@ -59,12 +61,18 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
     """Write the vaswani run ``run_dir`` as a Hugging Face model folder ``out_dir`` (a new or empty
     folder) and return it."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    run = read_run_config(run_dir)
-    if run.task not in EXPORTERS:
-        supported = ", ".join(f"{task} (as {family})" for task, (family, _) in EXPORTERS.items())
+    run = RunDir(run_dir).read_config()
+    spec = registry.TASKS.get(run.task)
+    family = spec.hf_family if spec else None
+    if family is None:
+        supported = ", ".join(
+            f"{spec.name} (as {EXPORTERS[spec.hf_family][0]})"
+            for spec in registry.TASKS.values()
+            if spec.hf_family is not None
+        )
         raise RunDirError(
             f"{run_dir}: runs of task {run.task!r} cannot be exported yet; supported: {supported}"
         )
     with new_folder(out_dir) as tmp:
-        EXPORTERS[run.task][1](run_dir, run, tmp)
+        EXPORTERS[family][1](run_dir, run, tmp)
     return out_dir

@@ -65,8 +65,6 @@ from torch import Tensor
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
-    CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -75,16 +73,15 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
-from vaswani.models.bert import Bert, MaskedLM
-from vaswani.rundir import write_run_config
+from vaswani.models.bert import POOLER_KEYS
+from vaswani.rundir import RunDir
+from vaswani.tasks.mlm import ENCODER_TASK, TOKENIZER, model_of
+from vaswani.tasks.mlm import TASK as MLM_TASK
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
+from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "bert"
-MLM_TASK = "mlm"
-ENCODER_TASK = "encoder"
 PREFIX = "bert."
-TOKENIZER = "tokenizer.json"
 VOCAB = "vocab.txt"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
@@ -112,7 +109,7 @@ TABLE = (
     ),
 )
 HEAD_BIAS, DECODER_BIAS = "cls.predictions.bias", "cls.predictions.decoder.bias"
-POOLER_TABLE = tuple(KeyMap(f"pooler.dense.{kind}", f"pooler.dense.{kind}") for kind in KINDS)
+POOLER_TABLE = tuple(KeyMap(key, key) for key in POOLER_KEYS)
 HEAD_TABLE = (
     *(KeyMap(f"cls.predictions.transform.dense.{kind}", f"head.dense.{kind}") for kind in KINDS),
     *(KeyMap(f"cls.predictions.transform.LayerNorm.{kind}", f"head.norm.{kind}") for kind in KINDS),
@@ -276,17 +273,9 @@ def config_to_hf(cfg: ModelConfig, mlm_head: bool) -> dict[str, Any]:
     }
 
 
-def model_for(cfg: ModelConfig, mlm_head: bool) -> Bert | MaskedLM:
-    """The model whose weights a BERT run holds: :class:`MaskedLM` with the MLM head, else :class:`Bert`."""
-    return MaskedLM(cfg) if mlm_head else Bert(cfg)
-
-
-def model_for_run(run: RunConfig) -> Bert | MaskedLM:
-    """The model of a BERT run directory: :class:`MaskedLM` for task ``mlm``, :class:`Bert` for
-    task ``encoder``."""
-    if run.task not in (MLM_TASK, ENCODER_TASK):
-        raise RunDirError(f"a run of task {run.task!r} is not a BERT run ({MLM_TASK} or {ENCODER_TASK})")
-    return model_for(run.model, run.task == MLM_TASK)
+def task_of(mlm_head: bool) -> str:
+    """The task of a BERT run: ``mlm`` with the MLM head, ``encoder`` without."""
+    return MLM_TASK if mlm_head else ENCODER_TASK
 
 
 def _rows(cfg: ModelConfig, mlm_head: bool) -> list[KeyMap]:
@@ -301,7 +290,7 @@ def _rows(cfg: ModelConfig, mlm_head: bool) -> list[KeyMap]:
 def _our_shapes(cfg: ModelConfig, mlm_head: bool) -> dict[str, tuple[int, ...]]:
     """The shape of each of our tensors for ``cfg`` with separate q/k/v (on the meta device: no memory)."""
     with torch.device("meta"):
-        model = model_for(cfg.replace(fused_qkv=False), mlm_head)
+        model = model_of(RunConfig(task_of(mlm_head), cfg.replace(fused_qkv=False)))
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
@@ -316,7 +305,7 @@ def has_pooler(tensors: Mapping[str, Tensor]) -> bool:
 
 
 def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool) -> dict[str, Tensor]:
-    """Our state dict (for ``model_for(cfg, mlm_head).load_state_dict(..., strict=True)``) of BERT
+    """Our state dict (for ``model_of(run).load_state_dict(..., strict=True)``) of BERT
     tensors, named with or without ``bert.``, by the tables. A missing, unexpected or misshapen
     tensor is a :class:`DataError` naming it; the buffers and aliases of the module docstring are
     skipped, and an untied head's bias is ``cls.predictions.decoder.bias`` when it is there. With a
@@ -406,21 +395,13 @@ def read_tokenizer(src: Path, max_len: int) -> tuple[WordPieceTokenizer, Path]:
         raise DataError(f"{path}: {exc}") from None
 
 
-def tokenizer_json(tokenizer: WordPieceTokenizer) -> bytes:
-    """``tokenizer.json`` of ``tokenizer`` without truncation or padding (as a run keeps it and
-    Hugging Face writes it: the length limit is the reader's to set)."""
-    payload = json.loads(tokenizer.tokenizer.to_str())
-    payload["truncation"] = payload["padding"] = None
-    return (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani run directory into ``out`` from the BERT folder ``src``: task ``mlm`` when
     the weights hold an MLM head, ``encoder`` when they do not (see the module docstring)."""
     try:
         cfg = config_from_hf(hf_config)
     except ConfigError as exc:
-        raise ConfigError(f"{src / CONFIG}: {exc}") from None
+        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     mlm_head = has_mlm_head(tensors)
     cfg = cfg.replace(pooler=has_pooler(tensors))
@@ -432,20 +413,21 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         )
     if cfg.pad_id != tokenizer.pad_id:
         raise ConfigError(
-            f"{src / CONFIG}: field 'pad_token_id': {cfg.pad_id}, but the tokenizer's [PAD] is "
+            f"{src / RunDir.CONFIG}: field 'pad_token_id': {cfg.pad_id}, but the tokenizer's [PAD] is "
             f"{tokenizer.pad_id}"
         )
     try:
         state = state_from_hf(tensors, cfg, mlm_head)
     except DataError as exc:
         raise DataError(f"{weights_path}: {exc}") from None
-    model = model_for(cfg, mlm_head)
-    model.load_state_dict(state, strict=True)
-    task = MLM_TASK if mlm_head else ENCODER_TASK
     data = DataConfig(source="default", vocab_size=tokenizer.vocab_size)
-    write_run_config(out, RunConfig(task, cfg, TrainConfig(), data))
-    atomic_save_model(model, out / SAFETENSORS)
-    write_file(out / TOKENIZER, tokenizer_json(tokenizer))
+    run = RunConfig(task_of(mlm_head), cfg, TrainConfig(), data)
+    model = model_of(run)
+    model.load_state_dict(state, strict=True)
+    folder = RunDir(out)
+    folder.write_config(run)
+    folder.save_weights(model)
+    write_file(out / TOKENIZER, tokenizer.to_json())
 
 
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
@@ -460,17 +442,16 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     try:
         hf_config = config_to_hf(run.model, mlm_head)
     except ConfigError as exc:
-        raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
+        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     if run.model.pad_id != tokenizer.pad_id:
         raise ConfigError(
-            f"{run_dir / CONFIG}: config field 'model.pad_id': {run.model.pad_id}, but the tokenizer's "
-            f"[PAD] is {tokenizer.pad_id}"
+            f"{run_dir / RunDir.CONFIG}: config field 'model.pad_id': {run.model.pad_id}, but the "
+            f"tokenizer's [PAD] is {tokenizer.pad_id}"
         )
-    model = model_for_run(run)
-    load_weights(model, run_dir / SAFETENSORS)
-    write_json(out / CONFIG, hf_config)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model, mlm_head))
-    write_file(out / TOKENIZER, tokenizer_json(tokenizer))
+    model = RunDir(run_dir).load_weights(model_of(run))
+    write_json(out / RunDir.CONFIG, hf_config)
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model, mlm_head))
+    write_file(out / TOKENIZER, tokenizer.to_json())
     write_file(out / VOCAB, tokenizer.vocab_text().encode("utf-8"))
     specials = {
         "unk_token": tokenizer.unk_id, "sep_token": tokenizer.sep_id, "pad_token": tokenizer.pad_id,

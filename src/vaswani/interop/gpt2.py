@@ -46,8 +46,6 @@ from torch import Tensor
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
-    CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -57,10 +55,10 @@ from vaswani.interop.common import (
     write_safetensors,
 )
 from vaswani.models.gpt import GPT
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
 from vaswani.tasks.lm import TASK, TOKENIZER, default_settings
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
+from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "gpt2"
 PREFIX = "transformer."
@@ -330,7 +328,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     try:
         cfg = config_from_hf(hf_config)
     except ConfigError as exc:
-        raise ConfigError(f"{src / CONFIG}: {exc}") from None
+        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer, tokenizer_path = read_tokenizer(src)
     if tokenizer.vocab_size > cfg.tgt_vocab_size:
         raise DataError(
@@ -346,8 +344,9 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     model.load_state_dict(state, strict=True)
     _, train, _ = default_settings()
     data = DataConfig(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
-    write_run_config(out, RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
-    atomic_save_model(model, out / SAFETENSORS)
+    folder = RunDir(out)
+    folder.write_config(RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
+    folder.save_weights(model)
     write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
@@ -363,11 +362,11 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     try:
         hf_config = config_to_hf(run.model, tokenizer.eos_id)
     except ConfigError as exc:
-        raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
+        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     model = GPT(run.model)
-    load_weights(model, run_dir / SAFETENSORS)
-    write_json(out / CONFIG, hf_config)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model))
+    RunDir(run_dir).load_weights(model)
+    write_json(out / RunDir.CONFIG, hf_config)
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
     write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK

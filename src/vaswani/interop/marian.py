@@ -61,8 +61,6 @@ from torch import Tensor
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
-    CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -74,10 +72,10 @@ from vaswani.interop.common import (
 from vaswani.interop.sentencepiece import marian_tokenizer
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
 from vaswani.tasks.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER, default_settings
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
+from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "marian"
 ARCHITECTURE = "MarianMTModel"
@@ -498,7 +496,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     try:
         cfg = config_from_hf(hf_config)
     except ConfigError as exc:
-        raise ConfigError(f"{src / CONFIG}: {exc}") from None
+        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     src_tok, tgt_tok, tokenizer_path = read_tokenizers(src)
     for tok, size, field in (
         (src_tok, cfg.src_vocab_size, "vocab_size"),
@@ -511,7 +509,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     try:
         check_token_ids(hf_config, src_tok, tgt_tok)
     except ConfigError as exc:
-        raise ConfigError(f"{src / CONFIG}: {exc}") from None
+        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     try:
         state = state_from_hf(tensors, cfg)
@@ -523,8 +521,9 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     data = DataConfig(
         source="default", vocab_size=tgt_tok.vocab_size, shared_vocab=cfg.tie_embeddings == "all"
     )
-    write_run_config(out, RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
-    atomic_save_model(model, out / SAFETENSORS)
+    folder = RunDir(out)
+    folder.write_config(RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
+    folder.save_weights(model)
     for tokenizer, name in ((src_tok, SRC_TOKENIZER), (tgt_tok, TGT_TOKENIZER)):
         write_file(out / name, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
@@ -550,10 +549,10 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     try:
         hf_config = config_to_hf(run.model, tgt_tok)
     except ConfigError as exc:
-        raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
+        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     model = Transformer(run.model)
-    load_weights(model, run_dir / SAFETENSORS)
-    write_json(out / CONFIG, hf_config)
+    RunDir(run_dir).load_weights(model)
+    write_json(out / RunDir.CONFIG, hf_config)
     generation: dict[str, Any] = {
         "decoder_start_token_id": tgt_tok.bos_id,
         "eos_token_id": tgt_tok.eos_id,
@@ -564,7 +563,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     if tgt_tok.suppressed_ids:
         generation["bad_words_ids"] = [[token_id] for token_id in tgt_tok.suppressed_ids]
     write_json(out / GENERATION_CONFIG, generation)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model))
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
     source_json = src_tok.tokenizer.to_str(pretty=True)
     target_json = tgt_tok.tokenizer.to_str(pretty=True)
     write_file(out / HF_TOKENIZER, source_json.encode("utf-8"))

@@ -10,7 +10,8 @@ position scheme of :class:`~vaswani.config.ModelConfig` builds and runs the same
 are small modules on top: :class:`MaskedLMHead` (the masked-token predictions, its decoder tied
 to the word embeddings), :class:`SequenceClassifier` (one label per text or sentence pair, from
 the pooled [CLS] vector) and :class:`TokenClassifier` (one label per token).
-:class:`MaskedLM` is :class:`Bert` with its MLM head.
+:class:`MaskedLM` is :class:`Bert` with its MLM head, :class:`BertClassifier` with a
+:class:`SequenceClassifier` on one vector per text (:func:`sentence_vectors`).
 
 Masks follow :mod:`vaswani.layers.masks`: ``attention_mask`` is True (or 1) at real tokens, and
 padding is masked out of every attention as a key, so that padding never changes the outputs
@@ -29,6 +30,7 @@ from vaswani.layers.linear import Linear
 from vaswani.layers.norms import RMSNorm, make_norm
 
 INIT_STD = 0.02
+POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")  # the tensors of the [CLS] pooler
 
 
 def init_bert_weights(module: nn.Module) -> None:
@@ -181,3 +183,33 @@ class MaskedLM(nn.Module):
         the boolean ``predict`` (batch, seq) is True (the masked ones: all the loss needs)."""
         hidden = self.bert(tokens, segments, attention_mask)
         return self.head(hidden if predict is None else hidden[predict])
+
+
+def sentence_vectors(bert: Bert, hidden: Tensor, attention_mask: Tensor, pool: str) -> Tensor:
+    """v(x) (batch, d_model) of hidden states (batch, seq, d_model): ``"cls"`` is the pooled
+    [CLS] state (the [CLS] state itself when the model has no pooler), ``"mean"`` the mean over
+    the real tokens."""
+    if pool == "mean":
+        return mean_pool(hidden, attention_mask)
+    return bert.pool(hidden) if bert.pooler is not None else hidden[:, 0]
+
+
+class BertClassifier(nn.Module):
+    """logits = SequenceClassifier(v(Bert(x))): ``tokens``, ``segments`` and ``attention_mask``
+    (batch, seq) → (batch, n_classes). The encoder's tensors are ``bert.*``, the classifier's
+    ``head.*``."""
+
+    def __init__(self, cfg: ModelConfig, n_classes: int, pool: str = "cls") -> None:
+        super().__init__()
+        if pool == "cls" and not cfg.pooler:
+            raise ValueError("pool='cls' needs a pooler (config field 'model.pooler')")
+        self.config, self.pool = cfg, pool
+        self.bert = Bert(cfg)
+        self.head = SequenceClassifier(cfg, n_classes)
+
+    def forward(
+        self, tokens: Tensor, segments: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> Tensor:
+        mask = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask
+        hidden = self.bert(tokens, segments, mask)
+        return self.head(sentence_vectors(self.bert, hidden, mask, self.pool))

@@ -33,52 +33,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig
+from vaswani.config import DataConfig, ModelConfig, RunConfig, padded_vocab_size
 from vaswani.data.batching import pad
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
-from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, POOLER_TABLE, TOKENIZER, model_for_run
-from vaswani.models.bert import Bert, MaskedLM, SequenceClassifier, mean_pool
-from vaswani.rundir import read_run_config
-from vaswani.tasks.mlm import check_tokenizer, native_bf16, read_bert_run, save_tokenizer, small_bert
+from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM, sentence_vectors
+from vaswani.rundir import RunDir
+from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.mlm import (
+    ENCODER_TASK,
+    TOKENIZER,
+    check_tokenizer,
+    native_bf16,
+    read_bert_run,
+    save_tokenizer,
+    small_bert,
+)
+from vaswani.tasks.mlm import TASK as MLM_TASK
+from vaswani.tasks.mlm import model_of as bert_model_of
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import load_weights
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
 PRETRAINED_TASKS = (MLM_TASK, ENCODER_TASK)
 EMBED_TASKS = (MLM_TASK, ENCODER_TASK, TASK)
-POOLER_KEYS = tuple(row.ours for row in POOLER_TABLE)
-
-
-def sentence_vectors(bert: Bert, hidden: Tensor, attention_mask: Tensor, pool: str) -> Tensor:
-    """v(x) (batch, d_model) of hidden states (batch, seq, d_model): ``"cls"`` is the pooled
-    [CLS] state (the [CLS] state itself when the model has no pooler), ``"mean"`` the mean over
-    the real tokens."""
-    if pool == "mean":
-        return mean_pool(hidden, attention_mask)
-    return bert.pool(hidden) if bert.pooler is not None else hidden[:, 0]
-
-
-class BertClassifier(nn.Module):
-    """logits = SequenceClassifier(v(Bert(x))): ``tokens``, ``segments`` and ``attention_mask``
-    (batch, seq) → (batch, n_classes). The encoder's tensors are ``bert.*``, the classifier's
-    ``head.*``."""
-
-    def __init__(self, cfg: ModelConfig, n_classes: int, pool: str = "cls") -> None:
-        super().__init__()
-        if pool == "cls" and not cfg.pooler:
-            raise ValueError("pool='cls' needs a pooler (config field 'model.pooler')")
-        self.config, self.pool = cfg, pool
-        self.bert = Bert(cfg)
-        self.head = SequenceClassifier(cfg, n_classes)
-
-    def forward(
-        self, tokens: Tensor, segments: Tensor | None = None, attention_mask: Tensor | None = None
-    ) -> Tensor:
-        mask = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask
-        hidden = self.bert(tokens, segments, mask)
-        return self.head(sentence_vectors(self.bert, hidden, mask, self.pool))
 
 
 @dataclass
@@ -229,8 +207,7 @@ def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
 def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
     """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
     run, tokenizer = read_bert_run(init, PRETRAINED_TASKS, "--init")
-    model = model_for_run(run)
-    load_weights(model, init / "model.safetensors")
+    model = RunDir(init).load_weights(bert_model_of(run))
     return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
 
 
@@ -258,10 +235,8 @@ class TextClassifier:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> TextClassifier:
-        run_dir = Path(run_dir)
-        run, tokenizer = read_bert_run(run_dir, (TASK,), "classification")
-        model = classifier_model(run)
-        load_weights(model, run_dir / "model.safetensors")
+        run, tokenizer = read_bert_run(Path(run_dir), (TASK,), "classification")
+        model = RunDir(run_dir).load_weights(model_of(run))
         return cls(model.eval(), tokenizer, run.data)
 
     def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
@@ -295,7 +270,7 @@ class TextClassifier:
         return classification_metrics(self.model, batches)
 
 
-def classifier_model(run: RunConfig) -> BertClassifier:
+def model_of(run: RunConfig) -> BertClassifier:
     """The (untrained) model of a ``classify`` run."""
     if run.data.labels is None:
         raise ConfigError("config field 'data.labels': a classifier run needs its label set")
@@ -320,7 +295,7 @@ def train_classify(
     else:
         texts = [t for e in data.train.examples for t in e.texts]
         tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
-        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        vocab = padded_vocab_size(tokenizer.vocab_size)
         run = RunConfig(
             run.task, run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
         )
@@ -333,22 +308,13 @@ def train_classify(
     task = ClassifyTask(run, tokenizer, data)
 
     def build() -> nn.Module:
-        model = classifier_model(run)
+        model = model_of(run)
         if bert is not None:
             load_encoder_weights(model, bert)
         return model
 
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
-
-
-def resume_classify(
-    run_dir: Path, quiet: bool = False, **train_changes: Any
-) -> tuple[dict[str, Any], TextClassifier]:
-    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
-    run = read_run_config(run_dir, task=TASK)
-    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    return train_classify(run, run_dir, resume=True, quiet=quiet)
 
 
 class SentenceEncoder:
@@ -360,10 +326,8 @@ class SentenceEncoder:
     @classmethod
     def load(cls, run_dir: str | Path) -> SentenceEncoder:
         """The encoder of an ``mlm``, ``encoder`` or ``classify`` run."""
-        run_dir = Path(run_dir)
-        run, tokenizer = read_bert_run(run_dir, EMBED_TASKS, "embed")
-        model = classifier_model(run) if run.task == TASK else model_for_run(run)
-        load_weights(model, run_dir / "model.safetensors")
+        run, tokenizer = read_bert_run(Path(run_dir), EMBED_TASKS, "embed")
+        model = RunDir(run_dir).load_weights(model_of(run) if run.task == TASK else bert_model_of(run))
         bert = model if isinstance(model, Bert) else model.bert
         return cls(bert.eval(), tokenizer)
 
@@ -414,3 +378,20 @@ def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epoc
     out.setdefault("warmup_steps", int(WARMUP_FRACTION * out["max_steps"]))
     out.setdefault("eval_every", per_epoch)
     return out
+
+
+def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+    """Loss, accuracy and macro-F1 of a ``classify`` run on ``request.labeled``."""
+    if request.labeled is None:
+        raise ConfigError("a classifier is evaluated with --labeled FILE (TSV, CSV or JSON lines)")
+    classifier = TextClassifier.load(run_dir)
+    spec = classifier.data
+    file_format = request.file_format or spec.file_format
+    labeled = read_labeled(
+        request.labeled, spec.text_columns, spec.label_column, file_format, classifier.labels
+    )
+    metrics = classifier.evaluate(labeled, request.batch_size)
+    return [
+        f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
+        f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
+    ]

@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, RunConfig
+from vaswani.config import DataConfig, RunConfig, padded_vocab_size
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import Sampling, generate, lm_next_logits
 from vaswani.models.gpt import GPT
-from vaswani.rundir import read_run_config
+from vaswani.rundir import RunDir
+from vaswani.tasks.evaluation import Evaluation
 from vaswani.tokenizer import LMTokenizer
-from vaswani.training.checkpoint import load_weights
 from vaswani.training.trainer import fit_run
 
 TASK = "lm"
@@ -142,12 +142,11 @@ class LanguageModel:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> LanguageModel:
-        run_dir = Path(run_dir)
-        run = read_run_config(run_dir, task=TASK)
-        tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
-        check_vocab(run, tokenizer, run_dir)
-        model = GPT(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        folder = RunDir(run_dir)
+        run = folder.read_config(task=TASK)
+        tokenizer = LMTokenizer.load(folder.file(TOKENIZER))
+        check_vocab(run, tokenizer, folder.path)
+        model = folder.load_weights(GPT(run.model))
         model.eval()
         return cls(model, tokenizer)
 
@@ -274,7 +273,7 @@ def train_lm(
         tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
     else:
         tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
-        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        vocab = padded_vocab_size(tokenizer.vocab_size)
         run = RunConfig(run.task, run.model.replace(tgt_vocab_size=vocab), run.train, run.data)
     check_vocab(run, tokenizer, run_dir)
     task = LMTask(
@@ -284,19 +283,10 @@ def train_lm(
         tokenizer.vocab_size,
     )
     metrics, model = fit_run(
-        run, run_dir, task, lambda: GPT(run.model), lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
+        run, run_dir, task, lambda: model_of(run), lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
     )
     assert isinstance(model, GPT)
     return metrics, LanguageModel(model, tokenizer), name
-
-
-def resume_lm(
-    run_dir: Path, quiet: bool = False, **train_changes: Any
-) -> tuple[dict[str, Any], LanguageModel, str]:
-    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
-    run = read_run_config(run_dir, task=TASK)
-    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    return train_lm(run, run_dir, resume=True, quiet=quiet)
 
 
 def native_bf16() -> bool:
@@ -321,3 +311,18 @@ def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     }  # fmt: skip
     data = {"source": "default", "tokenizer": "bpe", "vocab_size": 1024, "valid_fraction": 0.1}
     return model, train, data
+
+
+def model_of(run: RunConfig) -> GPT:
+    """The (untrained) model of a language-model run."""
+    return GPT(run.model)
+
+
+def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+    """Loss and perplexity of a language-model run on ``request.text``."""
+    if not request.text:
+        raise ConfigError("a language model is evaluated with --text FILE")
+    lm = LanguageModel.load(run_dir)
+    ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in request.text]))
+    loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
+    return [f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)"]

@@ -31,27 +31,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, RunConfig
+from vaswani.config import DataConfig, RunConfig, padded_vocab_size
 from vaswani.data.batching import pad, token_buckets
-from vaswani.data.text import split_documents
+from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, tokenizer_json
-from vaswani.models.bert import MaskedLM
-from vaswani.rundir import read_run_config
+from vaswani.models.bert import Bert, MaskedLM
+from vaswani.rundir import RunDir
+from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.lm import load_documents, native_bf16
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
-from vaswani.training.checkpoint import load_weights, write_file
+from vaswani.training.checkpoint import write_file
 from vaswani.training.trainer import fit_run
 
-TASK = MLM_TASK
-BERT_TASKS = (MLM_TASK, ENCODER_TASK)
+TASK = "mlm"
+ENCODER_TASK = "encoder"  # a BERT without its MLM head, as imported from a ``BertModel``
+BERT_TASKS = (TASK, ENCODER_TASK)
+TOKENIZER = "tokenizer.json"
 FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
 
 
 def read_bert_run(run_dir: Path, tasks: Sequence[str], purpose: str) -> tuple[RunConfig, WordPieceTokenizer]:
     """The config and tokenizer of a BERT-family run directory whose task is one of ``tasks``
     (anything else is refused in one line saying what ``purpose`` needs)."""
-    run = read_run_config(run_dir)
+    run = RunDir(run_dir).read_config()
     if run.task not in tasks:
         raise RunDirError(
             f"{run_dir}: a run of task {run.task!r}; {purpose} needs a run of task {' or '.join(tasks)}"
@@ -76,7 +78,7 @@ def check_tokenizer(run: RunConfig, tokenizer: WordPieceTokenizer, run_dir: Path
 
 def save_tokenizer(tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
     """``tokenizer.json`` as ``import-hf`` writes it (the length limit is the model's max_len)."""
-    write_file(run_dir / TOKENIZER, tokenizer_json(tokenizer))
+    write_file(run_dir / TOKENIZER, tokenizer.to_json())
 
 
 def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_len: int) -> list[list[int]]:
@@ -249,10 +251,8 @@ class MaskedLanguageModel:
     def load(cls, run_dir: str | Path) -> MaskedLanguageModel:
         """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``); an
         ``encoder`` run has no MLM head and is refused."""
-        run_dir = Path(run_dir)
-        run, tokenizer = read_bert_run(run_dir, (MLM_TASK,), "fill-mask (the masked-LM head)")
-        model = MaskedLM(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        run, tokenizer = read_bert_run(Path(run_dir), (TASK,), "fill-mask (the masked-LM head)")
+        model = RunDir(run_dir).load_weights(MaskedLM(run.model))
         return cls(model.eval(), tokenizer, run.data)
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -323,7 +323,7 @@ def train_mlm(
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, max_len)
     else:
         tokenizer = WordPieceTokenizer.train(train_docs, run.data.vocab_size, max_len=max_len)
-        vocab = -(-tokenizer.vocab_size // 64) * 64  # aligned matrix shapes
+        vocab = padded_vocab_size(tokenizer.vocab_size)
         model_cfg = run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id)
         run = RunConfig(run.task, model_cfg, run.train, run.data)
     check_tokenizer(run, tokenizer, run_dir)
@@ -338,15 +338,6 @@ def train_mlm(
     )
     assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
-
-
-def resume_mlm(
-    run_dir: Path, quiet: bool = False, **train_changes: Any
-) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
-    """Continue a stopped run from its newest intact checkpoint (``train_changes`` may extend it)."""
-    run = read_run_config(run_dir, task=TASK)
-    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    return train_mlm(run, run_dir, resume=True, quiet=quiet)
 
 
 def small_bert() -> dict[str, Any]:
@@ -375,3 +366,23 @@ def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     }  # fmt: skip
     data = {"source": "default", "vocab_size": 4096, "valid_fraction": 0.1}
     return small_bert(), train, data
+
+
+def model_of(run: RunConfig) -> Bert | MaskedLM:
+    """The model of a BERT run: :class:`MaskedLM` for task ``mlm``, :class:`Bert` (no head) for
+    task ``encoder``."""
+    if run.task not in BERT_TASKS:
+        raise RunDirError(f"a run of task {run.task!r} is not a BERT run ({TASK} or {ENCODER_TASK})")
+    return MaskedLM(run.model) if run.task == TASK else Bert(run.model)
+
+
+def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+    """Masked-token loss, perplexity and accuracy of an ``mlm`` run on ``request.text``."""
+    if not request.text:
+        raise ConfigError("a masked language model is evaluated with --text FILE")
+    mlm = MaskedLanguageModel.load(run_dir)
+    metrics = mlm.evaluate(read_documents([str(t) for t in request.text]))
+    return [
+        f"masked-token loss {metrics['valid_loss']:.4f}  perplexity {metrics['perplexity']:.2f}  "
+        f"accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
+    ]

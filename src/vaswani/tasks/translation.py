@@ -6,7 +6,6 @@ embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig
+from vaswani.config import DataConfig, ModelConfig, RunConfig, padded_vocab_size
 from vaswani.data import grammar
 from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
 from vaswani.data.readers import read_parallel, read_tsv_pairs
@@ -25,9 +24,9 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import read_run_config
+from vaswani.rundir import RunDir
+from vaswani.tasks.evaluation import Evaluation
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import atomic_write_text, load_weights
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
 
@@ -180,13 +179,12 @@ class Translator:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Translator:
-        run_dir = Path(run_dir)
-        run = read_run_config(run_dir, task=TASK)
-        src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
-        tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
-        check_vocab(run.model, src_tok, tgt_tok, run_dir)
-        model = Transformer(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        folder = RunDir(run_dir)
+        run = folder.read_config(task=TASK)
+        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
+        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
+        check_vocab(run.model, src_tok, tgt_tok, folder.path)
+        model = folder.load_weights(Transformer(run.model))
         model.eval()
         return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
 
@@ -320,22 +318,11 @@ def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer
             )
 
 
-def resume_translation(
-    run_dir: Path, quiet: bool = False, **train_changes: Any
-) -> tuple[dict[str, Any], Translator, TranslationData]:
-    """Continue a stopped run from its newest intact checkpoint, with its own saved config
-    (``train_changes`` may extend it, e.g. ``max_steps=...``; they are saved in the config, so
-    that a later plain resume keeps them)."""
-    run = read_run_config(run_dir, task=TASK)
-    run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    return train_translation(run, run_dir, resume=True, quiet=quiet)
-
-
 def train_translation(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
-    :func:`resume_translation`); return metrics, translator and data."""
+    :func:`vaswani.tasks.registry.resume`); return metrics, translator and data."""
     data = load_data(run.data)
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
@@ -350,9 +337,7 @@ def train_translation(
         src_tok.save(folder / SRC_TOKENIZER)
         tgt_tok.save(folder / TGT_TOKENIZER)
 
-    metrics, model = fit_run(
-        run, run_dir, task, lambda: Transformer(run.model), save_tokenizers, resume, quiet
-    )
+    metrics, model = fit_run(run, run_dir, task, lambda: model_of(run), save_tokenizers, resume, quiet)
     assert isinstance(model, Transformer)
     return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
 
@@ -363,11 +348,9 @@ def fit_vocab(
     """Size the embeddings to the trained tokenizers, rounded up to a multiple of 64
     (aligned matrix shapes), and pick BLEU's tokenizer from the target language."""
 
-    def rounded(n: int) -> int:
-        return -(-n // 64) * 64
-
     model = run.model.replace(
-        src_vocab_size=rounded(src_tok.vocab_size), tgt_vocab_size=rounded(tgt_tok.vocab_size)
+        src_vocab_size=padded_vocab_size(src_tok.vocab_size),
+        tgt_vocab_size=padded_vocab_size(tgt_tok.vocab_size),
     )
     if model.tie_embeddings == "all" and src_tok is not tgt_tok:
         raise ConfigError(
@@ -416,7 +399,7 @@ def write_test_metrics(
         **{k: v for k, v in scores.items() if k != "hypotheses"},
         "bleu_split": split,
     }
-    atomic_write_text(run_dir / "metrics.json", json.dumps(merged, indent=2) + "\n")
+    RunDir(run_dir).write_metrics(merged)
     return merged
 
 
@@ -436,3 +419,49 @@ def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "vocab_size": 2000,
     }  # fmt: skip
     return model, train, data
+
+
+def model_of(run: RunConfig) -> Transformer:
+    """The (untrained) model of a translation run."""
+    return Transformer(run.model)
+
+
+def describe_scores(scores: dict[str, Any]) -> str:
+    return f"BLEU {scores['bleu']:.2f} (lowercased {scores['bleu_lowercase']:.2f})  chrF {scores['chrf']:.2f}"
+
+
+def describe_decoding(decoding: dict[str, Any]) -> str:
+    """``greedy`` or ``beam 4, gnmt length penalty 0.6``, for reports."""
+    if decoding["beam"] == 1:
+        return "greedy"
+    penalty = decoding["length_penalty"]
+    if penalty.kind == "none":
+        return f"beam {decoding['beam']}, no length penalty"
+    return f"beam {decoding['beam']}, {penalty.kind} length penalty {penalty.alpha:g}"
+
+
+def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+    """BLEU and chrF of a translation run on ``request.src``/``ref``, or on the run's own test split
+    (its valid split when it has none); the hypotheses are written to ``request.out`` (default
+    ``RUN_DIR/hypotheses.NAME``). Returns the report's lines."""
+    if request.text:
+        raise ConfigError(
+            "a translation run is evaluated on --src and --ref, or its own test split, not --text"
+        )
+    if (request.src is None) != (request.ref is None):
+        raise ConfigError("--src and --ref go together")
+    translator = Translator.load(run_dir)
+    if request.src is not None and request.ref is not None:
+        pairs, name = read_parallel(request.src, request.ref), request.src.name
+    else:
+        data = load_data(RunDir(run_dir).read_config().data)
+        pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
+    decoding = request.decoding
+    scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, **decoding)
+    out = request.out or run_dir / f"hypotheses.{name}"
+    Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    return [
+        f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
+        f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
+        f"  {scores['chrf_signature']}\nhypotheses: {out}",
+    ]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import math
 import random
 import signal
@@ -34,10 +33,8 @@ from tqdm import tqdm
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
-from vaswani.rundir import write_run_config
+from vaswani.rundir import RunDir
 from vaswani.training.checkpoint import (
-    atomic_save_model,
-    atomic_write_text,
     load_checkpoint,
     newest_intact_checkpoint,
     save_checkpoint,
@@ -135,6 +132,7 @@ class Trainer:
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
+        self.files = RunDir(run_dir)
         self.optimizer = make_optimizer(model, cfg)
         self.state = TrainerState()
         self.stop_signal: int | None = None
@@ -220,7 +218,7 @@ class Trainer:
         return metrics
 
     def _log(self, row: dict[str, Any]) -> None:
-        path = self.run_dir / "train_log.csv"
+        path = self.files.log
         new = not path.exists()
         with path.open("a", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(row))
@@ -268,7 +266,7 @@ class Trainer:
             f"({state.bad_steps} in a row, {state.skipped_steps} in all)"
         )
         if state.bad_steps >= self.cfg.max_bad_steps:
-            checkpoints = self.run_dir / "checkpoints"
+            checkpoints = self.files.checkpoints
             kept = f"last good checkpoint in {checkpoints}" if checkpoints.is_dir() else "no checkpoint yet"
             raise VaswaniError(
                 f"{state.bad_steps} steps in a row had a non-finite loss or gradient; stopping at step "
@@ -338,11 +336,11 @@ class Trainer:
                 if self.stop_signal is not None:
                     if not saved:
                         self._checkpoint()
-                    atomic_save_model(self.model, self.run_dir / "model.safetensors")
+                    self.files.save_weights(self.model)
                     raise TrainingInterrupted(self.stop_signal, state.step, self.run_dir)
         if not state.metrics:
             state.metrics = self._evaluate()
-        atomic_save_model(self.model, self.run_dir / "model.safetensors")
+        self.files.save_weights(self.model)
         result = {
             **state.metrics,
             "train_seconds": round(state.train_seconds, 2),
@@ -350,7 +348,7 @@ class Trainer:
             "skipped_steps": state.skipped_steps,
             "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
         }
-        atomic_write_text(self.run_dir / "metrics.json", json.dumps(result, indent=2) + "\n")
+        self.files.write_metrics(result)
         return result
 
 
@@ -372,9 +370,9 @@ def fit_run(
     if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_files(run_dir)
-        write_run_config(run_dir, run)
+        RunDir(run_dir).write_config(run)
     trainer = Trainer(model, task, run.train, run_dir)
     if resume:
         trainer.resume()
-        write_run_config(run_dir, run)  # with the resume's changes, for the next resume
+        RunDir(run_dir).write_config(run)  # with the resume's changes, for the next resume
     return trainer.fit(quiet=quiet), model

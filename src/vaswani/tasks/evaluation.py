@@ -1,0 +1,27 @@
+"""What ``vaswani evaluate`` hands a task's evaluate hook: the inputs of every task in one request.
+
+Each task reads the fields it scores on and refuses, in one line, a request without them:
+translation ``src``/``ref`` (or the run's own test split) with ``decoding``; language models and
+masked language models ``text``; classifiers ``labeled`` (in ``file_format``, or by extension).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The inputs of an evaluation; ``out`` is where a task may write its outputs (hypotheses)."""
+
+    src: Path | None = None
+    ref: Path | None = None
+    out: Path | None = None
+    text: Sequence[Path] = ()
+    labeled: Path | None = None
+    file_format: str | None = None
+    batch_size: int = 64
+    decoding: dict[str, Any] = field(default_factory=dict)

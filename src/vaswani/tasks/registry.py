@@ -1,0 +1,129 @@
+"""The task registry: one entry per task, and everything that dispatches on a task asks it.
+
+An entry (:class:`TaskSpec`) names the task's model builder, its training function (the trainer's
+:class:`~vaswani.training.trainer.Task` adapter inside it), the wrapper that uses a trained run
+(``Translator``, ``LanguageModel``...), its ``evaluate`` and attention hooks and its Hugging Face
+family. The command line (``train``, ``evaluate``, ``plot``, ``attention``, ``average``),
+``import-hf``/``export-hf`` and the Python API (:func:`load`, :func:`resume`) find a task here, so
+that a new task is one model module, one adapter module and one entry in :data:`TASKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vaswani.config import RunConfig
+from vaswani.errors import RunDirError
+from vaswani.rundir import RunDir
+from vaswani.tasks import classify, lm, mlm, translation
+from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
+from vaswani.tasks.evaluation import Evaluation
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task. ``model`` builds the untrained model of a run config; ``load`` reads a run
+    directory into the task's wrapper; ``train(run, run_dir, resume, quiet)`` trains or continues
+    a run and returns ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not
+    trained); ``evaluate(run_dir, request)`` scores a run and returns the lines to print (None:
+    ``cannot_evaluate`` says why and what to do instead); ``attention(wrapper, text)`` gives the
+    attention maps of one input and a title; ``hf_family`` names the Hugging Face family that
+    ``export-hf`` writes (:mod:`vaswani.interop`)."""
+
+    name: str
+    summary: str
+    model: Callable[[RunConfig], nn.Module]
+    load: Callable[[Path], Any]
+    train: Callable[..., tuple[Any, ...]] | None = None
+    evaluate: Callable[[Path, Evaluation], list[str]] | None = None
+    cannot_evaluate: str = ""
+    attention: Callable[[Any, str], tuple[list[AttentionMap], str]] | None = None
+    hf_family: str | None = None
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            "lm", "decoder-only language model, a GPT (perplexity)", lm.model_of, lm.LanguageModel.load,
+            lm.train_lm, lm.evaluate_run, attention=titled_lm_attention, hf_family="gpt2",
+        ),
+        TaskSpec(
+            "translation", "encoder-decoder translation (BLEU, chrF)", translation.model_of,
+            translation.Translator.load, translation.train_translation, translation.evaluate_run,
+            attention=titled_translation_attention, hf_family="marian",
+        ),
+        TaskSpec(
+            "mlm", "masked language model, a BERT (masked-token perplexity)", mlm.model_of,
+            mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.evaluate_run, hf_family="bert",
+        ),
+        TaskSpec(
+            "encoder", "a BERT encoder without a head, as imported (sentence vectors)", mlm.model_of,
+            classify.SentenceEncoder.load,
+            cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
+            "vaswani embed, or fine-tune it with vaswani train classify --init",
+            hf_family="bert",
+        ),
+        TaskSpec(
+            "classify", "text classification, a fine-tuned BERT (accuracy, macro-F1)", classify.model_of,
+            classify.TextClassifier.load, classify.train_classify, classify.evaluate_run,
+        ),
+    )
+}  # fmt: skip
+
+
+def get(name: str, where: object = "") -> TaskSpec:
+    """The entry of task ``name``; an unknown one is a one-line :class:`RunDirError` naming
+    ``where`` it was found (a run directory) and the tasks this vaswani knows."""
+    if name not in TASKS:
+        prefix = f"{where}: a run directory of task {name!r}" if where else f"unknown task {name!r}"
+        raise RunDirError(
+            f"{prefix}, which this vaswani does not know (it knows {', '.join(TASKS)}); "
+            "was it written by a newer vaswani?"
+        )
+    return TASKS[name]
+
+
+def trainable() -> list[TaskSpec]:
+    """The tasks that ``vaswani train`` trains, in registry order."""
+    return [spec for spec in TASKS.values() if spec.train is not None]
+
+
+def spec_of(run_dir: str | Path, tasks: Sequence[str] | None = None, purpose: str = "") -> TaskSpec:
+    """The entry of the task of ``run_dir`` (its ``config.json`` validated); with ``tasks``, a run
+    of any other task is refused in one line saying what ``purpose`` needs."""
+    run = RunDir(run_dir).read_config()
+    spec = get(run.task, run_dir)
+    if tasks is not None and spec.name not in tasks:
+        raise RunDirError(
+            f"{run_dir}: a run of task {spec.name!r}; {purpose} needs a run of task {' or '.join(tasks)}"
+        )
+    return spec
+
+
+def load(run_dir: str | Path) -> Any:
+    """The wrapper of any run directory, by its task: ``vaswani.load("runs/zh").translate([...])``."""
+    return spec_of(run_dir).load(Path(run_dir))
+
+
+def resume(
+    run_dir: str | Path, quiet: bool = False, task: str | None = None, **train_changes: Any
+) -> tuple[Any, ...]:
+    """Continue the stopped run ``run_dir`` from its newest intact checkpoint, with its own saved
+    config (with ``task``, a run of another task is refused). ``train_changes`` (e.g.
+    ``max_steps=...``) may extend it; they are saved in the config, so that a later plain resume
+    keeps them. Returns what the task's training returns."""
+    folder = RunDir(run_dir)
+    run = folder.read_config(task)
+    spec = get(run.task, run_dir)
+    if spec.train is None:
+        raise RunDirError(
+            f"{run_dir}: a run of task {spec.name!r} is not trained by vaswani; nothing to resume"
+        )
+    resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    return spec.train(resumed, folder.path, resume=True, quiet=quiet)
