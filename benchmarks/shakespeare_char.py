@@ -29,15 +29,14 @@ from typing import Any
 
 import torch
 
-from vaswani.cli.common import read_config_file
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import RunConfig
 from vaswani.data.text import split_documents
 from vaswani.errors import VaswaniError
 from vaswani.generation import Sampling
 from vaswani.rundir import RunDir
+from vaswani.tasks import registry
 from vaswani.tasks.lm import (
     LanguageModel,
-    default_settings,
     encode_documents,
     load_documents,
     stream_loss,
@@ -60,15 +59,9 @@ SAMPLE_CHARS = 200
 
 
 def run_config(config: Path, text: Path, args: argparse.Namespace) -> RunConfig:
-    """What ``vaswani train lm --text TEXT --config CONFIG`` trains (the CLI's defaults < the YAML),
-    with this script's overrides."""
-    model, train, data = default_settings()
-    sections = read_config_file(config)
-    model.update(sections.get("model", {}))
-    train.update(sections.get("train", {}))
-    data.update(sections.get("data", {}))
-    model["arch"] = "decoder_only"
-    data.update(source="text", text=[str(text.resolve())])
+    """What ``vaswani train lm --text TEXT --config CONFIG`` trains (the lm recipe < the YAML), with
+    this script's overrides."""
+    train: dict[str, Any] = {}
     if args.bf16 is not None:
         train["bf16"] = args.bf16
     if args.threads is not None:
@@ -78,17 +71,12 @@ def run_config(config: Path, text: Path, args: argparse.Namespace) -> RunConfig:
     if args.minutes is not None:
         train["max_minutes"] = args.minutes
     if args.quick:
+        max_len = registry.configure("lm", {"data": {"text": [str(text)]}}, config=config).model.max_len
         train.update(
             max_steps=QUICK_STEPS, max_minutes=None, warmup_steps=1, eval_every=QUICK_STEPS,
-            eval_sentences=QUICK_WINDOWS, batch_tokens=QUICK_WINDOWS * model["max_len"],
+            eval_sentences=QUICK_WINDOWS, batch_tokens=QUICK_WINDOWS * max_len,
         )  # fmt: skip
-    source = str(config)
-    return RunConfig(
-        "lm",
-        ModelConfig.from_dict(model, source=source),
-        TrainConfig.from_dict(train, source=source),
-        DataConfig.from_dict(data, source=source),
-    )
+    return registry.configure("lm", {"data": {"text": [str(text)]}, "train": train}, config=config)
 
 
 def valid_ids(run: RunConfig, lm: LanguageModel) -> torch.Tensor:

@@ -40,7 +40,7 @@ from vaswani.config import ModelConfig
 from vaswani.generation import translate_ids
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models import Transformer
-from vaswani.tasks.translation import default_settings
+from vaswani.tasks import registry
 from vaswani.training.losses import label_smoothed_nll
 
 PAD, BOS, EOS = 0, 1, 2
@@ -50,9 +50,9 @@ NEVER_EOS = -1  # argmax never returns -1: decoding always runs max_new_tokens s
 
 
 def default_model_config(src_vocab: int = 2048, tgt_vocab: int = 2048) -> ModelConfig:
-    """The model of the default translation job (``tasks.translation.default_settings``)."""
-    model, _, _ = default_settings()
-    return ModelConfig(**{**model, "src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab, "pad_id": PAD})
+    """The model of the default translation job (``src/vaswani/recipes/translation.yaml``)."""
+    model = registry.configure("translation").model
+    return model.replace(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, pad_id=PAD)
 
 
 class TorchTransformer(nn.Module):

@@ -340,7 +340,7 @@ CLI = [
     Cli("classify", "unknown extension", cls_train(train="{tmp}/train.txt"), ["train.txt", "--format"]),
     Cli("classify", "no --dev", ["train", "classify", "--train", "{data}/train.tsv"], ["--dev"]),
     Cli("classify", "zero epochs", cls_train("--epochs", "0"), ["--epochs"]),
-    Cli("classify", "zero batch size", cls_train("--batch-size", "0"), ["data.batch_size", "> 0"]),
+    Cli("classify", "zero batch size", cls_train("--batch-size", "0"), ["train.batch_size", "> 0"]),
     Cli("classify", "batches by tokens", cls_train("--batch-tokens", "512"),
         ["--batch-tokens", "--batch-size"]),
     Cli("classify", "a model flag with --init", cls_train("--init", "{mlm}", "--d-model", "64"),

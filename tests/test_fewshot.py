@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.generation import Sampling
 from vaswani.tasks.lm import LanguageModel, train_lm
 
@@ -85,7 +86,7 @@ def trained(tmp_path_factory) -> tuple[LanguageModel, Path, str]:
         optimizer="adamw", betas=(0.9, 0.99), label_smoothing=0.0, eval_every=10**6,
         eval_sentences=20, seed=SEED,
     )  # fmt: skip
-    data = DataConfig(source="text", text=(str(folder / "docs"),), tokenizer="char", valid_fraction=0.05)
+    data = TextData(source="text", text=(str(folder / "docs"),), tokenizer="char", valid_fraction=0.05)
     _, lm, _ = train_lm(RunConfig("lm", model, train, data), folder / "run", quiet=True)
     return lm, folder / "run", training_text
 

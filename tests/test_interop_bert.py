@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf, config_to_hf, state_from_hf, state_to_hf
@@ -169,7 +170,7 @@ def write_run(run_dir: Path, task: str, cfg: ModelConfig, tokenizer: WordPieceTo
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig(task, cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig(task, cfg, TrainConfig(), TextData(source="default")))
     atomic_save_model(model, run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return model

@@ -14,7 +14,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 from vaswani.generation import generate, lm_next_logits
 from vaswani.interop import export_hf, import_hf
@@ -84,7 +85,7 @@ def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("lm", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("lm", cfg, TrainConfig(), TextData(source="default")))
     atomic_save_model(model, run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return model

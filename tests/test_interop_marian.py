@@ -13,8 +13,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad
+from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 from vaswani.generation import LengthPenalty, translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
@@ -249,7 +250,7 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
             p.add_(torch.randn_like(p) * 0.3)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("translation", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("translation", cfg, TrainConfig(), ParallelData(source="default")))
     atomic_save_model(ours, run_dir / "model.safetensors")
     tokenizer.save(run_dir / SRC_TOKENIZER)
     tokenizer.save(run_dir / TGT_TOKENIZER)

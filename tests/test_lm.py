@@ -18,7 +18,8 @@ from torch import nn
 
 from tests.helpers import tiny_lm_args, tiny_lm_run, write_lm_text
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import DataError
 from vaswani.generation import Sampling
@@ -175,7 +176,7 @@ def _run_config(max_len=8, batch_tokens=32, seed=0) -> RunConfig:
         dropout=0.0, max_len=max_len, position="learned", norm="pre_ln", tie_embeddings="output",
     )  # fmt: skip
     train = TrainConfig(batch_tokens=batch_tokens, seed=seed, eval_sentences=10)
-    return RunConfig("lm", model, train, DataConfig(source="default"))
+    return RunConfig("lm", model, train, TextData(source="default"))
 
 
 def test_next_token_loss_leaves_the_padded_vocabulary_out_of_the_softmax():
@@ -434,7 +435,7 @@ def test_loss_of_a_model_fresh_from_training_has_no_dropout(tmp_path):
     run = _run_config(max_len=16, batch_tokens=64)
     run = RunConfig(
         "lm", run.model.replace(dropout=0.5), run.train.replace(max_steps=3, warmup_steps=1, eval_every=100),
-        DataConfig(source="text", text=(str(text),), tokenizer="char"),
+        TextData(source="text", text=(str(text),), tokenizer="char"),
     )  # fmt: skip
     _, lm, _ = train_lm(run, tmp_path / "run", quiet=True)
     sample = "the cat sat on the mat and the dog ran"

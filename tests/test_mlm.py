@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 from torch import nn
 
 from vaswani.cli import main
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.errors import TrainingInterrupted
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.rundir import RunDir
@@ -72,7 +73,7 @@ def encoder_run(folder: Path) -> Path:
     )
     run_dir = folder / "encoder_run"
     run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), DataConfig(source="default")))
+    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), TextData(source="default")))
     atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
     tokenizer.save(run_dir / "tokenizer.json")
     return run_dir
@@ -239,7 +240,7 @@ def _run(text: Path, max_steps: int) -> RunConfig:
         batch_tokens=192, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000, checkpoint_every=5,
         eval_sentences=8, seed=3, optimizer="adamw", schedule="cosine", label_smoothing=0.0,
     )  # fmt: skip
-    return RunConfig("mlm", model, train, DataConfig(source="text", text=(str(text),), vocab_size=100))
+    return RunConfig("mlm", model, train, TextData(source="text", text=(str(text),), vocab_size=100))
 
 
 def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monkeypatch):

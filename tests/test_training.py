@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import write_reverse_task
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import ParallelData
 from vaswani.tasks import registry
 from vaswani.tasks.translation import train_translation
 from vaswani.training.checkpoint import list_checkpoints
@@ -24,7 +25,7 @@ def _run(tmp_path, name: str, max_steps: int, data: dict) -> RunConfig:
         batch_tokens=300, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000,
         checkpoint_every=5, eval_sentences=8, seed=3,
     )  # fmt: skip
-    return RunConfig("translation", model, train, DataConfig(**data, vocab_size=60))
+    return RunConfig("translation", model, train, ParallelData(**data, vocab_size=60))
 
 
 def test_resumed_run_ends_with_the_same_weights(tmp_path):

@@ -10,10 +10,14 @@ file or a run directory's ``config.json``, and a bad one raises
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 from vaswani.errors import ConfigError
 
@@ -51,7 +55,7 @@ def _matches(value: Any, annotation: Any) -> bool:
     return isinstance(value, annotation)
 
 
-class _Validated:
+class Config:
     """Type checks every field against its annotation, then runs ``_check``."""
 
     def __post_init__(self) -> None:
@@ -113,6 +117,16 @@ class _Validated:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+def flag(default: Any, help: str | None = None, **more: Any) -> Any:
+    """A field with what its command-line flag needs (see :mod:`vaswani.cli.flags`)."""
+    return field(default=default, metadata={"help": help, **more})
+
+
+def no_flag(default: Any) -> Any:
+    """A field that the task derives, with no command-line flag."""
+    return field(default=default, metadata={"flag": None})
+
+
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
     """The embedding rows for a vocabulary of ``n``: ``n`` rounded up to a ``multiple`` (aligned
     matrix shapes; the extra rows are never targets, see the tasks' losses)."""
@@ -124,7 +138,7 @@ def _type_name(annotation: Any) -> str:
 
 
 @dataclass(frozen=True)
-class ModelConfig(_Validated):
+class ModelConfig(Config):
     """The architecture. Defaults are the paper's base model (Vaswani et al. 2017, table 3).
 
     The paper's placement is ``post_ln``; ``pre_ln`` and ``pre_rmsnorm`` add a
@@ -148,31 +162,31 @@ class ModelConfig(_Validated):
 
     _section = "model"
 
-    arch: str = "encoder_decoder"
-    src_vocab_size: int = 32000
-    tgt_vocab_size: int = 32000
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-    activation: str = "relu"
-    norm: str = "post_ln"
-    norm_eps: float = 1e-5
-    position: str = "sinusoidal"
-    max_len: int = 512
-    rel_clip: int = 16
-    attn_window: int | None = None
-    fused_qkv: bool = False
-    bias: bool = True
-    scale_embeddings: bool = True
-    tie_embeddings: str = "all"
-    pad_id: int = 0
-    output_bias: bool = False
-    type_vocab_size: int = 2
-    pooler: bool = True
+    arch: str = flag("encoder_decoder", "the model's stacks", choices=ARCHS)
+    src_vocab_size: int = flag(32000, "source vocabulary (set from the tokenizer)")
+    tgt_vocab_size: int = flag(32000, "target vocabulary (set from the tokenizer)")
+    d_model: int = flag(512, "model width")
+    n_heads: int = flag(8, "attention heads", flag="--heads")
+    d_ff: int = flag(2048, "feed-forward width")
+    n_encoder_layers: int = flag(6, "encoder layers", flag="--encoder-layers")
+    n_decoder_layers: int = flag(6, "decoder layers", flag="--decoder-layers")
+    dropout: float = flag(0.1)
+    attn_dropout: float = flag(0.0, "dropout of the attention weights")
+    activation: str = flag("relu", choices=ACTIVATIONS)
+    norm: str = flag("post_ln", choices=NORMS)
+    norm_eps: float = flag(1e-5, "the norms' epsilon")
+    position: str = flag("sinusoidal", choices=POSITIONS)
+    max_len: int = flag(512, "longest sequence (a language model's context)")
+    rel_clip: int = flag(16, "clipping distance k of relative positions")
+    attn_window: int | None = flag(None, "local attention: keys within N positions", metavar="N")
+    fused_qkv: bool = flag(False, "one projection for queries, keys and values")
+    bias: bool = flag(True, "biases in the projections and norms")
+    scale_embeddings: bool = flag(True, "multiply embeddings by sqrt(d_model)")
+    tie_embeddings: str = flag("all", "embedding tying", flag="--tie", choices=TIES)
+    pad_id: int = no_flag(0)
+    output_bias: bool = flag(False, "a bias on the output projection")
+    type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)")
+    pooler: bool = flag(True, "the [CLS] pooler (BERT)")
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
@@ -210,43 +224,27 @@ class ModelConfig(_Validated):
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
-        if name not in PRESETS:
-            raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides}, source=f"preset '{name}'")
+        if name not in presets():
+            raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(presets())}")
+        return cls.from_dict({**presets()[name], **overrides}, source=f"preset '{name}'")
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "transformer-base": {},
-    "transformer-big": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3},
-    "transformer-small": {
-        "d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
-    },
-    "gpt2": {
-        "arch": "decoder_only", "tgt_vocab_size": 50257, "d_model": 768, "n_heads": 12, "d_ff": 3072,
-        "n_decoder_layers": 12, "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned",
-        "max_len": 1024, "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True,
-    },
-    "gpt-mini": {
-        "arch": "decoder_only", "d_model": 192, "n_heads": 6, "d_ff": 768, "n_decoder_layers": 4,
-        "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned", "max_len": 128,
-        "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True, "dropout": 0.0,
-    },
-    "bert-base": {
-        "arch": "encoder_only", "src_vocab_size": 30522, "d_model": 768, "n_heads": 12, "d_ff": 3072,
-        "n_encoder_layers": 12, "activation": "gelu", "norm_eps": 1e-12, "position": "learned",
-        "attn_dropout": 0.1, "scale_embeddings": False, "tie_embeddings": "output", "type_vocab_size": 2,
-        "pooler": True,
-    },
-    "tiny": {
-        "d_model": 64, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2, "n_decoder_layers": 2,
-        "dropout": 0.0,
-    },
-}  # fmt: skip
+PRESETS_FILE = Path(__file__).parent / "recipes" / "presets.yaml"
+
+
+@functools.cache
+def presets() -> dict[str, dict[str, Any]]:
+    """The named architectures of ``recipes/presets.yaml``: name → model fields."""
+    loaded = yaml.safe_load(PRESETS_FILE.read_text(encoding="utf-8"))
+    return {name: dict(fields or {}) for name, fields in loaded.items()}
 
 
 @dataclass(frozen=True)
-class TrainConfig(_Validated):
+class TrainConfig(Config):
     """How to train. Defaults follow the paper (Adam β=(0.9, 0.98), ε=1e-9, warmup, label smoothing 0.1).
+
+    A batch holds about ``batch_tokens`` tokens (translation, language models), or
+    ``batch_size`` examples for tasks that batch by example (classification).
 
     ``lr`` is the peak learning rate reached at the end of warmup; the
     ``inverse_sqrt`` schedule is the paper's d_model^-0.5 · min(step^-0.5,
@@ -260,36 +258,42 @@ class TrainConfig(_Validated):
 
     _section = "train"
 
-    batch_tokens: int = 4096
-    max_steps: int = 100_000
-    max_minutes: float | None = None
-    lr: float = 7e-4
-    warmup_steps: int = 4000
-    schedule: str = "inverse_sqrt"
-    min_lr: float = 0.0
-    optimizer: str = "adam"
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
-    clip_norm: float | None = 1.0
-    accumulate: int = 1
-    eval_every: int = 1000
-    eval_sentences: int = 500
-    checkpoint_every: int | None = None
-    keep_checkpoints: int = 3
-    bf16: bool = False
-    seed: int = 0
-    max_bad_steps: int = 10
-    threads: int | None = None
-    deterministic: bool = False
+    batch_tokens: int = flag(4096, "tokens per batch (translation, language models)")
+    batch_size: int = flag(32, "examples per batch (classify)")
+    max_steps: int = flag(100_000, "optimizer steps to train for")
+    max_minutes: float | None = flag(None, "stop after this many minutes of training steps")
+    epochs: float | None = flag(None, "stop after this many passes over the training data")
+    lr: float = flag(7e-4, "peak learning rate")
+    warmup_steps: int = flag(4000, "warmup steps", flag="--warmup")
+    schedule: str = flag("inverse_sqrt", choices=SCHEDULES)
+    min_lr: float = flag(0.0, "where the cosine schedule ends")
+    optimizer: str = flag("adam", choices=OPTIMIZERS)
+    betas: tuple[float, float] = flag((0.9, 0.98), "Adam's beta1,beta2", metavar="B1,B2")
+    eps: float = flag(1e-9, "Adam's epsilon")
+    weight_decay: float = flag(0.0, "AdamW decay of the matrices")
+    label_smoothing: float = flag(0.1)
+    clip_norm: float | None = flag(1.0, "clip the gradient's norm to this")
+    accumulate: int = flag(1, "batches per optimizer step")
+    eval_every: int = flag(1000, "evaluate every N steps", metavar="N")
+    eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N")
+    checkpoint_every: int | None = flag(None, "a checkpoint every STEPS steps", metavar="STEPS")
+    keep_checkpoints: int = flag(
+        3, "keep the newest N checkpoints (5 or 20 to average them with vaswani average)", metavar="N"
+    )
+    bf16: bool = flag(False, "bf16 autocast")
+    seed: int = flag(0)
+    max_bad_steps: int = flag(10, "stop after N steps in a row with a non-finite loss", metavar="N")
+    threads: int | None = flag(None)
+    deterministic: bool = flag(
+        False, "deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)"
+    )
 
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
         self._one_of("optimizer", OPTIMIZERS)
         self._positive(
-            "batch_tokens", "max_steps", "max_minutes", "lr", "accumulate", "eval_every",
-            "eval_sentences", "checkpoint_every", "keep_checkpoints", "clip_norm",
+            "batch_tokens", "batch_size", "max_steps", "epochs", "max_minutes", "lr", "accumulate",
+            "eval_every", "eval_sentences", "checkpoint_every", "keep_checkpoints", "clip_norm",
             "max_bad_steps", "threads",
         )  # fmt: skip
         self._fraction("label_smoothing")
@@ -305,134 +309,12 @@ class TrainConfig(_Validated):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
 
 
-BLEU_TOKENIZERS = (
-    "13a",
-    "zh",
-    "intl",
-    "char",
-    "none",
-    "ja-mecab",
-    "ko-mecab",
-    "spm",
-    "flores101",
-    "flores200",
-)
-SOURCES = ("default", "files", "tsv", "text", "labeled")
-LM_TOKENIZERS = ("bpe", "char")
-LABELED_FORMATS = ("tsv", "csv", "jsonl")
-POOLS = ("cls", "mean")
-
-
-@dataclass(frozen=True)
-class DataConfig(_Validated):
-    """Where the text comes from and how it is tokenized and scored.
-
-    ``source="default"`` generates the embedded corpus (``seed``, ``n_*`` sizes);
-    ``source="files"`` reads the user's parallel files (absolute paths); ``source="tsv"`` reads
-    sentence pairs from two ``columns`` of one tab-separated file (``pairs``) and holds out
-    ``n_test`` and ``n_valid`` of them at random (``seed``), keeping every translation of one
-    source sentence in the same split. ``bleu_tokenize`` is sacreBLEU's tokenizer; left null,
-    it is chosen from the target language.
-
-    A language model reads ``text`` (files or folders, ``source="text"``), or the embedded
-    default (Python's own documentation), holds out the last ``valid_fraction`` of it, and
-    splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size`` pieces, as GPT-2;
-    "char": one token per character).
-
-    A masked language model (BERT) reads text in the same way and cuts it into windows of up to
-    ``max_len`` tokens; in each, a fraction ``mask_prob`` of the tokens is chosen for prediction,
-    and of those a fraction ``mask_random`` is replaced by a random token, ``mask_keep`` is left
-    as it is and the rest become [MASK] (BERT's 15%, 10%, 10%, 80%). Its WordPiece vocabulary
-    has at most ``vocab_size`` pieces.
-
-    A classifier (``source="labeled"``) reads labeled examples from ``train_file`` and
-    ``dev_file`` (TSV, CSV or JSON lines: ``file_format``, or by extension), their text from
-    one or two ``text_columns`` and their label from ``label_column`` (a header name, or a
-    0-based index written in digits; null: the defaults of :mod:`vaswani.data.labeled`).
-    ``labels`` is the label set of the training file (sorted), the classes in order. The
-    encoder starts from the run ``init`` (null: from scratch), a text becomes one vector by
-    ``pool`` ("cls": the pooled [CLS] state; "mean": the mean of its tokens' states), and a
-    batch holds ``batch_size`` examples.
-    """
-
-    _section = "data"
-
-    source: str = "files"
-    seed: int = 0
-    n_train: int = 60_000
-    n_valid: int = 500
-    n_test: int = 1_000
-    src: str | None = None
-    tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
-    test_src: str | None = None
-    test_tgt: str | None = None
-    pairs: str | None = None
-    columns: tuple[int, int] = (0, 1)
-    vocab_size: int = 8000
-    shared_vocab: bool = False
-    bleu_tokenize: str | None = None
-    text: tuple[str, ...] | None = None
-    tokenizer: str = "bpe"
-    valid_fraction: float = 0.1
-    mask_prob: float = 0.15
-    mask_random: float = 0.1
-    mask_keep: float = 0.1
-    train_file: str | None = None
-    dev_file: str | None = None
-    file_format: str | None = None
-    text_columns: tuple[str, ...] | None = None
-    label_column: str | None = None
-    labels: tuple[str, ...] | None = None
-    init: str | None = None
-    pool: str = "cls"
-    batch_size: int = 32
-
-    def _check(self) -> None:
-        self._one_of("source", SOURCES)
-        self._one_of("tokenizer", LM_TOKENIZERS)
-        self._one_of("pool", POOLS)
-        if self.file_format is not None:
-            self._one_of("file_format", LABELED_FORMATS)
-        if not 0.0 < self.mask_prob < 1.0:
-            self._fail("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
-        for name in ("mask_random", "mask_keep"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                self._fail(name, f"must be in [0, 1], got {getattr(self, name)}")
-        if self.mask_random + self.mask_keep > 1.0:
-            total = self.mask_random + self.mask_keep
-            self._fail("mask_keep", f"mask_random + mask_keep must be <= 1, got {total}")
-        if self.text_columns is not None and len(self.text_columns) not in (1, 2):
-            self._fail("text_columns", f"one or two (a text, or a pair), got {len(self.text_columns)}")
-        if self.labels is not None and (len(self.labels) < 2 or len(set(self.labels)) < len(self.labels)):
-            self._fail("labels", f"two or more distinct labels, got {list(self.labels)}")
-        if self.source == "labeled" and (self.train_file is None or self.dev_file is None):
-            self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file'")
-        self._positive("batch_size")
-        if not 0.0 < self.valid_fraction < 1.0:
-            self._fail("valid_fraction", f"must be in (0, 1), got {self.valid_fraction}")
-        if self.source == "text" and not self.text:
-            self._fail("text", "source 'text' needs at least one file or folder")
-        self._positive("n_train", "n_valid", "n_test", "vocab_size")
-        if self.bleu_tokenize is not None:
-            self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
-        if self.source == "files" and (self.src is None or self.tgt is None):
-            self._fail("src", "files need both 'src' and 'tgt'")
-        if self.source == "tsv" and self.pairs is None:
-            self._fail("pairs", "source 'tsv' needs the tab-separated file of sentence pairs")
-        if min(self.columns) < 0 or self.columns[0] == self.columns[1]:
-            self._fail("columns", f"two different column numbers >= 0, got {list(self.columns)}")
-        for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
-            if (getattr(self, a) is None) != (getattr(self, b) is None):
-                self._fail(a, f"'{a}' and '{b}' go together")
-
-
 @dataclass(frozen=True)
 class RunConfig:
-    """What ``config.json`` in a run directory holds: the task, the model and its training."""
+    """What ``config.json`` in a run directory holds: the task, the model, its training and the data
+    it was trained on."""
 
     task: str
     model: ModelConfig
     train: TrainConfig = field(default_factory=TrainConfig)
-    data: DataConfig = field(default_factory=lambda: DataConfig(source="default"))
+    data: Config | None = None  # the task's data config (vaswani.data.config); None: no data section

@@ -18,6 +18,7 @@ the user) and writes them atomically. Turning a run directory into a usable mode
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -25,12 +26,23 @@ from typing import Any
 
 from torch import nn
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import Config, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.training.checkpoint import atomic_save_model, atomic_write_text, load_weights
 
 FORMAT_VERSION = 1
 SECTIONS = ("format_version", "task", "model", "train", "data")
+# The fields of the one data section that every task shared before each task had its own data
+# config: in a run directory a field of these that the task's config lacks was unused, and is
+# ignored; any other unknown field is refused.
+SHARED_DATA_FIELDS = frozenset(
+    (
+        "source", "seed", "n_train", "n_valid", "n_test", "src", "tgt", "valid_src", "valid_tgt",
+        "test_src", "test_tgt", "pairs", "columns", "vocab_size", "shared_vocab", "bleu_tokenize", "text",
+        "tokenizer", "valid_fraction", "mask_prob", "mask_random", "mask_keep", "train_file", "dev_file",
+        "file_format", "text_columns", "label_column", "labels", "init", "pool",
+    )
+)  # fmt: skip
 
 
 def _no_constant(name: str) -> Any:
@@ -91,9 +103,11 @@ class RunDir:
             raise RunDirError(f"{out}: already exists and is not empty; choose another --out")
         return cls(out)
 
-    def read_config(self, task: str | None = None) -> RunConfig:
+    def read_config(self, task: str | None = None, data: type[Config] | None = None) -> RunConfig:
         """``config.json``, validated like a config from the user; with ``task``, a run directory
-        of another task is refused in one line."""
+        of another task is refused in one line. ``data`` is the class of the task's data section
+        (see :data:`vaswani.tasks.registry.TASKS`); without it the section is not read (``data``
+        of the result is None)."""
         path = self.config_path
         if not self.path.is_dir():
             raise RunDirError(f"{self.path}: no such run directory")
@@ -124,14 +138,32 @@ class RunDir:
         found = payload["task"]
         if task is not None and found != task:
             raise RunDirError(f"{self.path}: a run directory of task {found!r}, not {task!r}")
+        sections = {name: payload[name] for name in ("model", "train", "data")}
+        for name, value in sections.items():
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: section '{name}' must be a mapping")
+        if data is not None:
+            sections = self._with_task_data(sections, data)
         try:
-            model = ModelConfig.from_dict(payload["model"], source=str(path))
-            train = TrainConfig.from_dict(payload["train"], source=str(path))
-            data = DataConfig.from_dict(payload["data"], source=str(path))
+            model = ModelConfig.from_dict(sections["model"], source=str(path))
+            train = TrainConfig.from_dict(sections["train"], source=str(path))
+            data_config = None if data is None else data.from_dict(sections["data"], source=str(path))
         except ConfigError as exc:  # name the file when the message does not already
             message = str(exc)
             raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
-        return RunConfig(task=str(found), model=model, train=train, data=data)
+        return RunConfig(task=str(found), model=model, train=train, data=data_config)
+
+    @staticmethod
+    def _with_task_data(sections: dict[str, Any], data: type[Config]) -> dict[str, Any]:
+        """The sections with the data section cut to the fields of ``data``: a field of the earlier
+        shared data section that the task does not read is dropped, and a classifier's
+        ``batch_size``, once a data field, moves to the training section where it now is."""
+        fields = {f.name for f in dataclasses.fields(data)}  # type: ignore[arg-type]
+        kept = {k: v for k, v in sections["data"].items() if k in fields or k not in SHARED_DATA_FIELDS}
+        train = dict(sections["train"])
+        if "batch_size" in kept and "batch_size" not in fields:
+            train.setdefault("batch_size", kept.pop("batch_size"))
+        return {**sections, "train": train, "data": kept}
 
     def write_config(self, run: RunConfig) -> None:
         payload = {
@@ -139,7 +171,7 @@ class RunDir:
             "task": run.task,
             "model": run.model.to_dict(),
             "train": run.train.to_dict(),
-            "data": run.data.to_dict(),
+            "data": run.data.to_dict() if run.data is not None else {},
         }
         atomic_write_text(self.config_path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 

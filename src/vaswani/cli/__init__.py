@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, classify, interop, lm, mlm, plots, translation
-from vaswani.config import LABELED_FORMATS
+from vaswani.cli import average, classify, interop, lm, mlm, plots, train, translation
+from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 
 
@@ -42,12 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train a model")
-    tasks = train.add_subparsers(dest="task", required=True)
-    translation.add_parser(tasks)
-    lm.add_parser(tasks)
-    mlm.add_parser(tasks)
-    classify.add_parser(tasks)
+    train.add_parsers(commands)
     translation.add_translate_parser(commands)
     lm.add_generate_parser(commands)
     mlm.add_fill_mask_parser(commands)
@@ -85,6 +80,9 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     ``classify``, ``embed``) also come after its options: ``translate RUN --beam 5 "text"``, which
     argparse alone refuses once the empty list of texts has been matched before the options."""
     args, extra = parser.parse_known_args(argv)
+    args.argv_flags = {
+        a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")
+    }
     texts = getattr(args, "texts_field", None)
     if extra and texts and not any(a.startswith("-") for a in extra):
         setattr(args, texts, [*getattr(args, texts), *extra])

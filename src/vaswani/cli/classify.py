@@ -6,68 +6,22 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.common import (
-    MODEL_FLAGS,
-    add_model_flags,
-    add_run_flags,
-    add_train_flags,
-    merge_settings,
     read_stdin,
-    resume_changes,
 )
-from vaswani.config import LABELED_FORMATS, POOLS, DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import POOLS
 from vaswani.errors import ConfigError, DataError
-from vaswani.rundir import RunDir
 
 if TYPE_CHECKING:  # the task modules import torch: loaded when a command runs, not to parse flags
     from torch import Tensor
 
-    from vaswani.tasks.classify import LabeledData
     from vaswani.tokenizer import WordPieceTokenizer
 
 EMBED_FORMATS = (".npy", ".safetensors")
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "classify",
-        help="fine-tune a BERT text classifier on labeled examples",
-        description="Fine-tune a classifier of texts or sentence pairs on --train, scored on --dev "
-        "(accuracy and macro-F1 at each evaluation, by default once an epoch). The encoder starts "
-        "from --init RUN_DIR (an mlm or encoder run: its weights, tokenizer and model) or from "
-        "scratch. Files are TSV, CSV or JSON lines (by extension, or --format); a TSV or CSV file "
-        "may have a header. By default the label is the column named 'label' (else the last one) "
-        "and the text is the other column, or the other two as a sentence pair.",
-    )
-    data = p.add_argument_group("data")
-    data.add_argument("--train", type=Path, help="labeled training examples (.tsv, .csv or .jsonl)")
-    data.add_argument("--dev", type=Path, help="labeled examples to score on")
-    data.add_argument("--format", choices=LABELED_FORMATS, help="file format (default: the extension)")
-    data.add_argument(
-        "--text-column",
-        action="append",
-        metavar="NAME|INDEX",
-        help="a text column by header name or 0-based index; twice for a sentence pair",
-    )
-    data.add_argument(
-        "--label-column", metavar="NAME|INDEX", help="the label column (default: 'label' or the last)"
-    )
-    data.add_argument("--init", type=Path, metavar="RUN_DIR", help="start from this mlm or encoder run")
-    data.add_argument(
-        "--pool", choices=POOLS, help="the text's vector: pooled [CLS] (default) or mean of tokens"
-    )
-    data.add_argument("--batch-size", type=int, help="examples per batch (default 32)")
-    data.add_argument("--epochs", type=float, help="passes over --train (default 3; --max-steps overrides)")
-    data.add_argument("--vocab-size", type=int, help="WordPiece vocabulary size from scratch (default 8000)")
-    add_run_flags(p)
-    add_model_flags(p, "encoder layers (from scratch)")
-    add_train_flags(p)
-    p.set_defaults(handler=cmd_train)
 
 
 def add_command_parsers(commands: Any) -> None:
@@ -105,84 +59,6 @@ def add_command_parsers(commands: Any) -> None:
     p.add_argument("--out", type=Path, help="write the vectors to FILE.npy or FILE.safetensors")
     p.add_argument("--batch-size", type=int, default=64)
     p.set_defaults(handler=cmd_embed, texts_field="text")
-
-
-def run_config_from_args(args: argparse.Namespace) -> tuple[RunConfig, LabeledData]:
-    """The run's settings (defaults < --config < flags) and its examples, read to count the
-    steps of the epochs."""
-    from vaswani.tasks.classify import EPOCHS, TASK, default_settings, epoch_settings, load_labeled
-
-    if args.train is None or args.dev is None:
-        raise ConfigError("train classify needs --train and --dev files (or --resume RUN_DIR)")
-    if args.batch_tokens is not None:
-        raise ConfigError("--batch-tokens: a classifier's batches hold --batch-size examples")
-    if args.init is not None:
-        fixed = [
-            f
-            for f in (*MODEL_FLAGS, "layers", "preset")
-            if f != "dropout" and getattr(args, f, None) is not None
-        ]
-        if fixed:
-            raise ConfigError(
-                f"--{fixed[0].replace('_', '-')}: the model of an --init run is fixed "
-                "(only --dropout may change)"
-            )
-    model, train, data = default_settings(pretrained=args.init is not None)
-    defaults = dict(model)
-    data.update(source="labeled", train_file=str(args.train.resolve()), dev_file=str(args.dev.resolve()))
-    source = merge_settings(args, model, train, data)
-    if args.init is not None:
-        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
-        if changed:
-            raise ConfigError(
-                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
-                "(only dropout may change)"
-            )
-        data["init"] = str(args.init.resolve())
-    if args.layers is not None:
-        model["n_encoder_layers"] = args.layers
-    flags = {
-        "format": "file_format", "label_column": "label_column", "pool": "pool",
-        "batch_size": "batch_size", "vocab_size": "vocab_size",
-    }  # fmt: skip
-    for flag, name in flags.items():
-        if getattr(args, flag) is not None:
-            data[name] = getattr(args, flag)
-    if args.text_column:
-        data["text_columns"] = list(args.text_column)
-    if args.epochs is not None and not args.epochs > 0:
-        raise ConfigError(f"--epochs must be > 0, got {args.epochs}")
-    spec = DataConfig.from_dict(data, source=source)
-    examples = load_labeled(spec)
-    train = epoch_settings(train, len(examples.train.examples), spec.batch_size, args.epochs or EPOCHS)
-    run = RunConfig(
-        TASK,
-        ModelConfig.from_dict(model, source=source),
-        TrainConfig.from_dict(train, source=source),
-        spec,
-    )
-    return run, examples
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from vaswani.tasks import registry
-    from vaswani.tasks.classify import train_classify
-
-    started = time.perf_counter()
-    if args.resume:
-        run_dir = args.resume
-        metrics, _ = registry.resume(run_dir, args.quiet, "classify", **resume_changes(args))
-    else:
-        run, examples = run_config_from_args(args)
-        run_dir = RunDir.new(args.out, "classify").path
-        metrics, _ = train_classify(run, run_dir, quiet=args.quiet, data=examples)
-    print(
-        f"\ndev accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
-        f"loss {metrics['valid_loss']:.3f}  ({metrics['steps']} steps, "
-        f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s)"
-    )
-    print(f'\nrun directory: {run_dir}\n  vaswani classify {run_dir} "a text to label"')
-    return 0
 
 
 def read_texts(given: Sequence[str]) -> list[str]:

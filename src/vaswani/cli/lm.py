@@ -4,46 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import (
-    add_model_flags,
-    add_run_flags,
-    add_train_flags,
-    resume_changes,
-    text_run_config,
-)
-from vaswani.config import LM_TOKENIZERS, RunConfig
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
-from vaswani.rundir import RunDir
 
-SAMPLE_PROMPT = "The "
 CONTEXT_POLICY = (
     "When the context (the model's max_len) is full, the oldest half of it is dropped and "
     "generation goes on with the most recent tokens in view."
 )
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "lm",
-        help="train a decoder-only language model (GPT)",
-        description="Train a GPT on next-token prediction. With no --text it trains on the English "
-        "prose of Python's own documentation (pydoc_data, ships with Python; no download), holds "
-        "out its last 10%% and prints a sample.",
-    )
-    data = p.add_argument_group("data")
-    data.add_argument("--text", type=Path, nargs="+", help="text files or folders to train on")
-    data.add_argument("--tokenizer", choices=LM_TOKENIZERS, help="byte-level BPE (default) or characters")
-    data.add_argument("--vocab-size", type=int, help="BPE vocabulary size")
-    data.add_argument("--valid-fraction", type=float, help="held-out end of the text (default 0.1)")
-    add_run_flags(p)
-    add_model_flags(p, "decoder layers")
-    add_train_flags(p)
-    p.set_defaults(handler=cmd_train)
 
 
 def add_generate_parser(commands: Any) -> None:
@@ -64,38 +34,6 @@ def add_generate_parser(commands: Any) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end at STRING (repeatable)")
     p.add_argument("--num-samples", type=int, default=1, help="completions per prompt")
     p.set_defaults(handler=cmd_generate, texts_field="prompt")
-
-
-def run_config_from_args(args: argparse.Namespace) -> RunConfig:
-    from vaswani.tasks.lm import default_settings
-
-    return text_run_config(
-        args, "lm", "decoder_only", default_settings(), ("tokenizer", "vocab_size", "valid_fraction")
-    )
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from vaswani.generation import Sampling
-    from vaswani.tasks import registry
-    from vaswani.tasks.lm import train_lm
-
-    started = time.perf_counter()
-    if args.resume:
-        run_dir = args.resume
-        metrics, lm, name = registry.resume(run_dir, args.quiet, "lm", **resume_changes(args))
-    else:
-        run = run_config_from_args(args)
-        run_dir = RunDir.new(args.out, "lm").path
-        metrics, lm, name = train_lm(run, run_dir, quiet=args.quiet)
-    print(
-        f"\nvalid loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
-        f"({name}, {metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "
-        f"total {time.perf_counter() - started:.0f} s)"
-    )
-    sample = lm.generate([SAMPLE_PROMPT], 120, Sampling(temperature=0.8, top_k=50), seed=0)[0]
-    print(f"\nsample:\n{SAMPLE_PROMPT}{sample}\n")
-    print(f'run directory: {run_dir}\n  vaswani generate {run_dir} "{SAMPLE_PROMPT}" --max-new-tokens 100')
-    return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import LABELED_FORMATS
+from vaswani.data.config import LABELED_FORMATS
 from vaswani.data.readers import read_lines
 from vaswani.errors import DataError
 

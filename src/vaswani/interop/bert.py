@@ -62,7 +62,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     KeyMap,
@@ -420,7 +421,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         state = state_from_hf(tensors, cfg, mlm_head)
     except DataError as exc:
         raise DataError(f"{weights_path}: {exc}") from None
-    data = DataConfig(source="default", vocab_size=tokenizer.vocab_size)
+    data = TextData(source="default", vocab_size=tokenizer.vocab_size)
     run = RunConfig(task_of(mlm_head), cfg, TrainConfig(), data)
     model = model_of(run)
     model.load_state_dict(state, strict=True)

@@ -43,7 +43,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from torch import Tensor
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     KeyMap,
@@ -56,7 +57,8 @@ from vaswani.interop.common import (
 )
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
-from vaswani.tasks.lm import TASK, TOKENIZER, default_settings
+from vaswani.tasks import registry
+from vaswani.tasks.lm import TASK, TOKENIZER
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
 from vaswani.training.checkpoint import first_line, write_file
 
@@ -342,10 +344,9 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         raise DataError(f"{weights_path}: {exc}") from None
     model = GPT(cfg)
     model.load_state_dict(state, strict=True)
-    _, train, _ = default_settings()
-    data = DataConfig(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
+    data = TextData(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
     folder = RunDir(out)
-    folder.write_config(RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
+    folder.write_config(RunConfig(TASK, cfg, registry.configure(TASK).train, data))  # the default recipe's
     folder.save_weights(model)
     write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 

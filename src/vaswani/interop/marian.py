@@ -58,7 +58,8 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     KeyMap,
@@ -73,7 +74,8 @@ from vaswani.interop.sentencepiece import marian_tokenizer
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
-from vaswani.tasks.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER, default_settings
+from vaswani.tasks import registry
+from vaswani.tasks.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.checkpoint import first_line, write_file
 
@@ -517,12 +519,11 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         raise DataError(f"{weights_path}: {exc}") from None
     model = Transformer(cfg)
     model.load_state_dict(state, strict=True)
-    _, train, _ = default_settings()
-    data = DataConfig(
+    data = ParallelData(
         source="default", vocab_size=tgt_tok.vocab_size, shared_vocab=cfg.tie_embeddings == "all"
     )
     folder = RunDir(out)
-    folder.write_config(RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
+    folder.write_config(RunConfig(TASK, cfg, registry.configure(TASK).train, data))  # the default recipe's
     folder.save_weights(model)
     for tokenizer, name in ((src_tok, SRC_TOKENIZER), (tgt_tok, TGT_TOKENIZER)):
         write_file(out / name, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,30 +34,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, padded_vocab_size
+from vaswani import recipes
+from vaswani.config import ModelConfig, RunConfig, TrainConfig, padded_vocab_size
 from vaswani.data.batching import pad
+from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM, sentence_vectors
+from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.mlm import (
-    ENCODER_TASK,
+    BERT_TASKS,
     TOKENIZER,
     check_tokenizer,
-    native_bf16,
     read_bert_run,
     save_tokenizer,
-    small_bert,
 )
-from vaswani.tasks.mlm import TASK as MLM_TASK
 from vaswani.tasks.mlm import model_of as bert_model_of
+from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
-PRETRAINED_TASKS = (MLM_TASK, ENCODER_TASK)
-EMBED_TASKS = (MLM_TASK, ENCODER_TASK, TASK)
+EMBED_TASKS = {**BERT_TASKS, TASK: LabeledData}  # the runs with a BERT encoder, and their data
 
 
 @dataclass
@@ -118,7 +119,7 @@ def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float
 
 
 @dataclass
-class LabeledData:
+class Examples:
     """A classifier's training and dev examples and its label set (the classes, in order)."""
 
     train: LabeledFile
@@ -126,7 +127,7 @@ class LabeledData:
     labels: tuple[str, ...]
 
 
-def load_labeled(spec: DataConfig) -> LabeledData:
+def load_labeled(spec: LabeledData) -> Examples:
     """Read the training file, take its sorted label set (or the run's, ``spec.labels``), and read
     the dev file with the same columns, refusing labels the training file does not have."""
     if spec.train_file is None or spec.dev_file is None:
@@ -138,7 +139,7 @@ def load_labeled(spec: DataConfig) -> LabeledData:
             f"{spec.train_file}: every example has the label {labels[0]!r}; a classifier needs two or more"
         )
     dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
-    return LabeledData(train, dev, labels)
+    return Examples(train, dev, labels)
 
 
 class ClassifyTask:
@@ -146,13 +147,13 @@ class ClassifyTask:
     accuracy and macro-F1 (``valid_loss``, ``valid_accuracy``, ``valid_macro_f1``, named as every
     task names its held-out metrics)."""
 
-    def __init__(self, run: RunConfig, tokenizer: WordPieceTokenizer, data: LabeledData) -> None:
+    def __init__(self, run: RunConfig, tokenizer: WordPieceTokenizer, data: Examples) -> None:
         self.pad_id = tokenizer.pad_id
         index = {label: i for i, label in enumerate(data.labels)}
         self.batches = self._batches(
-            tokenizer, data.train.examples, index, run.data.batch_size, run.train.seed
+            tokenizer, data.train.examples, index, run.train.batch_size, run.train.seed
         )
-        self.dev = self._batches(tokenizer, data.dev.examples, index, run.data.batch_size, run.train.seed)
+        self.dev = self._batches(tokenizer, data.dev.examples, index, run.train.batch_size, run.train.seed)
 
     def _batches(
         self,
@@ -206,7 +207,7 @@ def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
 
 def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
     """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
-    run, tokenizer = read_bert_run(init, PRETRAINED_TASKS, "--init")
+    run, tokenizer = read_bert_run(init, BERT_TASKS, "--init")
     model = RunDir(init).load_weights(bert_model_of(run))
     return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
 
@@ -226,7 +227,7 @@ class TextClassifier:
     """A fine-tuned classifier with its tokenizer and labels:
     ``TextClassifier.load(run_dir).predict([("a text",)])``."""
 
-    def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data: DataConfig) -> None:
+    def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data: LabeledData) -> None:
         if data.labels is None:
             raise ConfigError("config field 'data.labels': a classifier run needs its label set")
         self.model, self.tokenizer, self.data = model, tokenizer, data
@@ -235,7 +236,7 @@ class TextClassifier:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> TextClassifier:
-        run, tokenizer = read_bert_run(Path(run_dir), (TASK,), "classification")
+        run, tokenizer = read_bert_run(Path(run_dir), {TASK: LabeledData}, "classification")
         model = RunDir(run_dir).load_weights(model_of(run))
         return cls(model.eval(), tokenizer, run.data)
 
@@ -278,7 +279,7 @@ def model_of(run: RunConfig) -> BertClassifier:
 
 
 def train_classify(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, data: LabeledData | None = None
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, data: Examples | None = None
 ) -> tuple[dict[str, Any], TextClassifier]:
     """Fine-tune (or, with ``resume``, continue) a classifier in ``run_dir``; return the metrics and
     the classifier. ``data``: the examples, when already read (else from ``run.data``). A new run
@@ -348,32 +349,15 @@ class SentenceEncoder:
         return F.normalize(vectors, dim=-1) if normalize else vectors
 
 
-EPOCHS = 3
 WARMUP_FRACTION = 0.1
-
-
-def default_settings(pretrained: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Model, training and data settings of ``vaswani train classify``: BERT's fine-tuning recipe
-    (AdamW with weight decay 0.01, warmup over the first 10% of the steps then cosine decay to 0,
-    gradient clipping at 1, dropout 0.1, batches of 32 examples, 3 epochs, the pooled [CLS]); the
-    peak learning rate is 5e-5 from pretrained weights and 5e-4 from scratch, whose model is
-    :func:`~vaswani.tasks.mlm.small_bert` with a pooler and a WordPiece vocabulary of 8000. The
-    steps, warmup and evaluation interval follow from the epochs (see the CLI)."""
-    model = {**small_bert(), "pooler": True}
-    train = {
-        "lr": 5e-5 if pretrained else 5e-4, "min_lr": 0.0, "schedule": "cosine", "optimizer": "adamw",
-        "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.01, "label_smoothing": 0.0,
-        "clip_norm": 1.0, "bf16": native_bf16(),
-    }  # fmt: skip
-    data = {"source": "labeled", "vocab_size": 8000, "pool": "cls", "batch_size": 32}
-    return model, train, data
 
 
 def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epochs: float) -> dict[str, Any]:
     """``train`` with what was not set taken from ``epochs``: ``max_steps`` (the steps of that
-    many epochs), ``warmup_steps`` (10% of them) and ``eval_every`` (once an epoch)."""
+    many epochs), ``warmup_steps`` (10% of them) and ``eval_every`` (once an epoch). The epochs
+    are then written as those steps (``epochs`` left out), so that a resume may extend them."""
     per_epoch = math.ceil(n_examples / batch_size)
-    out = dict(train)
+    out = {k: v for k, v in train.items() if k != "epochs"}
     out.setdefault("max_steps", max(1, math.ceil(epochs * per_epoch)))
     out.setdefault("warmup_steps", int(WARMUP_FRACTION * out["max_steps"]))
     out.setdefault("eval_every", per_epoch)
@@ -394,4 +378,59 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     return [
         f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
         f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
+    ]
+
+
+def recipe(flags: Sections) -> str:
+    """BERT's fine-tuning recipe, from scratch or (``--init``) at the pretrained learning rate."""
+    return "classify-init" if "init" in flags.get("data", {}) else "classify"
+
+
+def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
+    """A classifier run: the files and ``--init`` stored absolute, the model of an ``--init`` run
+    fixed (but its dropout), ``--layers`` the encoder's depth, and the steps, warmup (10%) and
+    evaluation interval (once an epoch) taken from the epochs where they are not given, which
+    reads the training file to count its examples."""
+    model, train = sections.setdefault("model", {}), sections.setdefault("train", {})
+    data = sections.setdefault("data", {})
+    if data.get("train_file") is None or data.get("dev_file") is None:
+        raise ConfigError("train classify needs --train and --dev files (or --resume RUN_DIR)")
+    if "batch_tokens" in flags.get("train", {}):
+        raise ConfigError("--batch-tokens: a classifier's batches hold --batch-size examples")
+    if data.get("init") is not None:
+        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
+        if fixed:
+            name = "layers" if fixed[0] == "n_layers" else fixed[0]
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
+            )
+        defaults = recipes.packaged(recipe(flags))["model"]
+        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
+        if changed:
+            raise ConfigError(
+                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
+                "(only dropout may change)"
+            )
+    one_stack(model, "encoder_only", "n_encoder_layers", source)
+    absolute(data, ("train_file", "dev_file", "init"))
+    spec = LabeledData.from_dict(data, source=source)
+    checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
+    if checked.epochs is not None:
+        examples = load_labeled(spec)
+        sections["train"] = epoch_settings(
+            train, len(examples.train.examples), checked.batch_size, checked.epochs
+        )
+    return validated(TASK, sections, LabeledData, source)
+
+
+def finish(
+    result: tuple[dict[str, Any], TextClassifier], run_dir: Path, started: float, quiet: bool
+) -> list[str]:
+    """The report after training: the dev scores."""
+    metrics, _ = result
+    return [
+        f"\ndev accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
+        f"loss {metrics['valid_loss']:.3f}  ({metrics['steps']} steps, "
+        f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s)",
+        f'\nrun directory: {run_dir}\n  vaswani classify {run_dir} "a text to label"',
     ]

@@ -8,6 +8,7 @@ tokens: the model reads the first ``max_len`` and predicts each next one.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,21 +17,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, RunConfig, padded_vocab_size
+from vaswani.config import RunConfig, padded_vocab_size
+from vaswani.data.config import TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import Sampling, generate, lm_next_logits
 from vaswani.models.gpt import GPT
+from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "lm"
 TOKENIZER = "tokenizer.json"
+SAMPLE_PROMPT = "The "
 
 
-def load_documents(spec: DataConfig) -> tuple[list[str], str]:
+def load_documents(spec: TextData) -> tuple[list[str], str]:
     """The documents of a run and a name for them."""
     if spec.source == "default":
         return default_documents(), DEFAULT_TEXT
@@ -143,7 +148,7 @@ class LanguageModel:
     @classmethod
     def load(cls, run_dir: str | Path) -> LanguageModel:
         folder = RunDir(run_dir)
-        run = folder.read_config(task=TASK)
+        run = folder.read_config(TASK, TextData)
         tokenizer = LMTokenizer.load(folder.file(TOKENIZER))
         check_vocab(run, tokenizer, folder.path)
         model = folder.load_weights(GPT(run.model))
@@ -289,30 +294,6 @@ def train_lm(
     return metrics, LanguageModel(model, tokenizer), name
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), where bf16 autocast trains
-    several times faster than fp32 (a private torch helper, absent from some builds: False then)."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
-
-
-def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Model, training and data settings of ``vaswani train lm`` (on the embedded default text,
-    sized to finish in under five minutes on two CPU cores). bf16 autocast is on where the CPU
-    computes bf16 natively (AVX512-BF16), where it is several times faster than fp32."""
-    from vaswani.config import PRESETS
-
-    model = {**PRESETS["gpt-mini"], "dropout": 0.2}  # ~100k tokens, seen ~25 times: regularise
-    train = {
-        "batch_tokens": 4096, "max_steps": 3000, "max_minutes": 3.5, "lr": 2e-3, "min_lr": 2e-4,
-        "warmup_steps": 100, "schedule": "cosine", "optimizer": "adamw", "betas": (0.9, 0.99),
-        "weight_decay": 0.1, "label_smoothing": 0.0, "eval_every": 250, "eval_sentences": 200,
-        "bf16": native_bf16(),
-    }  # fmt: skip
-    data = {"source": "default", "tokenizer": "bpe", "vocab_size": 1024, "valid_fraction": 0.1}
-    return model, train, data
-
-
 def model_of(run: RunConfig) -> GPT:
     """The (untrained) model of a language-model run."""
     return GPT(run.model)
@@ -326,3 +307,37 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in request.text]))
     loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
     return [f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)"]
+
+
+def recipe(flags: Sections) -> str:
+    """The embedded default job, or the recipe for the user's text once ``--text`` is given."""
+    return "lm" if "text" in flags.get("data", {}) else "lm-default"
+
+
+def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
+    """A language-model run: a decoder-only model whose depth is ``--layers``; ``--text`` is stored
+    absolute and read as the source."""
+    data = sections.setdefault("data", {})
+    if "text" in flags.get("data", {}):
+        data["source"] = "text"
+    absolute(data, ("text",))
+    one_stack(sections.setdefault("model", {}), "decoder_only", "n_decoder_layers", source)
+    return validated(TASK, sections, TextData, source)
+
+
+def finish(
+    result: tuple[dict[str, Any], LanguageModel, str], run_dir: Path, started: float, quiet: bool
+) -> list[str]:
+    """The report after training: the validation loss and a sample."""
+    metrics, lm, name = result
+    lines = [
+        f"\nvalid loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
+        f"({name}, {metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "
+        f"total {time.perf_counter() - started:.0f} s)"
+    ]
+    sample = lm.generate([SAMPLE_PROMPT], 120, Sampling(temperature=0.8, top_k=50), seed=0)[0]
+    lines.append(f"\nsample:\n{SAMPLE_PROMPT}{sample}\n")
+    lines.append(
+        f'run directory: {run_dir}\n  vaswani generate {run_dir} "{SAMPLE_PROMPT}" --max-new-tokens 100'
+    )
+    return lines

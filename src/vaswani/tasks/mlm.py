@@ -22,7 +22,8 @@ scores the same predictions: the masked-token loss, its perplexity and the maske
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,29 +32,38 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import DataConfig, RunConfig, padded_vocab_size
+from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.batching import pad, token_buckets
+from vaswani.data.config import DataConfig, TextData
 from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.models.bert import Bert, MaskedLM
+from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.lm import load_documents, native_bf16
+from vaswani.tasks.lm import load_documents
+from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.checkpoint import write_file
 from vaswani.training.trainer import fit_run
 
 TASK = "mlm"
 ENCODER_TASK = "encoder"  # a BERT without its MLM head, as imported from a ``BertModel``
-BERT_TASKS = (TASK, ENCODER_TASK)
+BERT_TASKS = {TASK: TextData, ENCODER_TASK: TextData}  # task → the class of its data section
 TOKENIZER = "tokenizer.json"
 FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
 
 
-def read_bert_run(run_dir: Path, tasks: Sequence[str], purpose: str) -> tuple[RunConfig, WordPieceTokenizer]:
+def read_bert_run(
+    run_dir: Path, tasks: Mapping[str, type[DataConfig]], purpose: str
+) -> tuple[RunConfig, WordPieceTokenizer]:
     """The config and tokenizer of a BERT-family run directory whose task is one of ``tasks``
-    (anything else is refused in one line saying what ``purpose`` needs)."""
-    run = RunDir(run_dir).read_config()
+    (task → the class of its data section; anything else is refused in one line saying what
+    ``purpose`` needs)."""
+    folder = RunDir(run_dir)
+    run = folder.read_config()
+    if run.task in tasks:
+        run = folder.read_config(run.task, tasks[run.task])
     if run.task not in tasks:
         raise RunDirError(
             f"{run_dir}: a run of task {run.task!r}; {purpose} needs a run of task {' or '.join(tasks)}"
@@ -105,7 +115,7 @@ class Masker:
     keep: float = 0.1
 
     @classmethod
-    def of(cls, tokenizer: WordPieceTokenizer, data: DataConfig) -> Masker:
+    def of(cls, tokenizer: WordPieceTokenizer, data: TextData) -> Masker:
         special = {tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id}
         ordinary = sorted(set(range(tokenizer.vocab_size)) - special - {tokenizer.unk_id})
         return cls(
@@ -241,17 +251,15 @@ class MLMTask:
 class MaskedLanguageModel:
     """A BERT with its MLM head and tokenizer: ``MaskedLanguageModel.load(run_dir).fill_mask(text)``."""
 
-    def __init__(
-        self, model: MaskedLM, tokenizer: WordPieceTokenizer, data: DataConfig | None = None
-    ) -> None:
+    def __init__(self, model: MaskedLM, tokenizer: WordPieceTokenizer, data: TextData | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.data = data or DataConfig(source="default")
+        self.data = data or TextData()
 
     @classmethod
     def load(cls, run_dir: str | Path) -> MaskedLanguageModel:
         """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``); an
         ``encoder`` run has no MLM head and is refused."""
-        run, tokenizer = read_bert_run(Path(run_dir), (TASK,), "fill-mask (the masked-LM head)")
+        run, tokenizer = read_bert_run(Path(run_dir), {TASK: TextData}, "fill-mask (the masked-LM head)")
         model = RunDir(run_dir).load_weights(MaskedLM(run.model))
         return cls(model.eval(), tokenizer, run.data)
 
@@ -340,34 +348,6 @@ def train_mlm(
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
 
 
-def small_bert() -> dict[str, Any]:
-    """The model of ``vaswani train mlm`` (and of a classifier trained from scratch): BERT's
-    architecture (post-LN, exact GELU, learned positions, two segments, tied MLM decoder) at
-    4 layers of 256 dimensions, 4 heads, d_ff 1024 and a context of 128 tokens; no pooler (the
-    MLM does not train it)."""
-    from vaswani.config import PRESETS
-
-    return {
-        **PRESETS["bert-base"], "d_model": 256, "n_heads": 4, "d_ff": 1024, "n_encoder_layers": 4,
-        "max_len": 128, "dropout": 0.1, "attn_dropout": 0.1, "pooler": False,
-    }  # fmt: skip
-
-
-def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Model, training and data settings of ``vaswani train mlm`` on the embedded default text,
-    sized to finish in under five minutes on two CPU cores: AdamW (weight decay 0.01 on the
-    matrices), 100 warmup steps and cosine decay timed to 3.5 minutes, batches of 4096 tokens,
-    bf16 autocast where the CPU computes bf16 natively, a WordPiece vocabulary of 4096."""
-    train = {
-        "batch_tokens": 4096, "max_steps": 5000, "max_minutes": 3.5, "lr": 1e-3, "min_lr": 1e-4,
-        "warmup_steps": 100, "schedule": "cosine", "optimizer": "adamw", "betas": (0.9, 0.98),
-        "eps": 1e-6, "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 100,
-        "eval_sentences": 200, "bf16": native_bf16(),
-    }  # fmt: skip
-    data = {"source": "default", "vocab_size": 4096, "valid_fraction": 0.1}
-    return small_bert(), train, data
-
-
 def model_of(run: RunConfig) -> Bert | MaskedLM:
     """The model of a BERT run: :class:`MaskedLM` for task ``mlm``, :class:`Bert` (no head) for
     task ``encoder``."""
@@ -385,4 +365,43 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     return [
         f"masked-token loss {metrics['valid_loss']:.4f}  perplexity {metrics['perplexity']:.2f}  "
         f"accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
+    ]
+
+
+def recipe(flags: Sections) -> str:
+    """The embedded default job, or the recipe for the user's text once ``--text`` is given."""
+    return "mlm" if "text" in flags.get("data", {}) else "mlm-default"
+
+
+def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
+    """A masked-LM run: an encoder-only model whose depth is ``--layers``; ``--text`` is stored
+    absolute and read as the source."""
+    data = sections.setdefault("data", {})
+    if "text" in flags.get("data", {}):
+        data["source"] = "text"
+    absolute(data, ("text",))
+    one_stack(sections.setdefault("model", {}), "encoder_only", "n_encoder_layers", source)
+    return validated(TASK, sections, TextData, source)
+
+
+def fill_mask_lines(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
+    """The candidates of each [MASK], one line each, and the text filled with the best ones."""
+    lines = [text]
+    for number, choices in enumerate(candidates, start=1):
+        lines.append(f"  [MASK] {number}: " + ", ".join(f"{piece} {prob:.3f}" for piece, prob in choices))
+    lines.append(f"  → {filled(text, candidates)}")
+    return lines
+
+
+def finish(
+    result: tuple[dict[str, Any], MaskedLanguageModel, str], run_dir: Path, started: float, quiet: bool
+) -> list[str]:
+    """The report after training: the masked-token scores and one sentence filled in."""
+    metrics, mlm, name = result
+    return [
+        f"\nmasked-token loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
+        f"accuracy {metrics['masked_accuracy']:.1%}  ({name}, {metrics['steps']} steps, "
+        f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s)\n",
+        *fill_mask_lines(FILL_MASK_EXAMPLE, mlm.fill_mask(FILL_MASK_EXAMPLE)),
+        f'\nrun directory: {run_dir}\n  vaswani fill-mask {run_dir} "{FILL_MASK_EXAMPLE}"',
     ]

@@ -18,28 +18,40 @@ from typing import Any
 from torch import nn
 
 from vaswani.config import RunConfig
+from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
+from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks import classify, lm, mlm, translation
 from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
 from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.settings import run_config
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task. ``model`` builds the untrained model of a run config; ``load`` reads a run
-    directory into the task's wrapper; ``train(run, run_dir, resume, quiet)`` trains or continues
-    a run and returns ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not
-    trained); ``evaluate(run_dir, request)`` scores a run and returns the lines to print (None:
-    ``cannot_evaluate`` says why and what to do instead); ``attention(wrapper, text)`` gives the
+    """One task. ``data`` is the class of its runs' data section; ``model`` builds the untrained
+    model of a run config; ``load`` reads a run directory into the task's wrapper;
+    ``train(run, run_dir, resume, quiet)`` trains or continues a run and returns
+    ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not trained);
+    ``recipe(flags)`` names the packaged recipe a new run starts from (:mod:`vaswani.recipes`),
+    ``configure(sections, flags, source)`` applies the task's rules and validates
+    (:mod:`vaswani.tasks.settings`), ``finish(result, run_dir, started, quiet)`` does what follows
+    training and returns the report's lines; ``evaluate(run_dir, request)`` scores a run and
+    returns the lines to print (None: ``cannot_evaluate`` says why and what to do instead);
+    ``attention(wrapper, text)`` gives the
     attention maps of one input and a title; ``hf_family`` names the Hugging Face family that
     ``export-hf`` writes (:mod:`vaswani.interop`)."""
 
     name: str
     summary: str
+    data: type[DataConfig]
     model: Callable[[RunConfig], nn.Module]
     load: Callable[[Path], Any]
     train: Callable[..., tuple[Any, ...]] | None = None
+    recipe: Callable[[Sections], str] | None = None
+    configure: Callable[[Sections, Sections, str], RunConfig] | None = None
+    finish: Callable[[Any, Path, float, bool], list[str]] | None = None
     evaluate: Callable[[Path, Evaluation], list[str]] | None = None
     cannot_evaluate: str = ""
     attention: Callable[[Any, str], tuple[list[AttentionMap], str]] | None = None
@@ -50,28 +62,32 @@ TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec(
-            "lm", "decoder-only language model, a GPT (perplexity)", lm.model_of, lm.LanguageModel.load,
-            lm.train_lm, lm.evaluate_run, attention=titled_lm_attention, hf_family="gpt2",
+            "lm", "train a decoder-only language model (GPT)", TextData, lm.model_of, lm.LanguageModel.load,
+            lm.train_lm, lm.recipe, lm.configure, lm.finish, lm.evaluate_run, attention=titled_lm_attention,
+            hf_family="gpt2",
         ),
         TaskSpec(
-            "translation", "encoder-decoder translation (BLEU, chrF)", translation.model_of,
-            translation.Translator.load, translation.train_translation, translation.evaluate_run,
+            "translation", "train an encoder-decoder translator", ParallelData, translation.model_of,
+            translation.Translator.load, translation.train_translation, translation.recipe,
+            translation.configure, translation.finish, translation.evaluate_run,
             attention=titled_translation_attention, hf_family="marian",
         ),
         TaskSpec(
-            "mlm", "masked language model, a BERT (masked-token perplexity)", mlm.model_of,
-            mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.evaluate_run, hf_family="bert",
+            "mlm", "pretrain a BERT by masked language modelling", TextData, mlm.model_of,
+            mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
+            mlm.evaluate_run, hf_family="bert",
         ),
         TaskSpec(
-            "encoder", "a BERT encoder without a head, as imported (sentence vectors)", mlm.model_of,
-            classify.SentenceEncoder.load,
+            "encoder", "a BERT encoder without a head, as imported (sentence vectors)", TextData,
+            mlm.model_of, classify.SentenceEncoder.load,
             cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
             "vaswani embed, or fine-tune it with vaswani train classify --init",
             hf_family="bert",
         ),
         TaskSpec(
-            "classify", "text classification, a fine-tuned BERT (accuracy, macro-F1)", classify.model_of,
-            classify.TextClassifier.load, classify.train_classify, classify.evaluate_run,
+            "classify", "fine-tune a BERT text classifier", LabeledData, classify.model_of,
+            classify.TextClassifier.load, classify.train_classify, classify.recipe, classify.configure,
+            classify.finish, classify.evaluate_run,
         ),
     )
 }  # fmt: skip
@@ -119,11 +135,37 @@ def resume(
     ``max_steps=...``) may extend it; they are saved in the config, so that a later plain resume
     keeps them. Returns what the task's training returns."""
     folder = RunDir(run_dir)
-    run = folder.read_config(task)
-    spec = get(run.task, run_dir)
+    spec = get(folder.read_config(task).task, run_dir)
+    run = folder.read_config(task, spec.data)
     if spec.train is None:
         raise RunDirError(
             f"{run_dir}: a run of task {spec.name!r} is not trained by vaswani; nothing to resume"
         )
+    if "max_steps" in train_changes:  # a new step budget replaces a budget of epochs
+        train_changes = {"epochs": None, **train_changes}
     resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
     return spec.train(resumed, folder.path, resume=True, quiet=quiet)
+
+
+def configure(
+    task: str, flags: Sections | None = None, preset: str | None = None, config: str | Path | None = None
+) -> RunConfig:
+    """The run config of a new run of ``task``, as ``vaswani train TASK`` makes it: the task's
+    packaged recipe < the architecture ``preset`` < the YAML file ``config`` < ``flags``
+    ({"model": {...}, "train": {...}, "data": {...}}), then the task's rules, validated."""
+    spec = get(task)
+    if spec.recipe is None or spec.configure is None:
+        raise RunDirError(f"runs of task {task!r} are not trained by vaswani")
+    return run_config(
+        spec.recipe(flags or {}), spec.configure, flags or {}, preset, Path(config) if config else None
+    )
+
+
+def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:
+    """Train a new run of ``run.task`` in ``out`` (new or empty; default ``runs/TASK-DATE-TIME``)
+    and return what the task's training returns (metrics first, then the trained wrapper)."""
+    spec = get(run.task)
+    if spec.train is None:
+        raise RunDirError(f"runs of task {run.task!r} are not trained by vaswani")
+    folder = RunDir.new(Path(out) if out is not None else None, run.task)
+    return spec.train(run, folder.path, resume=False, quiet=quiet)

@@ -6,6 +6,7 @@ embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +16,20 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from vaswani.config import DataConfig, ModelConfig, RunConfig, padded_vocab_size
+from vaswani.config import ModelConfig, RunConfig, padded_vocab_size
 from vaswani.data import grammar
 from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
+from vaswani.data.config import ParallelData
 from vaswani.data.readers import read_parallel, read_tsv_pairs
 from vaswani.data.splits import hold_out
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
+from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.settings import LAYERS, absolute, validated
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
@@ -36,6 +40,14 @@ Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
 PAPER_LENGTH_PENALTY = LengthPenalty("gnmt", 0.6)  # the paper's beam search: beam 4, alpha 0.6
 MAX_LEN_A, MAX_LEN_B = 2.0, 10
+PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs")
+EXAMPLES = [
+    "Tom chases Jerry",
+    "Tom chased Jerry yesterday",
+    "Does Jerry like the small cat?",
+    "The dog that Tom saw is eating rice",
+    "Mary did not buy three books",
+]
 T = TypeVar("T")
 
 
@@ -50,7 +62,7 @@ class TranslationData:
     valid_name: str = "valid"
 
 
-def load_data(spec: DataConfig) -> TranslationData:
+def load_data(spec: ParallelData) -> TranslationData:
     """Read the data a run's ``data`` config section describes."""
     if spec.source == "default":
         corpus = grammar.default_corpus(
@@ -180,7 +192,7 @@ class Translator:
     @classmethod
     def load(cls, run_dir: str | Path) -> Translator:
         folder = RunDir(run_dir)
-        run = folder.read_config(task=TASK)
+        run = folder.read_config(TASK, ParallelData)
         src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
         tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
         check_vocab(run.model, src_tok, tgt_tok, folder.path)
@@ -403,24 +415,6 @@ def write_test_metrics(
     return merged
 
 
-def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Model, training and data settings of ``vaswani train translation`` on the embedded
-    corpus (sized to finish in under five minutes on two CPU cores)."""
-    model = {
-        "d_model": 128, "n_heads": 4, "d_ff": 512, "n_encoder_layers": 2, "n_decoder_layers": 2,
-        "dropout": 0.0, "max_len": 64, "tie_embeddings": "output",
-    }  # fmt: skip
-    train = {
-        "batch_tokens": 3000, "max_steps": 1000, "max_minutes": 3.5, "lr": 2e-3,
-        "warmup_steps": 200, "schedule": "cosine", "eval_every": 250, "eval_sentences": 300,
-    }  # fmt: skip
-    data = {
-        "source": "default", "seed": 0, "n_train": 60_000, "n_valid": 500, "n_test": 1000,
-        "vocab_size": 2000,
-    }  # fmt: skip
-    return model, train, data
-
-
 def model_of(run: RunConfig) -> Transformer:
     """The (untrained) model of a translation run."""
     return Transformer(run.model)
@@ -454,7 +448,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if request.src is not None and request.ref is not None:
         pairs, name = read_parallel(request.src, request.ref), request.src.name
     else:
-        data = load_data(RunDir(run_dir).read_config().data)
+        data = load_data(RunDir(run_dir).read_config(TASK, ParallelData).data)  # type: ignore[arg-type]
         pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
     decoding = request.decoding
     scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, **decoding)
@@ -465,3 +459,61 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
         f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
         f"  {scores['chrf_signature']}\nhypotheses: {out}",
     ]
+
+
+def recipe(flags: Sections) -> str:
+    """The embedded default job, or the recipe for the user's files once they are given."""
+    data = flags.get("data", {})
+    return "translation-files" if "src" in data or "pairs" in data else "translation"
+
+
+def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
+    """A translation run: files given as flags pick their source (``--pairs``: tsv), ``--layers``
+    sets both stacks, one shared vocabulary ties all three embeddings unless a tie is given, and
+    paths are stored absolute."""
+    given = flags.get("data", {})
+    if ("src" in given) != ("tgt" in given):
+        raise ConfigError("--src and --tgt go together")
+    if ("valid_src" in given) != ("valid_tgt" in given):
+        raise ConfigError("--valid-src and --valid-tgt go together")
+    if "pairs" in given and "src" in given:
+        raise ConfigError("--pairs replaces --src and --tgt: give one or the other")
+    model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
+    if "pairs" in given or "src" in given:
+        data["source"] = "tsv" if "pairs" in given else "files"
+    if model.get("arch", "encoder_decoder") != "encoder_decoder":
+        raise ConfigError(
+            f"{source}: config field 'model.arch': a translator is 'encoder_decoder', got {model['arch']!r}"
+        )
+    if LAYERS in model:
+        model["n_encoder_layers"] = model["n_decoder_layers"] = model.pop(LAYERS)
+    if data.get("shared_vocab"):
+        model.setdefault("tie_embeddings", "all")
+    else:
+        model.setdefault("tie_embeddings", "output")
+    absolute(data, PATH_FIELDS)
+    return validated(TASK, sections, ParallelData, source)
+
+
+def finish(
+    result: tuple[dict[str, Any], Translator, TranslationData], run_dir: Path, started: float, quiet: bool
+) -> list[str]:
+    """After training: greedy BLEU and chrF on the test split (the valid one without it), added to
+    ``metrics.json``, and the report's lines (with example translations of the default corpus)."""
+    metrics, translator, data = result
+    pairs, split = (data.test, "test") if data.test else (data.valid, "valid")
+    scores = evaluate_split(translator, pairs, quiet=quiet)
+    metrics = write_test_metrics(run_dir, metrics, scores, split)
+    lines = [
+        f"\n{split} {describe_scores(scores)}  ({len(pairs)} sentences, greedy)",
+        f"  {scores['bleu_signature']}",
+        f"valid loss {metrics['valid_loss']:.3f}, {metrics['steps']} steps, "
+        f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s",
+    ]
+    if data.train_name == DEFAULT_CORPUS:
+        lines.append("")
+        for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
+            lines.append(f"  {sentence}  →  {translation}")
+    example = EXAMPLES[0] if data.train_name == DEFAULT_CORPUS else pairs[0][0]
+    lines.append(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}"')
+    return lines

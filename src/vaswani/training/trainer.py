@@ -139,6 +139,9 @@ class Trainer:
         self.batches = task.train_batches()
         if not self.batches:
             raise VaswaniError("no training batches: the training data is empty")
+        if cfg.epochs is not None:  # the steps of that many passes, at most max_steps
+            per_epoch = math.ceil(len(self.batches) / cfg.accumulate)
+            self.cfg = cfg.replace(max_steps=min(cfg.max_steps, max(1, math.ceil(cfg.epochs * per_epoch))))
 
     def resume(self) -> None:
         """Continue from the newest intact checkpoint of the run directory (damaged newer ones

@@ -1,0 +1,126 @@
+"""``vaswani train TASK``: one command for every task of the registry.
+
+Its flags are generated from the config dataclasses (:mod:`vaswani.cli.flags`): the model's, the
+training's and the task's data config. Settings come from the task's packaged recipe, then
+``--preset``, then ``--config FILE``, then the flags (:mod:`vaswani.tasks.settings`). ``--resume
+RUN_DIR`` continues a stopped run with its own settings; it takes only ``--max-steps`` and
+``--max-minutes`` and refuses any other setting rather than ignoring it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from vaswani.cli.flags import add_fields, flag_names, given
+from vaswani.config import ModelConfig, TrainConfig, presets
+from vaswani.errors import ConfigError
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
+from vaswani.tasks.settings import LAYERS
+
+RESUME_CHANGES = ("max_steps", "max_minutes")
+SECTIONS = ("model", "train", "data")
+
+
+def add_parsers(commands: Any) -> None:
+    train = commands.add_parser("train", help="train a model")
+    tasks = train.add_subparsers(dest="task", required=True)
+    for spec in registry.trainable():
+        p = tasks.add_parser(
+            spec.name,
+            help=spec.summary,
+            description=f"{spec.summary[0].upper()}{spec.summary[1:]}. Settings: the task's recipe "
+            "(vaswani/recipes/), then --preset, then --config FILE, then these flags.",
+        )
+        run = p.add_argument_group("run")
+        run.add_argument("--config", type=Path, help="YAML file with model:, train: and data: sections")
+        run.add_argument("--out", type=Path, help="run directory to write (default: runs/NAME)")
+        run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run")
+        run.add_argument("--preset", choices=sorted(presets()), help="model architecture preset")
+        run.add_argument("--quiet", action="store_true", help="no progress bar")
+        model = p.add_argument_group("model")
+        model.add_argument(
+            "--layers", type=int, dest=f"model.{LAYERS}", help="layers of every stack of the model"
+        )
+        add_fields(model, ModelConfig)
+        add_fields(p.add_argument_group("training"), TrainConfig)
+        add_fields(p.add_argument_group("data"), spec.data)
+        p.set_defaults(handler=cmd_train)
+
+
+def flags_of(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """What the flags set, by section (``--preset`` under model, as the recipe loader reads it)."""
+    spec = registry.get(args.task)
+    flags = {
+        "model": given(args, ModelConfig), "train": given(args, TrainConfig), "data": given(args, spec.data)
+    }  # fmt: skip
+    layers = getattr(args, f"model.{LAYERS}")
+    if layers is not None:
+        flags["model"][LAYERS] = layers
+    if args.preset is not None:
+        flags["model"]["preset"] = args.preset
+    return flags
+
+
+def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The training settings a resume may extend (``--max-steps``, ``--max-minutes``). Any other
+    setting given with ``--resume`` is refused: a resumed run keeps the settings it was started
+    with (its ``config.json``)."""
+    others = [
+        (s, n)
+        for s, fields in flags.items()
+        for n in fields
+        if (s, n) not in (("train", c) for c in RESUME_CHANGES)
+    ]
+    if others or args.config is not None:
+        flag = "--config" if not others else spelling(args, *others[0])
+        raise ConfigError(
+            f"{flag}: a resumed run keeps its own settings; only --max-steps and --max-minutes may change"
+        )
+    return dict(flags["train"])
+
+
+def spelling(args: argparse.Namespace, section: str, name: str) -> str:
+    """The flag the user typed for ``section.name`` (its first spelling when unknown)."""
+    if name == LAYERS:
+        return "--layers"
+    if name == "preset":
+        return "--preset"
+    spec = registry.get(args.task)
+    cls = {"model": ModelConfig, "train": TrainConfig, "data": spec.data}[section]
+    names = next(flag_names(f) for f in cls.__dataclass_fields__.values() if f.name == name)  # type: ignore[attr-defined]
+    typed = [n for n in names if n in args.argv_flags]
+    return typed[0] if typed else names[-1]
+
+
+def named_flag(exc: ConfigError, args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> ConfigError:
+    """``exc``, led by the flag that set the field it names when a flag set it."""
+    found = re.search(r"config field '(model|train|data)\.(\w+)'", str(exc))
+    if found and found.group(2) in flags.get(found.group(1), {}):
+        return ConfigError(f"{spelling(args, found.group(1), found.group(2))}: {exc}")
+    return exc
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    spec = registry.get(args.task)
+    assert spec.finish is not None
+    started = time.perf_counter()
+    flags = flags_of(args)
+    if args.resume:
+        result = registry.resume(args.resume, args.quiet, spec.name, **resume_changes(args, flags))
+        run_dir = args.resume
+    else:
+        try:
+            run = registry.configure(spec.name, flags, config=args.config)
+        except ConfigError as exc:
+            raise named_flag(exc, args, flags) from None
+        run_dir = RunDir.new(args.out, spec.name).path
+        assert spec.train is not None
+        result = spec.train(run, run_dir, resume=False, quiet=args.quiet)
+    for line in spec.finish(result, Path(run_dir), started, args.quiet):
+        print(line)
+    return 0

@@ -1,0 +1,172 @@
+"""What data a run reads, one config per kind of task: the ``data`` section of a run config.
+
+Each class is validated like the model and training configs (:class:`vaswani.config.Config`):
+a bad value is a :class:`~vaswani.errors.ConfigError` naming the field. A task names its class
+in the task registry (``TaskSpec.data``), and a run directory's ``data`` section is read with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vaswani.config import Config, flag, no_flag
+
+BLEU_TOKENIZERS = (
+    "13a", "zh", "intl", "char", "none", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200",
+)  # fmt: skip
+LM_TOKENIZERS = ("bpe", "char")
+LABELED_FORMATS = ("tsv", "csv", "jsonl")
+POOLS = ("cls", "mean")
+
+
+class DataConfig(Config):
+    """What every task's data config shares: the section name in errors, and ``vocab_size``."""
+
+    _section = "data"
+
+    def _check(self) -> None:
+        self._positive("vocab_size")
+
+
+@dataclass(frozen=True)
+class ParallelData(DataConfig):
+    """Sentence pairs for translation.
+
+    ``source="default"`` generates the embedded English→Chinese corpus (``seed``, ``n_*`` sizes);
+    ``source="files"`` reads the user's parallel files (absolute paths); ``source="tsv"`` reads
+    sentence pairs from two ``columns`` of one tab-separated file (``pairs``) and holds out
+    ``n_test`` and ``n_valid`` of them at random (``seed``), keeping every translation of one
+    source sentence in the same split. BPE tokenizers of ``vocab_size`` pieces are trained on
+    the training text, one per side or one for both (``shared_vocab``). ``bleu_tokenize`` is
+    sacreBLEU's tokenizer; left null, it is chosen from the target language.
+    """
+
+    source: str = flag("files", "default (the embedded corpus), files (--src/--tgt) or tsv (--pairs)")
+    seed: int = flag(0, "seed of the embedded corpus and of the --pairs split", flags=("--data-seed",))
+    n_train: int = flag(60_000, "sentence pairs of the embedded corpus")
+    n_valid: int = flag(500, "validation pairs (embedded corpus, --pairs)")
+    n_test: int = flag(1_000, "test pairs (embedded corpus, --pairs)")
+    src: str | None = flag(None, "training source file, one sentence per line")
+    tgt: str | None = flag(None, "training target file, aligned with --src")
+    valid_src: str | None = flag(None)
+    valid_tgt: str | None = flag(None)
+    test_src: str | None = flag(None)
+    test_tgt: str | None = flag(None)
+    pairs: str | None = flag(
+        None,
+        "instead of --src/--tgt: one tab-separated file of sentence pairs (e.g. a Tatoeba export); test "
+        "and valid pairs are held out at random (data.n_test, data.n_valid)",
+    )
+    columns: tuple[int, int] = flag(
+        (0, 1), "the --pairs columns of source and target, from 0 (default 0,1)", metavar="SRC,TGT"
+    )
+    vocab_size: int = flag(8000, "BPE vocabulary size per tokenizer")
+    shared_vocab: bool = flag(False, "one BPE for both languages")
+    bleu_tokenize: str | None = flag(
+        None, "sacrebleu tokenizer (default: zh for Chinese, else 13a)", choices=BLEU_TOKENIZERS
+    )
+
+    def _check(self) -> None:
+        super()._check()
+        self._one_of("source", ("default", "files", "tsv"))
+        self._positive("n_train", "n_valid", "n_test")
+        if self.bleu_tokenize is not None:
+            self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
+        if self.source == "files" and (self.src is None or self.tgt is None):
+            self._fail("src", "files need both 'src' and 'tgt'")
+        if self.source == "tsv" and self.pairs is None:
+            self._fail("pairs", "source 'tsv' needs the tab-separated file of sentence pairs")
+        if min(self.columns) < 0 or self.columns[0] == self.columns[1]:
+            self._fail("columns", f"two different column numbers >= 0, got {list(self.columns)}")
+        for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
+            if (getattr(self, a) is None) != (getattr(self, b) is None):
+                self._fail(a, f"'{a}' and '{b}' go together")
+
+
+@dataclass(frozen=True)
+class TextData(DataConfig):
+    """Plain text for a language model (GPT) or a masked language model (BERT).
+
+    The text comes from ``text`` (files or folders, ``source="text"``) or the embedded default
+    (Python's own documentation, ``source="default"``); the last ``valid_fraction`` of it is held
+    out. A language model splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size``
+    pieces, as GPT-2; "char": one token per character).
+
+    A masked language model uses a WordPiece vocabulary of at most ``vocab_size`` pieces and
+    cuts the text into windows of up to ``max_len`` tokens; in each, a fraction ``mask_prob`` of
+    the tokens is chosen for prediction, and of those a fraction ``mask_random`` is replaced by a
+    random token, ``mask_keep`` is left as it is and the rest become [MASK] (BERT's 15%, 10%,
+    10%, 80%).
+    """
+
+    source: str = flag("default", "default (the embedded text) or text (--text)")
+    text: tuple[str, ...] | None = flag(None, "text files or folders to train on", nargs="+")
+    tokenizer: str = flag("bpe", "byte-level BPE (default) or characters (lm)", choices=LM_TOKENIZERS)
+    vocab_size: int = flag(8000, "BPE (lm) or WordPiece (mlm) vocabulary size")
+    valid_fraction: float = flag(0.1, "held-out end of the text (default 0.1)")
+    mask_prob: float = flag(0.15, "fraction of the tokens chosen for prediction (mlm, 0.15)")
+    mask_random: float = flag(0.1, "of those, the fraction replaced by a random token (mlm, 0.1)")
+    mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)")
+
+    def _check(self) -> None:
+        super()._check()
+        self._one_of("source", ("default", "text"))
+        self._one_of("tokenizer", LM_TOKENIZERS)
+        if not 0.0 < self.valid_fraction < 1.0:
+            self._fail("valid_fraction", f"must be in (0, 1), got {self.valid_fraction}")
+        if self.source == "text" and not self.text:
+            self._fail("text", "source 'text' needs at least one file or folder")
+        if not 0.0 < self.mask_prob < 1.0:
+            self._fail("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
+        for name in ("mask_random", "mask_keep"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                self._fail(name, f"must be in [0, 1], got {getattr(self, name)}")
+        if self.mask_random + self.mask_keep > 1.0:
+            total = self.mask_random + self.mask_keep
+            self._fail("mask_keep", f"mask_random + mask_keep must be <= 1, got {total}")
+
+
+@dataclass(frozen=True)
+class LabeledData(DataConfig):
+    """Labeled examples for a classifier.
+
+    Examples come from ``train_file`` and ``dev_file`` (TSV, CSV or JSON lines: ``file_format``,
+    or by extension), their text from one or two ``text_columns`` and their label from
+    ``label_column`` (a header name, or a 0-based index written in digits; null: the defaults of
+    :mod:`vaswani.data.labeled`). ``labels`` is the label set of the training file (sorted), the
+    classes in order. The encoder starts from the run ``init`` (null: from scratch, with a
+    WordPiece vocabulary of ``vocab_size``), and a text becomes one vector by ``pool`` ("cls":
+    the pooled [CLS] state; "mean": the mean of its tokens' states).
+    """
+
+    source: str = no_flag("labeled")
+    train_file: str | None = flag(None, "labeled training examples (.tsv, .csv or .jsonl)", flag="--train")
+    dev_file: str | None = flag(None, "labeled examples to score on", flag="--dev")
+    file_format: str | None = flag(
+        None, "file format (default: the extension)", flag="--format", choices=LABELED_FORMATS
+    )
+    text_columns: tuple[str, ...] | None = flag(
+        None,
+        "the column of the text: a header name or a 0-based index (default: text, sentence, ... or the "
+        "first); twice for sentence pairs",
+        flag="--text-column",
+        append=True,
+    )
+    label_column: str | None = flag(None, "the column of the label (default: label, ... or the last)")
+    labels: tuple[str, ...] | None = no_flag(None)
+    init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
+    pool: str = flag("cls", "the text's vector: pooled [CLS] (default) or mean of tokens", choices=POOLS)
+    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)")
+
+    def _check(self) -> None:
+        super()._check()
+        self._one_of("source", ("labeled",))
+        self._one_of("pool", POOLS)
+        if self.file_format is not None:
+            self._one_of("file_format", LABELED_FORMATS)
+        if self.text_columns is not None and len(self.text_columns) not in (1, 2):
+            self._fail("text_columns", f"one or two (a text, or a pair), got {len(self.text_columns)}")
+        if self.labels is not None and (len(self.labels) < 2 or len(set(self.labels)) < len(self.labels)):
+            self._fail("labels", f"two or more distinct labels, got {list(self.labels)}")
+        if self.train_file is None or self.dev_file is None:
+            self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file'")

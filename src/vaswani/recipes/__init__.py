@@ -1,0 +1,91 @@
+"""Recipes: every named setting of vaswani, as YAML read by one loader that the command line and the
+Python API share.
+
+A recipe has up to three sections, ``model:``, ``train:`` and ``data:``, holding fields of
+:class:`~vaswani.config.ModelConfig`, :class:`~vaswani.config.TrainConfig` and the task's data
+config. Two more keys are read here: ``base: NAME`` starts from another recipe of this folder, and
+``model: {preset: NAME}`` from a named architecture of ``presets.yaml``. ``bf16: auto`` turns bf16
+autocast on where the CPU computes bf16 natively (:func:`vaswani.runtime.native_bf16`).
+
+The recipes of this folder are the embedded default jobs and the settings each task starts from
+(``translation.yaml`` is what ``vaswani train translation`` runs); ``configs/`` in the repository
+holds recipes for real data sets, read the same way (``--config FILE``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vaswani.config import presets
+from vaswani.data.readers import read_lines
+from vaswani.errors import ConfigError
+from vaswani.runtime import native_bf16
+
+FOLDER = Path(__file__).parent
+SECTIONS = ("model", "train", "data")
+Sections = dict[str, dict[str, Any]]
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None else where
+        raise ConfigError(f"{at}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def preset(name: str) -> dict[str, Any]:
+    """The model fields of the named architecture ``name``."""
+    if name not in presets():
+        raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(presets())}")
+    return dict(presets()[name])
+
+
+def read(path: str | Path, base: Sections | None = None) -> Sections:
+    """The sections of the recipe file ``path``, over ``base`` (a recipe's ``base:`` first, then
+    its ``preset``, then its own fields). Unknown sections are refused with the file named."""
+    path = Path(path)
+    loaded = _parse("\n".join(read_lines(path, allow_empty_lines=True)), str(path)) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected sections model:, train: and data:")
+    out: Sections = {s: dict(v) for s, v in (base or {}).items()}
+    if "base" in loaded:
+        out = merge(out, packaged(str(loaded.pop("base"))))
+    for section, value in loaded.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"{path}: unknown config section '{section}'")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: section '{section}' must be a mapping")
+    model = dict(loaded.get("model") or {})
+    if "preset" in model:
+        out["model"] = {**out.get("model", {}), **preset(str(model.pop("preset")))}
+    return merge(out, {**loaded, "model": model})
+
+
+def packaged(name: str) -> Sections:
+    """The recipe ``NAME.yaml`` of this folder."""
+    path = FOLDER / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in FOLDER.glob("*.yaml") if p.stem != "presets")
+        raise ConfigError(f"unknown recipe '{name}'; choose from {', '.join(names)}")
+    return read(path)
+
+
+def merge(base: Sections, over: Sections) -> Sections:
+    """``over``'s fields over ``base``'s, section by section (new dicts)."""
+    out = {s: dict(base.get(s, {})) for s in SECTIONS if s in base or s in over}
+    for section, fields in over.items():
+        out[section].update(fields or {})
+    return out
+
+
+def resolved(sections: Sections) -> Sections:
+    """``sections`` with ``bf16: auto`` decided for this machine."""
+    out = {s: dict(v) for s, v in sections.items()}
+    if out.get("train", {}).get("bf16") == "auto":
+        out["train"]["bf16"] = native_bf16()
+    return out

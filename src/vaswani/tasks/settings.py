@@ -1,0 +1,73 @@
+"""How a task's settings become a run config: the recipe, then ``--preset``, then ``--config``, then the
+flags, then the task's own rules (its ``configure`` hook), then validation.
+
+:func:`run_config` is what ``vaswani train TASK`` and the Python API (:func:`vaswani.tasks.registry.
+configure`) both call. A task's hook gets the merged ``sections`` (model, train, data: plain dicts)
+and the ``flags`` alone (what the user set on the command line, for rules such as "--src and --tgt
+go together"), and returns the validated :class:`~vaswani.config.RunConfig`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vaswani import recipes
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.errors import ConfigError
+from vaswani.recipes import Sections
+
+LAYERS = "n_layers"  # the depth of every stack of the model (--layers), resolved by each task's rules
+
+
+def validated(task: str, sections: Sections, data: type, source: str) -> RunConfig:
+    """The run config of ``sections``, each section validated by its class (errors name ``source``)."""
+    return RunConfig(
+        task,
+        ModelConfig.from_dict(sections.get("model", {}), source=source),
+        TrainConfig.from_dict(sections.get("train", {}), source=source),
+        data.from_dict(sections.get("data", {}), source=source),  # type: ignore[attr-defined]
+    )
+
+
+def absolute(data: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """Store the paths of ``fields`` absolute (in place), so that ``--resume`` works from any folder."""
+    for key in fields:
+        value = data.get(key)
+        if isinstance(value, (str, Path)):
+            data[key] = str(Path(value).resolve())
+        elif isinstance(value, (list, tuple)):
+            data[key] = [str(Path(v).resolve()) for v in value]
+
+
+def one_stack(model: dict[str, Any], arch: str, depth: str, source: str) -> None:
+    """A single-stack model (GPT, BERT): ``arch`` set (another one given is refused) and the
+    ``--layers`` depth stored in the field ``depth``."""
+    if model.get("arch", arch) != arch:
+        raise ConfigError(
+            f"{source}: config field 'model.arch': this task trains '{arch}', got {model['arch']!r}"
+        )
+    model["arch"] = arch
+    if LAYERS in model:
+        model[depth] = model.pop(LAYERS)
+
+
+def run_config(
+    recipe: str,
+    configure: Any,
+    flags: Sections,
+    preset: str | None = None,
+    config: Path | None = None,
+) -> RunConfig:
+    """The packaged ``recipe`` < ``preset`` < the YAML file ``config`` < ``flags``, resolved
+    (``bf16: auto``) and handed to the task's ``configure(sections, flags, source)`` hook."""
+    sections = recipes.packaged(recipe)
+    fields = {s: dict(v) for s, v in flags.items()}
+    preset = fields.get("model", {}).pop("preset", preset)  # the CLI's --preset travels with the flags
+    if preset is not None:
+        sections = recipes.merge(sections, {"model": recipes.preset(preset)})
+    if config is not None:
+        sections = recipes.read(config, base=sections)
+    sections = recipes.resolved(recipes.merge(sections, fields))
+    source = str(config) if config is not None else "flags"
+    return configure(sections, flags, source)
