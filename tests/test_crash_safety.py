@@ -27,6 +27,7 @@ import torch
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
+from vaswani.io import load_weights
 from vaswani.training import checkpoint
 from vaswani.training.checkpoint import (
     checkpoint_problem,
@@ -256,7 +257,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_training(tmp_path, capsys
     last = list_checkpoints(tmp_path)[-1]
     assert json.loads((last / "trainer_state.json").read_text())["skipped_steps"] == 1
     saved = _trainer(tmp_path, _Line()).model
-    checkpoint.load_weights(saved, last / "model.safetensors")
+    load_weights(saved, last / "model.safetensors")
     for a, b in zip(saved.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b), "a skipped step changed the weights"
 

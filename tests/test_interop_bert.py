@@ -29,10 +29,10 @@ from vaswani.interop.bert import (
     state_from_hf,
     state_to_hf,
 )
+from vaswani.io import atomic_save_model, load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import read_run_config, write_run_config
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model, load_weights
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

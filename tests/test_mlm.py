@@ -19,6 +19,7 @@ from torch import nn
 from vaswani.cli import main
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import TrainingInterrupted
+from vaswani.io import atomic_save_model
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.rundir import write_run_config
 from vaswani.tasks.mlm import (
@@ -32,7 +33,6 @@ from vaswani.tasks.mlm import (
     train_mlm,
 )
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model
 
 COUNTING = "one two three four five six seven eight nine ten eleven twelve"
 

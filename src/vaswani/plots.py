@@ -33,9 +33,9 @@ from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation import translate_ids
+from vaswani.io import atomic_write
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translation import MAX_LEN_A, MAX_LEN_B, Translator, target_budget
-from vaswani.training.checkpoint import atomic_write
 
 # Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
 CJK_FAMILIES = (

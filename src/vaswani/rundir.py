@@ -19,7 +19,7 @@ from typing import Any
 
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.training.checkpoint import atomic_write_text
+from vaswani.io import atomic_write_text
 
 FORMAT_VERSION = 1
 CONFIG = "config.json"

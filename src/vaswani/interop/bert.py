@@ -66,7 +66,6 @@ from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -75,10 +74,10 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
+from vaswani.io import WEIGHTS, atomic_save_model, first_line, load_weights, write_file
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.rundir import write_run_config
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
 
 MODEL_TYPE = "bert"
 MLM_TASK = "mlm"
@@ -444,7 +443,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     task = MLM_TASK if mlm_head else ENCODER_TASK
     data = DataConfig(source="default", vocab_size=tokenizer.vocab_size)
     write_run_config(out, RunConfig(task, cfg, TrainConfig(), data))
-    atomic_save_model(model, out / SAFETENSORS)
+    atomic_save_model(model, out / WEIGHTS)
     write_file(out / TOKENIZER, tokenizer_json(tokenizer))
 
 
@@ -467,9 +466,9 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
             f"[PAD] is {tokenizer.pad_id}"
         )
     model = model_for_run(run)
-    load_weights(model, run_dir / SAFETENSORS)
+    load_weights(model, run_dir / WEIGHTS)
     write_json(out / CONFIG, hf_config)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model, mlm_head))
+    write_safetensors(out / WEIGHTS, state_to_hf(model.state_dict(), run.model, mlm_head))
     write_file(out / TOKENIZER, tokenizer_json(tokenizer))
     write_file(out / VOCAB, tokenizer.vocab_text().encode("utf-8"))
     specials = {

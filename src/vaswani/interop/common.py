@@ -24,10 +24,9 @@ from safetensors.torch import load_file, save
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.training.checkpoint import first_line, fsync_path, write_error, write_file
+from vaswani.io import WEIGHTS, first_line, fsync_path, write_error, write_file
 
 CONFIG = "config.json"
-SAFETENSORS = "model.safetensors"
 PICKLED = "pytorch_model.bin"
 
 
@@ -133,7 +132,7 @@ def read_hf_weights(src: Path) -> tuple[dict[str, Tensor], Path]:
     ``torch.load(weights_only=True)``, which refuses anything but plain tensor data, so that
     a file carrying code is never run.
     """
-    path = src / SAFETENSORS
+    path = src / WEIGHTS
     if path.is_file():
         try:
             return load_file(str(path)), path
@@ -141,7 +140,7 @@ def read_hf_weights(src: Path) -> tuple[dict[str, Tensor], Path]:
             raise DataError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
     path = src / PICKLED
     if not path.is_file():
-        raise DataError(f"{src}: no weights ({SAFETENSORS} or {PICKLED})")
+        raise DataError(f"{src}: no weights ({WEIGHTS} or {PICKLED})")
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:

@@ -47,7 +47,6 @@ from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -56,11 +55,11 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
+from vaswani.io import WEIGHTS, atomic_save_model, first_line, load_weights, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import write_run_config
 from vaswani.tasks.lm import TASK, TOKENIZER, default_settings
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
 
 MODEL_TYPE = "gpt2"
 PREFIX = "transformer."
@@ -347,7 +346,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     _, train, _ = default_settings()
     data = DataConfig(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
     write_run_config(out, RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
-    atomic_save_model(model, out / SAFETENSORS)
+    atomic_save_model(model, out / WEIGHTS)
     write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
@@ -365,9 +364,9 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
     model = GPT(run.model)
-    load_weights(model, run_dir / SAFETENSORS)
+    load_weights(model, run_dir / WEIGHTS)
     write_json(out / CONFIG, hf_config)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model))
+    write_safetensors(out / WEIGHTS, state_to_hf(model.state_dict(), run.model))
     write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK

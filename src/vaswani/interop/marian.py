@@ -62,7 +62,6 @@ from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     CONFIG,
-    SAFETENSORS,
     KeyMap,
     expand,
     hf_field,
@@ -72,12 +71,12 @@ from vaswani.interop.common import (
     write_safetensors,
 )
 from vaswani.interop.sentencepiece import marian_tokenizer
+from vaswani.io import WEIGHTS, atomic_save_model, first_line, load_weights, write_file
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import write_run_config
 from vaswani.tasks.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER, default_settings
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import atomic_save_model, first_line, load_weights, write_file
 
 MODEL_TYPE = "marian"
 ARCHITECTURE = "MarianMTModel"
@@ -524,7 +523,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         source="default", vocab_size=tgt_tok.vocab_size, shared_vocab=cfg.tie_embeddings == "all"
     )
     write_run_config(out, RunConfig(TASK, cfg, TrainConfig.from_dict(train), data))
-    atomic_save_model(model, out / SAFETENSORS)
+    atomic_save_model(model, out / WEIGHTS)
     for tokenizer, name in ((src_tok, SRC_TOKENIZER), (tgt_tok, TGT_TOKENIZER)):
         write_file(out / name, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
@@ -552,7 +551,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{run_dir / CONFIG}: {exc}") from None
     model = Transformer(run.model)
-    load_weights(model, run_dir / SAFETENSORS)
+    load_weights(model, run_dir / WEIGHTS)
     write_json(out / CONFIG, hf_config)
     generation: dict[str, Any] = {
         "decoder_start_token_id": tgt_tok.bos_id,
@@ -564,7 +563,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     if tgt_tok.suppressed_ids:
         generation["bad_words_ids"] = [[token_id] for token_id in tgt_tok.suppressed_ids]
     write_json(out / GENERATION_CONFIG, generation)
-    write_safetensors(out / SAFETENSORS, state_to_hf(model.state_dict(), run.model))
+    write_safetensors(out / WEIGHTS, state_to_hf(model.state_dict(), run.model))
     source_json = src_tok.tokenizer.to_str(pretty=True)
     target_json = tgt_tok.tokenizer.to_str(pretty=True)
     write_file(out / HF_TOKENIZER, source_json.encode("utf-8"))

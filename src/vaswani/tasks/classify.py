@@ -38,11 +38,11 @@ from vaswani.data.batching import pad
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, POOLER_TABLE, TOKENIZER, model_for_run
+from vaswani.io import WEIGHTS, load_weights
 from vaswani.models.bert import Bert, MaskedLM, SequenceClassifier, mean_pool
 from vaswani.rundir import read_run_config
 from vaswani.tasks.mlm import check_tokenizer, native_bf16, read_bert_run, save_tokenizer, small_bert
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import load_weights
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
@@ -230,7 +230,7 @@ def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
     """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
     run, tokenizer = read_bert_run(init, PRETRAINED_TASKS, "--init")
     model = model_for_run(run)
-    load_weights(model, init / "model.safetensors")
+    load_weights(model, init / WEIGHTS)
     return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
 
 
@@ -261,7 +261,7 @@ class TextClassifier:
         run_dir = Path(run_dir)
         run, tokenizer = read_bert_run(run_dir, (TASK,), "classification")
         model = classifier_model(run)
-        load_weights(model, run_dir / "model.safetensors")
+        load_weights(model, run_dir / WEIGHTS)
         return cls(model.eval(), tokenizer, run.data)
 
     def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
@@ -363,7 +363,7 @@ class SentenceEncoder:
         run_dir = Path(run_dir)
         run, tokenizer = read_bert_run(run_dir, EMBED_TASKS, "embed")
         model = classifier_model(run) if run.task == TASK else model_for_run(run)
-        load_weights(model, run_dir / "model.safetensors")
+        load_weights(model, run_dir / WEIGHTS)
         bert = model if isinstance(model, Bert) else model.bert
         return cls(bert.eval(), tokenizer)
 

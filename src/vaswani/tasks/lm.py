@@ -20,10 +20,10 @@ from vaswani.config import DataConfig, RunConfig
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import Sampling, generate, lm_next_logits
+from vaswani.io import WEIGHTS, load_weights
 from vaswani.models.gpt import GPT
 from vaswani.rundir import read_run_config
 from vaswani.tokenizer import LMTokenizer
-from vaswani.training.checkpoint import load_weights
 from vaswani.training.trainer import fit_run
 
 TASK = "lm"
@@ -147,7 +147,7 @@ class LanguageModel:
         tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
         check_vocab(run, tokenizer, run_dir)
         model = GPT(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        load_weights(model, run_dir / WEIGHTS)
         model.eval()
         return cls(model, tokenizer)
 

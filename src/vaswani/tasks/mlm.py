@@ -36,11 +36,11 @@ from vaswani.data.batching import pad, token_buckets
 from vaswani.data.text import split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, tokenizer_json
+from vaswani.io import WEIGHTS, load_weights, write_file
 from vaswani.models.bert import MaskedLM
 from vaswani.rundir import read_run_config
 from vaswani.tasks.lm import load_documents, native_bf16
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
-from vaswani.training.checkpoint import load_weights, write_file
 from vaswani.training.trainer import fit_run
 
 TASK = MLM_TASK
@@ -252,7 +252,7 @@ class MaskedLanguageModel:
         run_dir = Path(run_dir)
         run, tokenizer = read_bert_run(run_dir, (MLM_TASK,), "fill-mask (the masked-LM head)")
         model = MaskedLM(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        load_weights(model, run_dir / WEIGHTS)
         return cls(model.eval(), tokenizer, run.data)
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:

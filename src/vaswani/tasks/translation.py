@@ -23,11 +23,11 @@ from vaswani.data.readers import read_parallel, read_tsv_pairs
 from vaswani.data.splits import hold_out
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
+from vaswani.io import WEIGHTS, atomic_write_text, load_weights
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import read_run_config
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import atomic_write_text, load_weights
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
 
@@ -186,7 +186,7 @@ class Translator:
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
         check_vocab(run.model, src_tok, tgt_tok, run_dir)
         model = Transformer(run.model)
-        load_weights(model, run_dir / "model.safetensors")
+        load_weights(model, run_dir / WEIGHTS)
         model.eval()
         return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
 

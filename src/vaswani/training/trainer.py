@@ -34,14 +34,9 @@ from tqdm import tqdm
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.io import WEIGHTS, atomic_save_model, atomic_write_text
 from vaswani.rundir import write_run_config
-from vaswani.training.checkpoint import (
-    atomic_save_model,
-    atomic_write_text,
-    load_checkpoint,
-    newest_intact_checkpoint,
-    save_checkpoint,
-)
+from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
 from vaswani.training.schedules import learning_rate
 
 
@@ -338,11 +333,11 @@ class Trainer:
                 if self.stop_signal is not None:
                     if not saved:
                         self._checkpoint()
-                    atomic_save_model(self.model, self.run_dir / "model.safetensors")
+                    atomic_save_model(self.model, self.run_dir / WEIGHTS)
                     raise TrainingInterrupted(self.stop_signal, state.step, self.run_dir)
         if not state.metrics:
             state.metrics = self._evaluate()
-        atomic_save_model(self.model, self.run_dir / "model.safetensors")
+        atomic_save_model(self.model, self.run_dir / WEIGHTS)
         result = {
             **state.metrics,
             "train_seconds": round(state.train_seconds, 2),
