@@ -28,6 +28,7 @@ from tests.helpers import tiny_args, write_reverse_task
 from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.io import load_weights
+from vaswani.runtime import seed_everything
 from vaswani.training import checkpoint
 from vaswani.training.checkpoint import (
     checkpoint_problem,
@@ -36,7 +37,7 @@ from vaswani.training.checkpoint import (
     newest_intact_checkpoint,
     save_checkpoint,
 )
-from vaswani.training.trainer import Trainer, TrainingInterrupted, make_optimizer, seed_everything
+from vaswani.training.trainer import Trainer, TrainingInterrupted, make_optimizer
 
 STEPS = 60
 # Dropout makes the result depend on the restored torch RNG state, not only on the weights.

@@ -41,7 +41,8 @@ from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, POOLER_TABLE, TOKENIZER
 from vaswani.io import WEIGHTS, load_weights
 from vaswani.models.bert import Bert, MaskedLM, SequenceClassifier, mean_pool
 from vaswani.rundir import read_run_config
-from vaswani.tasks.mlm import check_tokenizer, native_bf16, read_bert_run, save_tokenizer, small_bert
+from vaswani.runtime import native_bf16
+from vaswani.tasks.mlm import check_tokenizer, read_bert_run, save_tokenizer, small_bert
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 

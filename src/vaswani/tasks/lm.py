@@ -23,6 +23,7 @@ from vaswani.generation import Sampling, generate, lm_next_logits
 from vaswani.io import WEIGHTS, load_weights
 from vaswani.models.gpt import GPT
 from vaswani.rundir import read_run_config
+from vaswani.runtime import native_bf16
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -297,13 +298,6 @@ def resume_lm(
     run = read_run_config(run_dir, task=TASK)
     run = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
     return train_lm(run, run_dir, resume=True, quiet=quiet)
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX), where bf16 autocast trains
-    several times faster than fp32 (a private torch helper, absent from some builds: False then)."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
 def default_settings() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

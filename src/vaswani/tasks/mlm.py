@@ -39,7 +39,8 @@ from vaswani.interop.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, tokenizer_js
 from vaswani.io import WEIGHTS, load_weights, write_file
 from vaswani.models.bert import MaskedLM
 from vaswani.rundir import read_run_config
-from vaswani.tasks.lm import load_documents, native_bf16
+from vaswani.runtime import native_bf16
+from vaswani.tasks.lm import load_documents
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 

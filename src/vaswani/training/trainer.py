@@ -17,7 +17,6 @@ import contextlib
 import csv
 import json
 import math
-import random
 import signal
 import threading
 import time
@@ -26,7 +25,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
@@ -36,6 +34,7 @@ from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.io import WEIGHTS, atomic_save_model, atomic_write_text
 from vaswani.rundir import write_run_config
+from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
 from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
 from vaswani.training.schedules import learning_rate
 
@@ -97,13 +96,6 @@ def restored_state(saved: Any, path: Path) -> TrainerState:
     return TrainerState(**saved)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's global generators; call it before building the model."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam or AdamW; weight decay applies to matrices only, never to biases, norms or
     (1-d) gains."""
@@ -121,11 +113,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 class Trainer:
     def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path) -> None:
-        if cfg.deterministic:  # one thread: the same sums in the same order on every machine
-            torch.use_deterministic_algorithms(True)
-            torch.set_num_threads(1)
+        if cfg.deterministic:
+            use_deterministic_mode()
         elif cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
+            set_threads(cfg.threads)
         self.model = model
         self.task = task
         self.cfg = cfg
