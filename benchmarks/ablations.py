@@ -29,6 +29,7 @@ import dataclasses
 import itertools
 import math
 import multiprocessing
+import os
 import sys
 import time
 from collections import Counter
@@ -219,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{v.name}: BLEU {rows[-1]['bleu']:.2f}, valid loss {rows[-1]['valid_loss']:.3f}", flush=True
             )
     args.results.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python benchmarks/ablations.py", *(argv if argv is not None else sys.argv[1:])])
+    given = argv if argv is not None else sys.argv[1:]
+    # Paths as the table records them: relative to the repository, not one machine's folders.
+    shown = [os.path.relpath(a, ROOT) if os.path.isabs(a) else a for a in given]
+    command = " ".join(["python benchmarks/ablations.py", *shown])
     text = table(rows, args.steps, warmup, args.batch_tokens, command, (time.perf_counter() - started) / 60)
     (args.results / "ablations.md").write_text(text, encoding="utf-8")
     curves(rows, args.results / "ablations.png")

@@ -39,9 +39,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2"
-RESULTS = Path(__file__).resolve().parent / "results" / "sst2.md"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "sst2"
+RESULTS = ROOT / "benchmarks" / "results" / "sst2.md"
 MINILM_SHAPE = shlex.split("--d-model 384 --heads 12 --d-ff 1536 --layers 6 --activation gelu")
+
+
+def shown(path: Path) -> str:
+    """``path`` as the table records it: relative to the repository, whose root the commands run
+    from, so that no machine's folders are written down."""
+    return os.path.relpath(path.resolve(), ROOT)
 
 
 def vaswani(*args: str) -> None:
@@ -128,13 +135,16 @@ def main(argv: list[str] | None = None) -> None:
                 vaswani(*extra, "--out", str(out / folder))
         rows = [row(name, out / folder) for name, folder, _ in runs]
         typed = [import_args, *([*extra, "--out", str(out / folder)] for _, folder, extra in runs)]
-        shown = str(args.out) if args.out else "OUT"
-        commands = [
-            shlex.join(["vaswani", *c]).replace(str(out), shown).replace(minilm, "$MINILM") for c in typed
-        ]
+        places = {str(out): shown(args.out) if args.out else "OUT", str(args.data): shown(args.data)}
+        commands = []
+        for command in typed:
+            line = shlex.join(["vaswani", *command]).replace(minilm, "$MINILM")
+            for place, name in places.items():
+                line = line.replace(place, name)
+            commands.append(line)
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     call = "python benchmarks/sst2.py" + (f" --minutes {args.minutes:g}" if args.minutes != 10 else "")
-    call += f" --out {args.out}" if args.out else ""
+    call += f" --out {shown(args.out)}" if args.out else ""
     written = f"`{call} --report` from the runs of `{call}`" if args.report else f"`{call}`"
     lines = [
         f"# SST-2: pretrained against random initialisation, {args.minutes:g} training minutes each",

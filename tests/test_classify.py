@@ -25,7 +25,6 @@ from vaswani.models.bert import BertClassifier
 from vaswani.tasks.classify import (
     SentenceEncoder,
     TextClassifier,
-    accuracy_and_macro_f1,
     encode_texts,
     text_batch,
 )
@@ -164,15 +163,6 @@ def test_bad_rows_are_named_by_file_and_line(tmp_path, name, file, text, kwargs,
 
 # ---------------------------------------------------------------------------------------------
 # The classifier
-
-
-def test_accuracy_and_macro_f1():
-    predicted, gold = torch.tensor([0, 0, 1, 1, 2, 0]), torch.tensor([0, 1, 1, 1, 0, 0])
-    accuracy, macro_f1 = accuracy_and_macro_f1(predicted, gold)
-    assert accuracy == pytest.approx(4 / 6)
-    # F1: class 0: 2·2/(3+3) = 2/3; class 1: 2·2/(2+3) = 4/5; class 2 (predicted, never gold): 0.
-    assert macro_f1 == pytest.approx((2 / 3 + 4 / 5 + 0) / 3)
-    assert accuracy_and_macro_f1(gold, gold) == (1.0, 1.0)
 
 
 @pytest.mark.parametrize("pairs", [False, True], ids=["texts", "pairs"])

@@ -27,6 +27,8 @@ import torch
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
+from vaswani.io import load_weights
+from vaswani.runtime import seed_everything
 from vaswani.training import checkpoint
 from vaswani.training.checkpoint import (
     checkpoint_problem,
@@ -35,7 +37,7 @@ from vaswani.training.checkpoint import (
     newest_intact_checkpoint,
     save_checkpoint,
 )
-from vaswani.training.trainer import Trainer, TrainingInterrupted, make_optimizer, seed_everything
+from vaswani.training.trainer import Trainer, TrainingInterrupted, make_optimizer
 
 STEPS = 60
 # Dropout makes the result depend on the restored torch RNG state, not only on the weights.
@@ -256,7 +258,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_training(tmp_path, capsys
     last = list_checkpoints(tmp_path)[-1]
     assert json.loads((last / "trainer_state.json").read_text())["skipped_steps"] == 1
     saved = _trainer(tmp_path, _Line()).model
-    checkpoint.load_weights(saved, last / "model.safetensors")
+    load_weights(saved, last / "model.safetensors")
     for a, b in zip(saved.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b), "a skipped step changed the weights"
 

@@ -22,13 +22,13 @@ from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.io import atomic_save_model, load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import RunDir
 from vaswani.tasks.mlm import ENCODER_TASK
 from vaswani.tasks.mlm import TASK as MLM_TASK
 from vaswani.tasks.mlm import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model, load_weights
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

@@ -20,11 +20,11 @@ from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 from vaswani.generation import generate, lm_next_logits
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.io import atomic_save_model
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tokenizer import END_OF_TEXT, LMTokenizer
-from vaswani.training.checkpoint import atomic_save_model
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

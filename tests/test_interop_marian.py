@@ -20,12 +20,12 @@ from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 from vaswani.generation import LengthPenalty, translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.io import atomic_save_model
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tasks.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import atomic_save_model
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

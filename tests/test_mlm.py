@@ -20,6 +20,7 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import TrainingInterrupted
+from vaswani.io import atomic_save_model
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -33,7 +34,6 @@ from vaswani.tasks.mlm import (
     train_mlm,
 )
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import atomic_save_model
 
 COUNTING = "one two three four five six seven eight nine ten eleven twelve"
 

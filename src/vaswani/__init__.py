@@ -3,29 +3,47 @@
 The Python API under the ``vaswani`` command::
 
     from vaswani import ModelConfig, Transformer, Translator, GPT, LanguageModel
+
+Each name is imported from its module when it is first asked for (PEP 562), so that
+``import vaswani.layers`` loads the core alone, not the tasks with their tokenizers, sacrebleu
+and tqdm.
 """
 
-from vaswani.config import ModelConfig, RunConfig, TrainConfig
-from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
-from vaswani.models.gpt import GPT
-from vaswani.models.transformer import Transformer
-from vaswani.tasks.lm import LanguageModel, train_lm
-from vaswani.tasks.translation import Translator, train_translation
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "GPT",
-    "ConfigError",
-    "DataError",
-    "LanguageModel",
-    "ModelConfig",
-    "RunConfig",
-    "RunDirError",
-    "TrainConfig",
-    "Transformer",
-    "Translator",
-    "VaswaniError",
-    "train_lm",
-    "train_translation",
-]
+HOMES = {
+    "ConfigError": "vaswani.errors",
+    "DataError": "vaswani.errors",
+    "GPT": "vaswani.models.gpt",
+    "LanguageModel": "vaswani.tasks.lm",
+    "ModelConfig": "vaswani.config",
+    "RunConfig": "vaswani.config",
+    "RunDirError": "vaswani.errors",
+    "TrainConfig": "vaswani.config",
+    "Transformer": "vaswani.models.transformer",
+    "Translator": "vaswani.tasks.translation",
+    "VaswaniError": "vaswani.errors",
+    "train_lm": "vaswani.tasks.lm",
+    "train_translation": "vaswani.tasks.translation",
+}
+"""Each public name → the module that defines it."""
+
+__all__ = sorted(HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    """The public ``name``, imported from its module on first use and kept."""
+    if name not in HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,4 +1,5 @@
-"""Evaluation metrics: BLEU and chrF through sacrebleu, on detokenised text."""
+"""Evaluation metrics: BLEU and chrF through sacrebleu, on detokenised text; perplexity; accuracy
+and macro-F1 of class ids."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sacrebleu
+import torch
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,19 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
 def perplexity(mean_nll: float) -> float:
     """exp of the mean negative log-likelihood per token."""
     return math.exp(min(mean_nll, 700.0))
+
+
+def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float]:
+    """Accuracy and macro-F1 (the mean of 2 TP_c / (|predicted c| + |gold c|) over the classes
+    that occur in either) of class ids (n,)."""
+    classes = torch.unique(torch.cat([predicted, gold]))
+    f1 = [
+        2.0
+        * float(((predicted == c) & (gold == c)).sum())
+        / float((predicted == c).sum() + (gold == c).sum())
+        for c in classes
+    ]
+    return float((predicted == gold).float().mean()), sum(f1) / len(f1)
 
 
 def is_cjk(text: str) -> bool:

@@ -28,8 +28,8 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.ticker import LogFormatter
 
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.io import atomic_write
 from vaswani.tasks.attention import AttentionMap
-from vaswani.training.checkpoint import atomic_write
 
 # Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
 CJK_FAMILIES = (

@@ -28,7 +28,7 @@ from torch import nn
 
 from vaswani.config import Config, ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.training.checkpoint import atomic_save_model, atomic_write_text, load_weights
+from vaswani.io import WEIGHTS, atomic_save_model, atomic_write_text, load_weights
 
 FORMAT_VERSION = 1
 SECTIONS = ("format_version", "task", "model", "train", "data")
@@ -55,7 +55,7 @@ class RunDir:
     until asked."""
 
     CONFIG = "config.json"
-    WEIGHTS = "model.safetensors"
+    WEIGHTS = WEIGHTS
     METRICS = "metrics.json"
     LOG = "train_log.csv"
     CHECKPOINTS = "checkpoints"

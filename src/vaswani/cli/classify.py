@@ -113,7 +113,7 @@ def write_vectors(path: Path, vectors: Tensor) -> None:
     import numpy as np
     from safetensors.torch import save
 
-    from vaswani.training.checkpoint import atomic_write, write_error
+    from vaswani.io import atomic_write, write_error
 
     if path.suffix == ".npy":
         buffer = io.BytesIO()

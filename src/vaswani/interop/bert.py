@@ -74,12 +74,12 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
+from vaswani.io import first_line, write_file
 from vaswani.models.bert import POOLER_KEYS
 from vaswani.rundir import RunDir
 from vaswani.tasks.mlm import ENCODER_TASK, TOKENIZER, model_of
 from vaswani.tasks.mlm import TASK as MLM_TASK
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "bert"
 PREFIX = "bert."

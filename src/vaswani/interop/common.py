@@ -24,8 +24,8 @@ from safetensors.torch import load_file, save
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.io import first_line, fsync_path, write_error, write_file
 from vaswani.rundir import RunDir
-from vaswani.training.checkpoint import first_line, fsync_path, write_error, write_file
 
 PICKLED = "pytorch_model.bin"
 

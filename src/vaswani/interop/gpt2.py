@@ -55,12 +55,12 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
+from vaswani.io import first_line, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tasks.lm import TASK, TOKENIZER
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
-from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "gpt2"
 PREFIX = "transformer."

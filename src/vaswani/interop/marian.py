@@ -71,13 +71,13 @@ from vaswani.interop.common import (
     write_safetensors,
 )
 from vaswani.interop.sentencepiece import marian_tokenizer
+from vaswani.io import first_line, write_file
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tasks.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import first_line, write_file
 
 MODEL_TYPE = "marian"
 ARCHITECTURE = "MarianMTModel"

@@ -33,8 +33,8 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, processors
 
 from vaswani.errors import DataError
+from vaswani.io import first_line
 from vaswani.tokenizer import MARIAN_EOS, MARIAN_SPECIALS, UNK
-from vaswani.training.checkpoint import first_line
 
 SPACE = "▁"
 UNK_PENALTY = 10.0  # SentencePiece's unknown character scores the lowest piece score minus this

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vaswani.layers.kernels import explicit_attention_is_faster
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import RelativePositions
@@ -84,28 +85,6 @@ def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     return mask | ~has_key, has_key
 
 
-def slow_flash_kernel(q: Tensor) -> bool:
-    """Whether SDPA would pick the CPU flash kernel in half precision with gradients, whose
-    backward is several times slower than the explicit path at translation lengths (measured
-    in ``benchmarks/profile_training.py``)."""
-    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad
-
-
-def decoding_step(q: Tensor) -> bool:
-    """Whether ``q`` holds the few queries of a decoding step of many rows on the CPU in float32
-    (one new token per row, or a source's beam hypotheses together; batch · heads >= 256), for
-    which the explicit path is faster than SDPA's CPU flash kernel (by about 6% of beam-search
-    time in ``benchmarks/marian_speed.py``). For a few rows (batch-1 generation) SDPA is faster."""
-    batch, heads, q_len = q.shape[:3]
-    return (
-        q.device.type == "cpu"
-        and q.dtype == torch.float32
-        and q_len <= 8
-        and batch * heads >= 256
-        and not q.requires_grad
-    )
-
-
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
     """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
@@ -138,8 +117,9 @@ class MultiHeadAttention(nn.Module):
     keys and values from ``memory``. ``causal`` and ``window`` shape
     self-attention (decoder, local attention); ``relative`` adds Shaw et al.'s
     relative positions. The fast path is ``scaled_dot_product_attention``; the
-    explicit path (used for relative positions and when weights are asked for)
-    computes the same thing step by step and returns the weights.
+    explicit path (used for relative positions, when weights are asked for, and where
+    :mod:`vaswani.layers.kernels` measured it faster) computes the same thing step by step and
+    returns the weights.
     """
 
     def __init__(
@@ -218,13 +198,30 @@ class MultiHeadAttention(nn.Module):
         group = self._group_size(q, k)
         if group > 1:
             q = regroup(q, group)
+        out, weights = self._attention(q, k, v, mask, need_weights)
+        if group > 1:
+            out = ungroup(out, group)
+            weights = None if weights is None else ungroup(weights, group)
+        return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
+
+    def _attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """softmax(Q Kᵀ / sqrt(d_head) + relative terms) V over the keys ``mask`` allows, with the
+        layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
+        (batch, heads, q_len, k_len) if ``need_weights``.
+
+        The explicit path computes the weights (asked for, or needed by relative positions) or is
+        the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
+        otherwise SDPA runs, told ``is_causal`` instead of given a mask where it can be. Rows in
+        which no key may be attended give zeros, not NaN."""
         q_len, k_len = q.shape[2], k.shape[2]
-        explicit = need_weights or self.relative is not None or slow_flash_kernel(q) or decoding_step(q)
+        explicit = need_weights or self.relative is not None or explicit_attention_is_faster(q)
         is_causal = (
             not explicit and self.causal and self.window is None and mask is None and q_len == k_len > 1
         )
         if not self.cross and not is_causal:
-            mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, x.device))
+            mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, q.device))
         has_key = None
         if mask is not None:
             mask, has_key = guard_empty_rows(mask)
@@ -239,10 +236,6 @@ class MultiHeadAttention(nn.Module):
         if has_key is not None:
             out = out * has_key
             weights = None if weights is None else weights * has_key
-        if group > 1:
-            out = ungroup(out, group)
-            weights = None if weights is None else ungroup(weights, group)
-        out = self.out_proj(out.transpose(1, 2).flatten(-2))
         return out, (weights if need_weights else None)
 
     def _group_size(self, q: Tensor, k: Tensor) -> int:

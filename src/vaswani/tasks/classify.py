@@ -40,6 +40,7 @@ from vaswani.data.batching import pad
 from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
+from vaswani.metrics import accuracy_and_macro_f1
 from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM, sentence_vectors
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -103,19 +104,6 @@ def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[l
     random.Random(seed).shuffle(order)
     order.sort(key=lambda i: lengths[i])
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float]:
-    """Accuracy and macro-F1 (the mean of 2 TP_c / (|predicted c| + |gold c|) over the classes
-    that occur in either) of class ids (n,)."""
-    classes = torch.unique(torch.cat([predicted, gold]))
-    f1 = [
-        2.0
-        * float(((predicted == c) & (gold == c)).sum())
-        / float((predicted == c).sum() + (gold == c).sum())
-        for c in classes
-    ]
-    return float((predicted == gold).float().mean()), sum(f1) / len(f1)
 
 
 @dataclass

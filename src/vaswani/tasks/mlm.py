@@ -37,6 +37,7 @@ from vaswani.data.batching import pad, token_buckets
 from vaswani.data.config import DataConfig, TextData
 from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.io import write_file
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -44,7 +45,6 @@ from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.lm import load_documents
 from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
-from vaswani.training.checkpoint import write_file
 from vaswani.training.trainer import fit_run
 
 TASK = "mlm"

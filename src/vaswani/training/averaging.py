@@ -26,15 +26,9 @@ from safetensors.torch import load_file, save
 from torch import Tensor
 
 from vaswani.errors import RunDirError
-from vaswani.training.checkpoint import (
-    CHECKPOINTS,
-    atomic_write,
-    checkpoint_problem,
-    first_line,
-    list_checkpoints,
-)
+from vaswani.io import WEIGHTS, atomic_write, first_line
+from vaswani.training.checkpoint import CHECKPOINTS, checkpoint_problem, list_checkpoints
 
-WEIGHTS = "model.safetensors"
 BACKUP = "model.before-average.safetensors"
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-import random
 import signal
 import threading
 import time
@@ -25,20 +24,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.rundir import RunDir
-from vaswani.training.checkpoint import (
-    load_checkpoint,
-    newest_intact_checkpoint,
-    save_checkpoint,
-)
+from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
+from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
+from vaswani.training.progress import Progress, budget_note
 from vaswani.training.schedules import learning_rate
 
 
@@ -99,13 +94,6 @@ def restored_state(saved: Any, path: Path) -> TrainerState:
     return TrainerState(**saved)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's global generators; call it before building the model."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam or AdamW; weight decay applies to matrices only, never to biases, norms or
     (1-d) gains."""
@@ -122,17 +110,22 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 class Trainer:
-    def __init__(self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path) -> None:
-        if cfg.deterministic:  # one thread: the same sums in the same order on every machine
-            torch.use_deterministic_algorithms(True)
-            torch.set_num_threads(1)
+    """Trains ``model`` on ``task`` with ``cfg`` into ``run_dir``; ``task_name`` (a registered task,
+    such as ``translation``) names it in the command printed to train on after a time budget."""
+
+    def __init__(
+        self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path, task_name: str = "TASK"
+    ) -> None:
+        if cfg.deterministic:
+            use_deterministic_mode()
         elif cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
+            set_threads(cfg.threads)
         self.model = model
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
         self.files = RunDir(run_dir)
+        self.task_name = task_name
         self.optimizer = make_optimizer(model, cfg)
         self.state = TrainerState()
         self.stop_signal: int | None = None
@@ -259,12 +252,12 @@ class Trainer:
             for s, handler in previous.items():
                 signal.signal(s, handler or signal.SIG_DFL)  # None: a handler set outside Python
 
-    def _skipped(self, bar: tqdm, loss: float) -> None:
+    def _skipped(self, progress: Progress, loss: float) -> None:
         """Count a step whose loss or gradient was not finite; stop after ``max_bad_steps`` in a row."""
         state = self.state
         state.bad_steps += 1
         state.skipped_steps += 1
-        bar.write(
+        progress.write(
             f"step {state.step + 1}: non-finite loss or gradient (loss {loss:.4g}); update skipped "
             f"({state.bad_steps} in a row, {state.skipped_steps} in all)"
         )
@@ -276,7 +269,7 @@ class Trainer:
                 f"{state.step} ({kept}); try a lower lr, a longer warmup or gradient clipping"
             )
 
-    def _evaluate_and_log(self, bar: tqdm, train_loss: float) -> None:
+    def _evaluate_and_log(self, progress: Progress, train_loss: float) -> None:
         """Validation metrics, kept in the state and logged: a row of ``train_log.csv`` and a line."""
         state = self.state
         state.metrics = self._evaluate()
@@ -289,21 +282,18 @@ class Trainer:
                 **{k: round(v, 5) for k, v in state.metrics.items()},
             }
         )
-        bar.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in state.metrics.items()))
+        progress.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in state.metrics.items()))
 
     def fit(self, quiet: bool = False) -> dict[str, Any]:
         """Train until ``max_steps`` or ``max_minutes``; return the final metrics."""
         cfg, state = self.cfg, self.state
         budget = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
-        bar = tqdm(
-            total=cfg.max_steps, initial=state.step, desc="train", unit="step",
-            disable=quiet, dynamic_ncols=True, mininterval=0.5,
-        )  # fmt: skip
+        progress = Progress(cfg.max_steps, budget, state.step, quiet)
         smoothed = None
         window_tokens, window_start = 0, time.perf_counter()
         last = time.perf_counter()
         self.stop_signal = None
-        with bar, self._stop_requests():
+        with progress, self._stop_requests():
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
                 loss, tokens, applied = self._step()
                 now = time.perf_counter()
@@ -311,7 +301,7 @@ class Trainer:
                 last = now
                 saved = False
                 if not applied:
-                    self._skipped(bar, loss)
+                    self._skipped(progress, loss)
                 else:
                     state.bad_steps = 0
                     state.step += 1
@@ -319,17 +309,15 @@ class Trainer:
                     window_tokens += tokens
                     smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
                     elapsed = now - window_start
-                    bar.update(1)
-                    bar.set_postfix(
-                        loss=f"{smoothed:.3f}",
-                        lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
-                        tok_s=f"{window_tokens / max(elapsed, 1e-9):,.0f}",
-                    )
+                    progress.update(
+                        state.step, state.train_seconds, smoothed, self.optimizer.param_groups[0]["lr"],
+                        window_tokens / max(elapsed, 1e-9),
+                    )  # fmt: skip
                     done = state.step >= cfg.max_steps or (
                         budget is not None and state.train_seconds >= budget
                     )
                     if state.step % cfg.eval_every == 0 or done:
-                        self._evaluate_and_log(bar, smoothed)
+                        self._evaluate_and_log(progress, smoothed)
                         last = time.perf_counter()
                         window_tokens, window_start = 0, last
                     saved = bool(cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or done
@@ -352,6 +340,12 @@ class Trainer:
             "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
         }
         self.files.write_metrics(result)
+        if cfg.max_minutes is not None and state.train_seconds >= cfg.max_minutes * 60:
+            note = budget_note(
+                state.step, cfg.max_steps, cfg.max_minutes, state.train_seconds, self.task_name, self.run_dir
+            )
+            if note is not None:
+                print(note)
         return result
 
 
@@ -374,7 +368,7 @@ def fit_run(
         run_dir.mkdir(parents=True, exist_ok=True)
         save_files(run_dir)
         RunDir(run_dir).write_config(run)
-    trainer = Trainer(model, task, run.train, run_dir)
+    trainer = Trainer(model, task, run.train, run_dir, run.task)
     if resume:
         trainer.resume()
         RunDir(run_dir).write_config(run)  # with the resume's changes, for the next resume

@@ -1,0 +1,103 @@
+"""Machine tuning, kept out of the equations: which kernel computes a layer on this machine.
+
+Each choice is one function of the tensors at hand, with what was measured to make it; the
+layers compute the same thing whichever kernel is chosen (tests check that the paths agree).
+The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 2.13.
+
+- Attention: ``scaled_dot_product_attention`` (SDPA) or the explicit softmax path
+  (:func:`explicit_attention_is_faster`).
+- Projections: oneDNN's linear with a fused activation, ``torch.ops.mkldnn._linear_pointwise``,
+  or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
+  private to torch: where it is missing, or where a call to it fails once, every projection takes
+  ``F.linear`` from then on.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from vaswani.io import first_line
+
+
+def explicit_attention_is_faster(q: Tensor) -> bool:
+    """Whether the explicit path (``softmax(Q Kᵀ / sqrt(d_head)) V`` as matrix products) is faster
+    than SDPA for the queries ``q`` (batch, heads, q_len, d_head), on the CPU:
+
+    - Half-precision training: SDPA's CPU flash kernel has a slow backward in bf16 and fp16 (8 ms
+      per (64, 4, 20, 64) call, 7x its fp32 time); the explicit path made a bf16 training step
+      1.25x faster (``torch.profiler`` on the model of ``benchmarks/translation_speed.py``:
+      "What profiling found" in ``benchmarks/README.md``).
+    - Decoding steps of many rows in float32 inference (at most 8 queries a row, batch · heads >=
+      256: one new token per row, or a source's beam hypotheses together): two small matrix
+      products beat the flash kernel, by about 6% of beam-search time
+      (``benchmarks/marian_speed.py``). For a few rows (batch-1 generation) SDPA stays faster,
+      8 against 18 µs a call.
+    """
+    if q.device.type != "cpu":
+        return False
+    if q.requires_grad:
+        return q.dtype in (torch.bfloat16, torch.float16)
+    batch, heads, q_len = q.shape[:3]
+    return q.dtype == torch.float32 and q_len <= 8 and batch * heads >= 256
+
+
+def _find_onednn_linear() -> Callable[..., Tensor] | None:
+    """oneDNN's linear with a fused element-wise epilogue, where this torch has it."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    return getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+
+
+ONEDNN_LINEAR = _find_onednn_linear()
+"""The op, or None where this torch lacks it or a call to it failed (then ``F.linear`` is used)."""
+HAS_ONEDNN = ONEDNN_LINEAR is not None
+"""Whether this torch has oneDNN's linear."""
+
+ONEDNN_ACTIVATIONS = {
+    "none": ("none", ""),
+    "relu": ("relu", ""),
+    "gelu": ("gelu", "none"),
+    "gelu_tanh": ("gelu", "tanh"),
+    "silu": ("swish", ""),
+}
+"""Each activation of :class:`~vaswani.layers.linear.Linear` → oneDNN's (name, algorithm) of it."""
+
+
+def onednn_applies(x: Tensor, weight: Tensor) -> bool:
+    """Whether ``act(x Wᵀ + b)`` should run through oneDNN's linear: float32 on the CPU, no
+    gradient needed (the kernel has no backward), no autocast (which the kernel would bypass).
+    There it is 8-20% faster per call than MKL's GEMM behind ``F.linear`` at our models' shapes,
+    more with the activation fused: +9% sentences/s of beam search (``benchmarks/marian_speed.py``),
+    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``)."""
+    return (
+        ONEDNN_LINEAR is not None
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str) -> Tensor | None:
+    """``act(x Wᵀ + b)`` by oneDNN's linear (the same float32 arithmetic as ``F.linear`` in another
+    order: results differ at rounding level), or None when the call fails: the op is then turned
+    off for the process with one warning, and the caller computes ``F.linear`` instead."""
+    global ONEDNN_LINEAR
+    op = ONEDNN_LINEAR
+    if op is None:
+        return None
+    attr, algorithm = ONEDNN_ACTIVATIONS[activation]
+    try:
+        return op(x, weight, bias, attr, [], algorithm)
+    except Exception as exc:  # a private op: its signature or its support may change with torch
+        ONEDNN_LINEAR = None
+        warnings.warn(
+            f"oneDNN's linear failed ({first_line(exc)}); using F.linear from now on",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None

@@ -1,0 +1,53 @@
+"""``vaswani.runtime``: seeding makes every generator repeat itself, native bf16 detection reads
+torch's CPU helpers (and says False where this torch has none), deterministic mode is one thread."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from vaswani import runtime
+
+
+def _draws() -> tuple[float, float, list[float]]:
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_seed_everything_repeats_python_numpy_and_torch():
+    runtime.seed_everything(3)
+    first = _draws()
+    runtime.seed_everything(3)
+    assert _draws() == first
+    runtime.seed_everything(4)
+    assert all(a != b for a, b in zip(_draws(), first, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"), [(False, False, False), (True, False, True), (False, True, True)]
+)
+def test_native_bf16_reads_the_cpu_helpers(monkeypatch, avx512_bf16, amx, expected):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    assert runtime.native_bf16() is expected
+
+
+def test_native_bf16_is_false_without_the_helpers(monkeypatch):
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
+    assert runtime.native_bf16() is False
+
+
+def test_deterministic_mode_runs_deterministic_algorithms_on_one_thread():
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        runtime.set_threads(2)
+        assert torch.get_num_threads() == 2
+        runtime.use_deterministic_mode()
+        assert torch.get_num_threads() == 1
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
