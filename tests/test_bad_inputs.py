@@ -50,7 +50,8 @@ from vaswani.generation import Sampling
 from vaswani.interop import export_hf, import_hf
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.classify import SentenceEncoder, TextClassifier
+from vaswani.tasks.classify import TextClassifier
+from vaswani.tasks.encoder import SentenceEncoder
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.mlm import MaskedLanguageModel
 from vaswani.tasks.translation import Translator

@@ -22,12 +22,9 @@ from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
 from vaswani.errors import DataError
 from vaswani.models.bert import BertClassifier
-from vaswani.tasks.classify import (
-    SentenceEncoder,
-    TextClassifier,
-    encode_texts,
-    text_batch,
-)
+from vaswani.tasks.bert import encode_texts, text_batch
+from vaswani.tasks.classify import TextClassifier
+from vaswani.tasks.encoder import SentenceEncoder
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training import trainer as trainer_module
 

@@ -25,9 +25,8 @@ from vaswani.interop.bert import config_from_hf, config_to_hf, state_from_hf, st
 from vaswani.io import atomic_save_model, load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import RunDir
-from vaswani.tasks.mlm import ENCODER_TASK
-from vaswani.tasks.mlm import TASK as MLM_TASK
-from vaswani.tasks.mlm import model_of as model_for_run
+from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
+from vaswani.tasks.bert import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")

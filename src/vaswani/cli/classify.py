@@ -130,7 +130,7 @@ def write_vectors(path: Path, vectors: Tensor) -> None:
 def cmd_embed(args: argparse.Namespace) -> None:
     import torch
 
-    from vaswani.tasks.classify import SentenceEncoder
+    from vaswani.tasks.encoder import SentenceEncoder
 
     if args.out is not None and args.out.suffix not in EMBED_FORMATS:
         raise ConfigError(f"--out {args.out}: write .npy or .safetensors")

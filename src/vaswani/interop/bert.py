@@ -77,8 +77,7 @@ from vaswani.interop.common import (
 from vaswani.io import first_line, write_file
 from vaswani.models.bert import POOLER_KEYS
 from vaswani.rundir import RunDir
-from vaswani.tasks.mlm import ENCODER_TASK, TOKENIZER, model_of
-from vaswani.tasks.mlm import TASK as MLM_TASK
+from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK, TOKENIZER, model_of
 from vaswani.tokenizer import WordPieceTokenizer
 
 MODEL_TYPE = "bert"

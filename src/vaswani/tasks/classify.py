@@ -15,9 +15,7 @@ summed cross-entropy of the gold labels; the dev set is scored by accuracy and m
 mean over classes of F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c) (over the classes that occur in the
 gold labels or the predictions).
 
-Sentence embeddings (:class:`SentenceEncoder`) are v(x) of any BERT run (``mlm``, ``encoder``
-or ``classify``), by default the mean over real tokens, L2-normalised so that the dot product is
-the cosine similarity (Sentence-BERT's recipe).
+Sentence embeddings of any BERT run are :mod:`vaswani.tasks.encoder`'s.
 """
 
 from __future__ import annotations
@@ -36,64 +34,30 @@ from torch import Tensor, nn
 
 from vaswani import recipes
 from vaswani.config import ModelConfig, RunConfig, TrainConfig, padded_vocab_size
-from vaswani.data.batching import pad
 from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.metrics import accuracy_and_macro_f1
-from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM, sentence_vectors
+from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.mlm import (
+from vaswani.tasks.bert import (
     BERT_TASKS,
     TOKENIZER,
+    TextBatch,
     check_tokenizer,
+    encode_texts,
     read_bert_run,
     save_tokenizer,
+    text_batch,
 )
-from vaswani.tasks.mlm import model_of as bert_model_of
+from vaswani.tasks.bert import model_of as bert_model_of
+from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
-EMBED_TASKS = {**BERT_TASKS, TASK: LabeledData}  # the runs with a BERT encoder, and their data
-
-
-@dataclass
-class TextBatch:
-    """Padded ``[CLS] A [SEP] (B [SEP])`` rows: ``tokens``, ``segments``, ``mask`` (True at real
-    tokens), all (batch, seq), and the gold class ids (batch,) when known."""
-
-    tokens: Tensor
-    segments: Tensor
-    mask: Tensor
-    labels: Tensor | None = None
-
-
-def encode_texts(
-    tokenizer: WordPieceTokenizer, texts: Sequence[tuple[str, ...]]
-) -> list[tuple[list[int], list[int]]]:
-    """Ids and segment ids of each text (one string) or sentence pair (two; all of ``texts`` alike),
-    truncated to the tokenizer's ``max_len``."""
-    if not texts:
-        return []
-    if len(texts[0]) == 1:
-        return tokenizer.encode_segments_batch([t[0] for t in texts])
-    return tokenizer.encode_segments_batch([t[0] for t in texts], [t[1] for t in texts])
-
-
-def text_batch(
-    encoded: Sequence[tuple[list[int], list[int]]], pad_id: int, labels: Sequence[int] | None = None
-) -> TextBatch:
-    tokens = pad([ids for ids, _ in encoded], pad_id)
-    return TextBatch(
-        tokens,
-        pad([segments for _, segments in encoded], 0),
-        tokens != pad_id,
-        None if labels is None else torch.tensor(list(labels)),
-    )
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
@@ -304,37 +268,6 @@ def train_classify(
 
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
-
-
-class SentenceEncoder:
-    """Contextual sentence embeddings of a BERT run: ``SentenceEncoder.load(run_dir).embed([...])``."""
-
-    def __init__(self, bert: Bert, tokenizer: WordPieceTokenizer) -> None:
-        self.bert, self.tokenizer = bert, tokenizer
-
-    @classmethod
-    def load(cls, run_dir: str | Path) -> SentenceEncoder:
-        """The encoder of an ``mlm``, ``encoder`` or ``classify`` run."""
-        run, tokenizer = read_bert_run(Path(run_dir), EMBED_TASKS, "embed")
-        model = RunDir(run_dir).load_weights(model_of(run) if run.task == TASK else bert_model_of(run))
-        bert = model if isinstance(model, Bert) else model.bert
-        return cls(bert.eval(), tokenizer)
-
-    def embed(
-        self, texts: Sequence[str], pool: str = "mean", normalize: bool = True, batch_size: int = 64
-    ) -> Tensor:
-        """v(x) (n, d_model) of each text (see :func:`sentence_vectors`), cut to the model's
-        max_len, divided by its L2 norm with ``normalize``; no texts give a (0, d_model) tensor."""
-        self.bert.eval()
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                chunk = [(t,) for t in texts[start : start + batch_size]]
-                batch = text_batch(encode_texts(self.tokenizer, chunk), self.tokenizer.pad_id)
-                hidden = self.bert(batch.tokens, batch.segments, batch.mask)
-                out.append(sentence_vectors(self.bert, hidden, batch.mask, pool).float())
-        vectors = torch.cat(out) if out else torch.empty(0, self.bert.config.d_model)
-        return F.normalize(vectors, dim=-1) if normalize else vectors
 
 
 WARMUP_FRACTION = 0.1

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,61 +34,21 @@ from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.batching import pad, token_buckets
-from vaswani.data.config import DataConfig, TextData
+from vaswani.data.config import TextData
 from vaswani.data.text import read_documents, split_documents
-from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.io import write_file
-from vaswani.models.bert import Bert, MaskedLM
+from vaswani.errors import ConfigError, DataError
+from vaswani.models.bert import MaskedLM
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.lm import load_documents
 from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
-TASK = "mlm"
-ENCODER_TASK = "encoder"  # a BERT without its MLM head, as imported from a ``BertModel``
-BERT_TASKS = {TASK: TextData, ENCODER_TASK: TextData}  # task → the class of its data section
-TOKENIZER = "tokenizer.json"
+TASK = MLM_TASK
 FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
-
-
-def read_bert_run(
-    run_dir: Path, tasks: Mapping[str, type[DataConfig]], purpose: str
-) -> tuple[RunConfig, WordPieceTokenizer]:
-    """The config and tokenizer of a BERT-family run directory whose task is one of ``tasks``
-    (task → the class of its data section; anything else is refused in one line saying what
-    ``purpose`` needs)."""
-    folder = RunDir(run_dir)
-    run = folder.read_config()
-    if run.task in tasks:
-        run = folder.read_config(run.task, tasks[run.task])
-    if run.task not in tasks:
-        raise RunDirError(
-            f"{run_dir}: a run of task {run.task!r}; {purpose} needs a run of task {' or '.join(tasks)}"
-        )
-    tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
-    check_tokenizer(run, tokenizer, run_dir)
-    return run, tokenizer
-
-
-def check_tokenizer(run: RunConfig, tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
-    """Refuse a tokenizer whose vocabulary does not fit the model, or whose [PAD] is not the model's."""
-    if tokenizer.vocab_size > run.model.src_vocab_size:
-        raise ConfigError(
-            f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"embedding of {run.model.src_vocab_size}"
-        )
-    if tokenizer.pad_id != run.model.pad_id:
-        raise ConfigError(
-            f"{run_dir / TOKENIZER}: [PAD] is {tokenizer.pad_id}, the model's pad_id is {run.model.pad_id}"
-        )
-
-
-def save_tokenizer(tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
-    """``tokenizer.json`` as ``import-hf`` writes it (the length limit is the model's max_len)."""
-    write_file(run_dir / TOKENIZER, tokenizer.to_json())
 
 
 def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_len: int) -> list[list[int]]:
@@ -346,14 +306,6 @@ def train_mlm(
     )
     assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
-
-
-def model_of(run: RunConfig) -> Bert | MaskedLM:
-    """The model of a BERT run: :class:`MaskedLM` for task ``mlm``, :class:`Bert` (no head) for
-    task ``encoder``."""
-    if run.task not in BERT_TASKS:
-        raise RunDirError(f"a run of task {run.task!r} is not a BERT run ({TASK} or {ENCODER_TASK})")
-    return MaskedLM(run.model) if run.task == TASK else Bert(run.model)
 
 
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:

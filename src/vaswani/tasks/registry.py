@@ -22,7 +22,7 @@ from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks import classify, lm, mlm, translation
+from vaswani.tasks import bert, classify, encoder, lm, mlm, translation
 from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
@@ -73,13 +73,13 @@ TASKS: dict[str, TaskSpec] = {
             attention=titled_translation_attention, hf_family="marian",
         ),
         TaskSpec(
-            "mlm", "pretrain a BERT by masked language modelling", TextData, mlm.model_of,
+            "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,
             mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
             mlm.evaluate_run, hf_family="bert",
         ),
         TaskSpec(
             "encoder", "a BERT encoder without a head, as imported (sentence vectors)", TextData,
-            mlm.model_of, classify.SentenceEncoder.load,
+            bert.model_of, encoder.SentenceEncoder.load,
             cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
             "vaswani embed, or fine-tune it with vaswani train classify --init",
             hf_family="bert",
