@@ -11,9 +11,10 @@ from torch import nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import padding_mask
 from vaswani.layers.norms import RMSNorm
+from vaswani.layers.positions import embedding_positions
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -333,7 +334,7 @@ def test_absolute_positions_break_permutation_equivariance(position):
     torch.manual_seed(5)
     cfg = _cfg(position=position)
     encoder = Encoder(cfg).to(DT).eval()
-    embed = Embeddings(VOCAB, 16, make_positions(position, 64, 16), 0.0).to(DT)
+    embed = Embeddings(VOCAB, 16, embedding_positions(cfg), 0.0).to(DT)
     tokens = torch.tensor([[3, 4, 5, 6, 7, 8]])
     perm = _perm_pair()
     out, _ = encoder(embed(tokens))

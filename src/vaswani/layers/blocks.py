@@ -16,7 +16,7 @@ from vaswani.config import ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.norms import make_norm, residual_for
-from vaswani.layers.positions import RelativePositions
+from vaswani.layers.positions import score_positions
 
 
 @dataclass
@@ -36,9 +36,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
         super().__init__()
-        relative = None
-        if cfg.position == "relative":
-            relative = RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)
+        relative = score_positions(cfg)
 
         def attention(is_cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(

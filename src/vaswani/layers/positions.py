@@ -1,16 +1,26 @@
-"""Position information: absolute (sinusoidal, learned) and relative (Shaw et al. 2018).
+"""Positions, in one home: what the embedding adds and what attention adds to its scores.
 
-Absolute schemes map position ids ``(batch, seq)`` or ``(seq,)`` to vectors that
-are added to the token embeddings. The relative scheme lives inside attention:
-see :class:`RelativePositions`.
+The ``position`` config field is resolved here and nowhere else (:data:`SCHEMES`). A scheme acts
+in one of two places:
+
+- the embedding adds an absolute table: position ids ``(batch, seq)`` → vectors
+  ``(batch, seq, d_model)`` (sinusoidal, sinusoidal_halves, learned; :func:`embedding_positions`);
+- attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(i, j)`` (relative, Shaw
+  et al. 2018, which also adds a term to the values; :func:`score_positions`).
+
+Left-padded rows take their position ids from the attention mask (:func:`positions_from_mask`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
 
 
 def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> Tensor:
@@ -108,3 +118,52 @@ class RelativePositions(nn.Module):
         summed = weights.new_zeros(*weights.shape[:-1], self.keys.num_embeddings)
         summed.scatter_add_(-1, index, weights)
         return summed @ self.values.weight.to(weights.dtype)
+
+
+def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
+    """Position ids of left-padded rows: each real token counts the real tokens before it,
+    ``p_t = Σ_{s ≤ t} m_s − 1``.
+
+    ``attention_mask`` (batch, seq) is True on real tokens; padding gets position 0 (it is
+    masked anyway). ``offset`` skips the first columns (the part already in the cache):
+    (batch, seq − offset).
+    """
+    positions = attention_mask.long().cumsum(dim=1) - 1
+    return positions.clamp(min=0)[:, offset:]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Where one value of the ``position`` config field acts: the builder of its module from the
+    config in each place, or None where it does not act.
+
+    ``embedding``: a module ``ids (..., seq) → (..., seq, d_model)`` the embedding adds, with a
+    ``max_len`` attribute. ``scores``: what self-attention adds to its scores (and values).
+    """
+
+    embedding: Callable[[ModelConfig], nn.Module] | None = None
+    scores: Callable[[ModelConfig], RelativePositions] | None = None
+
+
+# Every value of ``ModelConfig.position`` (``config.POSITIONS``). A new scheme is its module above
+# and one entry here (and its value in ``config.POSITIONS``).
+SCHEMES: dict[str, Scheme] = {
+    "sinusoidal": Scheme(embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model)),
+    "sinusoidal_halves": Scheme(
+        embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model, halves=True)
+    ),
+    "learned": Scheme(embedding=lambda cfg: LearnedPositions(cfg.max_len, cfg.d_model)),
+    "relative": Scheme(scores=lambda cfg: RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)),
+}
+
+
+def embedding_positions(cfg: ModelConfig) -> nn.Module | None:
+    """What the embedding adds for ``cfg.position`` (an absolute table), or None."""
+    build = SCHEMES[cfg.position].embedding
+    return None if build is None else build(cfg)
+
+
+def score_positions(cfg: ModelConfig) -> RelativePositions | None:
+    """What self-attention adds to its scores for ``cfg.position``, or None."""
+    build = SCHEMES[cfg.position].scores
+    return None if build is None else build(cfg)

@@ -1,5 +1,6 @@
 """Positions: the sinusoidal table against the paper's formula, learned positions, the
-embedding layer, and Shaw et al.'s relative attention against a naive reference."""
+embedding layer, Shaw et al.'s relative attention against a naive reference, the one table that
+resolves the ``position`` field."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import pytest
 import torch
 from torch import Tensor
 
+from vaswani.config import POSITIONS, ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import causal_mask, combine, padding_mask
 from vaswani.layers.positions import (
+    SCHEMES,
     LearnedPositions,
     RelativePositions,
     SinusoidalPositions,
+    embedding_positions,
+    positions_from_mask,
+    score_positions,
     sinusoidal_table,
 )
 
@@ -56,7 +62,8 @@ def test_learned_positions_are_trainable_rows():
 def test_embeddings_formula_and_offset(kind, scale):
     torch.manual_seed(0)
     d = 8
-    emb = Embeddings(11, d, make_positions(kind, 16, d), dropout=0.0, scale=scale).to(DT)
+    table = embedding_positions(ModelConfig(position=kind, max_len=16, d_model=d))
+    emb = Embeddings(11, d, table, dropout=0.0, scale=scale).to(DT)
     tokens = torch.randint(0, 11, (2, 5))
     factor = math.sqrt(d) if scale else 1.0
     pos_table = emb.positions(torch.arange(16))
@@ -75,7 +82,31 @@ def test_embeddings_formula_and_offset(kind, scale):
 
 
 def test_relative_scheme_has_no_absolute_positions():
-    assert make_positions("relative", 16, 8) is None
+    assert embedding_positions(ModelConfig(position="relative", max_len=16, d_model=8)) is None
+
+
+def test_every_position_value_has_one_scheme_acting_in_one_place():
+    """The ``position`` field is resolved in one table: each valid value has an entry, and each
+    entry builds its module in exactly one place (embedding or attention scores)."""
+    assert set(SCHEMES) == set(POSITIONS)
+    for kind in POSITIONS:
+        cfg = ModelConfig(position=kind, d_model=12, n_heads=3, max_len=20, rel_clip=4)
+        table, scores = embedding_positions(cfg), score_positions(cfg)
+        assert (table is None) != (scores is None), kind
+        if table is not None:
+            assert table.max_len == 20
+            assert table(torch.arange(3)).shape == (3, 12)
+    relative = score_positions(ModelConfig(position="relative", d_model=12, n_heads=3, rel_clip=4))
+    assert isinstance(relative, RelativePositions)
+    assert relative.clip == 4 and relative.keys.weight.shape == (9, 4)
+    halves = embedding_positions(ModelConfig(position="sinusoidal_halves", d_model=12, n_heads=3))
+    torch.testing.assert_close(halves.table, sinusoidal_table(512, 12, halves=True))
+
+
+def test_positions_of_left_padded_rows_count_real_tokens():
+    mask = torch.tensor([[False, False, True, True, True], [True, True, True, True, True]])
+    assert positions_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    assert positions_from_mask(mask, offset=3).tolist() == [[1, 2], [3, 4]]
 
 
 # ----------------------------------------------------------------------------------------------
