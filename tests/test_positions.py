@@ -1,6 +1,6 @@
 """Positions: the sinusoidal table against the paper's formula, learned positions, the
 embedding layer, Shaw et al.'s relative attention against a naive reference, the one table that
-resolves the ``position`` field."""
+resolves the ``position`` field, and the position ids threaded down to attention."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import math
 
 import pytest
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from vaswani import config
 from vaswani.config import POSITIONS, ModelConfig
+from vaswani.generation import generate, lm_next_logits
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import causal_mask, combine, padding_mask
@@ -18,12 +20,15 @@ from vaswani.layers.positions import (
     SCHEMES,
     LearnedPositions,
     RelativePositions,
+    Scheme,
     SinusoidalPositions,
     embedding_positions,
     positions_from_mask,
+    query_key_positions,
     score_positions,
     sinusoidal_table,
 )
+from vaswani.models.gpt import GPT
 
 DT = torch.float64
 
@@ -126,11 +131,14 @@ def _relative_attention(clip, causal=False, window=None, fused=False):
     return attn.eval()
 
 
-def _naive(attn: MultiHeadAttention, x: Tensor, mask: Tensor | None, q_positions: range) -> Tensor:
+def _naive(
+    attn: MultiHeadAttention, x: Tensor, mask: Tensor | None, q_positions: range, ids: list[int] | None = None
+) -> Tensor:
     """e_ij = q_i·(k_j + a^K_ij)/sqrt(d_head), z_i = Σ_j α_ij (v_j + a^V_ij), built element by element.
 
     ``x`` holds all positions 0..L-1; queries are those in ``q_positions``; ``mask`` is a
-    (batch, 1|heads, len(q_positions), L) may-attend mask or None.
+    (batch, 1|heads, len(q_positions), L) may-attend mask or None. The distance of i and j is
+    ``ids[j] - ids[i]`` (``j - i`` without ``ids``).
     """
     rel = attn.relative
     batch, length, _ = x.shape
@@ -146,9 +154,10 @@ def _naive(attn: MultiHeadAttention, x: Tensor, mask: Tensor | None, q_positions
     # The (L_q, L, d_head) tensors a^K_ij and a^V_ij, one index at a time.
     a_k = torch.zeros(len(q_positions), length, D_HEAD, dtype=DT)
     a_v = torch.zeros(len(q_positions), length, D_HEAD, dtype=DT)
+    ids = list(range(length)) if ids is None else ids
     for row, i in enumerate(q_positions):
         for j in range(length):
-            r = max(-rel.clip, min(rel.clip, j - i))
+            r = max(-rel.clip, min(rel.clip, ids[j] - ids[i]))
             a_k[row, j] = rel.keys.weight[r + rel.clip]
             a_v[row, j] = rel.values.weight[r + rel.clip]
     qi = q[:, :, list(q_positions)]  # (batch, heads, Lq, d_head)
@@ -212,12 +221,12 @@ def test_relative_attention_with_kv_cache(clip, fused):
 def test_relative_buckets_clip_distances():
     rel = RelativePositions(D_HEAD, clip=2)
     assert rel.keys.num_embeddings == rel.values.num_embeddings == 5
-    bucket = rel.bucket(6, 6, torch.device("cpu"))
+    bucket = rel.bucket(torch.arange(6), torch.arange(6))
     for i in range(6):
         for j in range(6):
             assert int(bucket[i, j]) == max(-2, min(2, j - i)) + 2
     # With a cache: the 2 queries are positions 4 and 5 of 6.
-    torch.testing.assert_close(rel.bucket(2, 6, torch.device("cpu")), bucket[4:])
+    torch.testing.assert_close(rel.bucket(torch.arange(4, 6), torch.arange(6)), bucket[4:])
 
 
 def test_distances_beyond_clip_share_one_embedding():
@@ -226,7 +235,7 @@ def test_distances_beyond_clip_share_one_embedding():
     clip = 2
     rel = RelativePositions(D_HEAD, clip).to(DT)
     q = torch.randn(1, 1, 7, D_HEAD, dtype=DT)
-    bucket = rel.bucket(7, 7, torch.device("cpu"))
+    bucket = rel.bucket(torch.arange(7), torch.arange(7))
     before = rel.key_scores(q, bucket)
     delta = torch.randn(D_HEAD, dtype=DT)
     with torch.no_grad():
@@ -258,3 +267,178 @@ def test_relative_positions_are_used():
     plain = MultiHeadAttention(D_MODEL, N_HEADS).to(DT).eval()
     plain.load_state_dict({k: v for k, v in attn.state_dict().items() if not k.startswith("relative")})
     torch.testing.assert_close(without, plain(x)[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Position ids threaded down to attention, and the hook of schemes that act on queries and keys.
+# ``Rotary`` stands in for such a scheme (rotary positions come in a later issue): registered
+# with one table entry and one config value, it is built into every self-attention.
+
+
+class Rotary(nn.Module):
+    """Rotary positions (Su et al. 2021) in Hugging Face Llama's half-split layout: the pair
+    (x_m, x_{m + d/2}) of a query or key at position p is rotated by the angle p · base^(-2m/d).
+    Keeps every ``positions`` it is given, to show which ids attention passes."""
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=DT) / d_head)
+        self.seen: list[Tensor] = []
+
+    def forward(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        self.seen.append(positions)
+        angle = positions[:, None, :, None].to(DT) * self.inv_freq  # (batch | 1, 1, new, d/2)
+        cos, sin = angle.cos().repeat(1, 1, 1, 2), angle.sin().repeat(1, 1, 1, 2)
+
+        def rotate_half(x: Tensor) -> Tensor:
+            first, second = x.chunk(2, dim=-1)
+            return torch.cat([-second, first], dim=-1)
+
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+@pytest.fixture
+def rotary(monkeypatch) -> str:
+    """Register ``Rotary`` as the position scheme ``rotary_test`` for one test."""
+    monkeypatch.setitem(
+        SCHEMES, "rotary_test", Scheme(queries_keys=lambda cfg: Rotary(cfg.d_model // cfg.n_heads))
+    )
+    monkeypatch.setattr(config, "POSITIONS", (*config.POSITIONS, "rotary_test"))
+    return "rotary_test"
+
+
+def _rotate_naive(x: Tensor, position: int, inv_freq: Tensor) -> Tensor:
+    """One vector rotated pair by pair, each pair by its own 2×2 rotation matrix."""
+    half = x.shape[-1] // 2
+    out = x.clone()
+    for m in range(half):
+        angle = position * float(inv_freq[m])
+        c, s = math.cos(angle), math.sin(angle)
+        out[m] = c * x[m] - s * x[m + half]
+        out[m + half] = s * x[m] + c * x[m + half]
+    return out
+
+
+def _rotary_attention(rotary_kind: str, fused: bool = False) -> MultiHeadAttention:
+    torch.manual_seed(13)
+    cfg = ModelConfig(position=rotary_kind, d_model=D_MODEL, n_heads=N_HEADS)
+    return (
+        MultiHeadAttention(D_MODEL, N_HEADS, fused=fused, causal=True, qk_positions=query_key_positions(cfg))
+        .to(DT)
+        .eval()
+    )
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_queries_and_keys_hook_matches_the_rotary_formula(rotary, fused):
+    """Attention with the scheme equals softmax(R(p_i) q_i · R(p_j) k_j / sqrt(d_head)) v, each
+    rotation built pair by pair, at the position ids given (here those of a left-padded row)."""
+    attn = _rotary_attention(rotary, fused)
+    x = torch.randn(1, 5, D_MODEL, dtype=DT)
+    ids = torch.tensor([[0, 0, 1, 2, 3]])
+    out, _ = attn(x, positions=ids)
+    if fused:
+        q, k, v = attn.qkv_proj(x).chunk(3, dim=-1)
+    else:
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    q, k, v = (t.view(1, 5, N_HEADS, D_HEAD).transpose(1, 2) for t in (q, k, v))
+    inv_freq = attn.qk_positions.inv_freq
+    rq = torch.stack(
+        [_rotate_naive(q[0, h, i], int(ids[0, i]), inv_freq) for h in range(N_HEADS) for i in range(5)]
+    )
+    rk = torch.stack(
+        [_rotate_naive(k[0, h, i], int(ids[0, i]), inv_freq) for h in range(N_HEADS) for i in range(5)]
+    )
+    rq, rk = rq.view(1, N_HEADS, 5, D_HEAD), rk.view(1, N_HEADS, 5, D_HEAD)
+    scores = (rq @ rk.transpose(-2, -1) / math.sqrt(D_HEAD)).masked_fill(~causal_mask(5), float("-inf"))
+    expected = attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 5, D_MODEL))
+    torch.testing.assert_close(out, expected)
+    # Without ids it is 0, 1, …: not the ids above, so the output differs.
+    assert not torch.allclose(attn(x)[0], out)
+    torch.testing.assert_close(attn(x)[0], attn(x, positions=torch.arange(5)[None])[0])
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_queries_and_keys_hook_with_kv_cache(rotary, fused):
+    """With a cache the new tokens' ids continue after the cached ones (the keys are rotated
+    before the cache keeps them): incremental equals the full computation."""
+    attn = _rotary_attention(rotary, fused)
+    x = torch.randn(2, 8, D_MODEL, dtype=DT)
+    full, _ = attn(x)
+    cache = KVCache()
+    chunks = [attn(x[:, :3], cache=cache)[0]]
+    for t in range(3, 8):
+        chunks.append(attn(x[:, t : t + 1], cache=cache)[0])
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full)
+    assert [p.tolist() for p in attn.qk_positions.seen[-5:]] == [[[t]] for t in range(3, 8)]
+
+
+def _rotary_gpt(kind: str) -> GPT:
+    cfg = ModelConfig(
+        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_decoder_layers=2,
+        dropout=0.0, norm="pre_ln", position=kind, max_len=16, tie_embeddings="none",
+        scale_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(cfg).to(DT).eval()
+    with torch.no_grad():  # small random weights, and a head that maps token y to about y + 1
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.15)
+        model.embed.token.weight.normal_(0.0, 1.0)
+        model.output.weight.copy_(2 * model.embed.token.weight.roll(1, dims=0))
+    return model
+
+
+def _left_padded(prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
+    longest = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
+    mask = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), True
+    return ids, mask
+
+
+def _seen(model: GPT) -> list[Tensor]:
+    """The ids each call gave the first layer's self-attention scheme."""
+    return model.blocks.layers[0].self_attn.qk_positions.seen
+
+
+LEFT_PADDED = [[5, 6, 7, 8, 9], [3, 4], [12, 2, 9]]
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_attention_sees_the_ids_of_each_row_alone_in_a_left_padded_batch(rotary, use_cache):
+    """The stack threads the ids from the attention mask (offset by the cache) down to every
+    self-attention: at the real tokens of each padded row they are those of the row alone, at
+    every step, and the tokens and logits are those of the row alone."""
+    model = _rotary_gpt(rotary)
+    steps = 6
+    ids, mask = _left_padded(LEFT_PADDED)
+    batch = generate(lm_next_logits(model, mask, use_cache), ids, steps, 99, 0, keep_logits=True)
+    batch_seen = list(_seen(model))
+    assert all(len(set(row)) >= 3 for row in batch.tokens.tolist())  # a comparison that shows
+    for i, prompt in enumerate(LEFT_PADDED):
+        _seen(model).clear()
+        one, one_mask = _left_padded([prompt])
+        alone = generate(lm_next_logits(model, one_mask, use_cache), one, steps, 99, 0, keep_logits=True)
+        assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
+        torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-10, rtol=0)
+        assert len(_seen(model)) == len(batch_seen) == steps
+        for together, by_itself in zip(batch_seen, _seen(model), strict=True):
+            real = together.expand(len(LEFT_PADDED), -1)[i, -by_itself.shape[1] :]
+            assert real.tolist() == by_itself[0].tolist()
+    if use_cache:  # the prompt, then one id per step after it
+        assert [int(p[0, -1]) for p in _seen(model)] == list(range(2, 2 + steps))
+
+
+@pytest.mark.parametrize("ids", [[0, 0, 1, 2, 3], [0, 2, 4, 6, 8], [7, 8, 9, 10, 11]])
+def test_threaded_ids_reach_a_score_bias(ids):
+    """Shaw et al.'s relative scores take their distances from the position ids attention is
+    given (a left-padded row's, or any others), not from the columns."""
+    attn = _relative_attention(3, causal=True)
+    x = torch.randn(1, 5, D_MODEL, dtype=DT)
+    out, _ = attn(x, positions=torch.tensor([ids]))
+    torch.testing.assert_close(out, _naive(attn, x, causal_mask(5), range(5), ids))
+    shifted = [p - ids[0] for p in ids] == list(range(5))
+    assert torch.allclose(out, attn(x)[0]) == shifted

@@ -16,7 +16,7 @@ from vaswani.config import ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.norms import make_norm, residual_for
-from vaswani.layers.positions import score_positions
+from vaswani.layers.positions import query_key_positions, score_positions
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
         super().__init__()
         relative = score_positions(cfg)
+        qk_positions = query_key_positions(cfg)
 
         def attention(is_cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
@@ -49,6 +50,7 @@ class Block(nn.Module):
                 causal=causal and not is_cross,
                 window=None if is_cross else cfg.attn_window,
                 relative=None if is_cross else relative,
+                qk_positions=None if is_cross else qk_positions,
             )
 
         self.self_attn = attention(False)
@@ -68,13 +70,19 @@ class Block(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``x`` (batch, seq, d_model) → same shape, and attention weights by name if asked."""
+        """``x`` (batch, seq, d_model) → same shape, and attention weights by name if asked.
+        ``positions`` (batch | 1, cached + seq) are the position ids self-attention sees."""
         weights: dict[str, Tensor] = {}
 
         def self_attention(h: Tensor) -> Tensor:
             out, w = self.self_attn(
-                h, mask=mask, cache=cache.self_attn if cache else None, need_weights=need_weights
+                h,
+                mask=mask,
+                cache=cache.self_attn if cache else None,
+                need_weights=need_weights,
+                positions=positions,
             )
             if w is not None:
                 weights["self"] = w
@@ -122,11 +130,19 @@ class BlockStack(nn.Module):
         memory_mask: Tensor | None = None,
         cache: list[LayerCache] | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights."""
+        """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights.
+
+        ``positions`` (batch | 1, cached + seq) are the position ids of every token so far, the
+        new ones last, threaded down to each self-attention: from the attention mask for
+        left-padded rows (:func:`~vaswani.layers.positions.positions_from_mask`); None means
+        0, 1, … after the cache."""
         all_weights = []
         for i, layer in enumerate(self.layers):
-            x, weights = layer(x, mask, memory, memory_mask, cache[i] if cache else None, need_weights)
+            x, weights = layer(
+                x, mask, memory, memory_mask, cache[i] if cache else None, need_weights, positions
+            )
             all_weights.append(weights)
         return self.final_norm(x), all_weights
 

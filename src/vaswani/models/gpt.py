@@ -65,7 +65,8 @@ class GPT(nn.Module):
         """Logits of the next token at each position (of the last one with ``last_only``).
 
         ``attention_mask`` (batch, cached + seq), True on real tokens, is needed only for
-        left-padded batches: it masks the padding keys and gives the positions. With a
+        left-padded batches: it masks the padding keys and gives the position ids, which the
+        embedding and every self-attention use. With a
         ``cache`` the tokens continue after the cached ones.
         """
         return self.run(tokens, attention_mask, cache, last_only, need_weights)[0]
@@ -83,8 +84,10 @@ class GPT(nn.Module):
         positions = None
         key_mask = None
         if attention_mask is not None:
-            positions = positions_from_mask(attention_mask, offset)
+            positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
-        x = self.embed(tokens, positions=positions, offset=offset)
-        h, weights = self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights)
+        x = self.embed(tokens, positions=None if positions is None else positions[:, offset:], offset=offset)
+        h, weights = self.blocks(
+            x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions
+        )
         return self.output(h[:, -1:] if last_only else h), weights
