@@ -1,6 +1,6 @@
 """Typed, validated configuration: the model (:class:`ModelConfig`) and its training (:class:`TrainConfig`).
 
-Every variant is a field with a string value (``norm="pre_ln"``,
+Every variant is a field with a string value (``norm="rmsnorm"``, ``norm_placement="pre"``,
 ``position="relative"``) resolved to classes in one place (the layers). A
 config is checked when it is built, whether it comes from code, flags, a YAML
 file or a run directory's ``config.json``, and a bad one raises
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,7 +21,15 @@ from vaswani.errors import ConfigError
 T = TypeVar("T")
 
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
-NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
+NORMS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("post", "pre")
+# The values of ``norm`` from before its kind and its placement were two fields, still read (in
+# Python, YAML configs, flags, presets and the config.json of run directories): each sets both.
+COMBINED_NORMS = {
+    "post_ln": ("layernorm", "post"),
+    "pre_ln": ("layernorm", "pre"),
+    "pre_rmsnorm": ("rmsnorm", "pre"),
+}
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
@@ -113,6 +122,25 @@ class _Validated:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+def split_combined_norm(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields ``fields`` of one source (a call, a YAML section, a ``config.json``, the
+    flags) with an old combined ``norm`` (``pre_ln``: :data:`COMBINED_NORMS`) written as the two
+    fields it stands for, ``norm`` (the kind) and ``norm_placement``. Merge sources after splitting
+    each, so that a later ``norm: post_ln`` replaces an earlier placement. A ``norm_placement`` in
+    the same source that contradicts the old value is a :class:`ConfigError` naming the field."""
+    norm = fields.get("norm")
+    if not isinstance(norm, str) or norm not in COMBINED_NORMS:
+        return dict(fields)
+    kind, placement = COMBINED_NORMS[norm]
+    given = fields.get("norm_placement")
+    if given is not None and given != placement:
+        raise ConfigError(
+            f"config field 'model.norm_placement': {given!r} contradicts norm {norm!r} ({kind} "
+            f"placed {placement!r}); give norm {kind!r} and the placement, or the old value alone"
+        )
+    return {**fields, "norm": kind, "norm_placement": placement}
+
+
 def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
@@ -121,8 +149,11 @@ def _type_name(annotation: Any) -> str:
 class ModelConfig(_Validated):
     """The architecture. Defaults are the paper's base model (Vaswani et al. 2017, table 3).
 
-    The paper's placement is ``post_ln``; ``pre_ln`` and ``pre_rmsnorm`` add a
-    final norm after each stack. ``tie_embeddings``: ``output`` shares the
+    ``norm`` is the norm's kind (``layernorm``, ``rmsnorm``) and ``norm_placement`` where it
+    sits: ``post`` (the paper's, after each residual sum) or ``pre`` (before each sublayer, with
+    a final norm after each stack). ``norm_placement`` None takes the placement from an old
+    combined ``norm`` (``post_ln``, ``pre_ln``, ``pre_rmsnorm``, still read), else ``post``; once
+    built the config holds the two fields. ``tie_embeddings``: ``output`` shares the
     target embedding with the output projection, ``all`` also shares the
     source embedding (needs one vocabulary, as the paper's shared BPE).
 
@@ -153,7 +184,8 @@ class ModelConfig(_Validated):
     dropout: float = 0.1
     attn_dropout: float = 0.0
     activation: str = "relu"
-    norm: str = "post_ln"
+    norm: str = "layernorm"
+    norm_placement: str | None = None
     norm_eps: float = 1e-5
     position: str = "sinusoidal"
     max_len: int = 512
@@ -170,7 +202,8 @@ class ModelConfig(_Validated):
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
-        self._one_of("norm", NORMS)
+        self._split_norm()
+        self._one_of("norm_placement", NORM_PLACEMENTS)
         self._one_of("position", POSITIONS)
         self._one_of("activation", ACTIVATIONS)
         self._one_of("tie_embeddings", TIES)
@@ -201,12 +234,28 @@ class ModelConfig(_Validated):
         if not 0 <= self.pad_id < vocab:
             self._fail("pad_id", f"must be a valid token id, got {self.pad_id}")
 
+    def _split_norm(self) -> None:
+        """Hold an old combined ``norm`` as its kind and placement; no placement means ``post``."""
+        if self.norm not in (*NORMS, *COMBINED_NORMS):
+            self._fail(
+                "norm",
+                f"must be one of {', '.join(NORMS)} (or {', '.join(COMBINED_NORMS)}); got {self.norm!r}",
+            )
+        fields = split_combined_norm({"norm": self.norm, "norm_placement": self.norm_placement})
+        object.__setattr__(self, "norm", fields["norm"])
+        object.__setattr__(self, "norm_placement", fields["norm_placement"] or "post")
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too."""
+        return dataclasses.replace(self, **split_combined_norm(changes))
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
         if name not in PRESETS:
             raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides}, source=f"preset '{name}'")
+        fields = {**PRESETS[name], **split_combined_norm(overrides)}
+        return cls.from_dict(fields, source=f"preset '{name}'")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -217,12 +266,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "gpt2": {
         "arch": "decoder_only", "tgt_vocab_size": 50257, "d_model": 768, "n_heads": 12, "d_ff": 3072,
-        "n_decoder_layers": 12, "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned",
+        "n_decoder_layers": 12, "activation": "gelu_tanh", "norm_placement": "pre", "position": "learned",
         "max_len": 1024, "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True,
     },
     "gpt-mini": {
         "arch": "decoder_only", "d_model": 192, "n_heads": 6, "d_ff": 768, "n_decoder_layers": 4,
-        "activation": "gelu_tanh", "norm": "pre_ln", "position": "learned", "max_len": 128,
+        "activation": "gelu_tanh", "norm_placement": "pre", "position": "learned", "max_len": 128,
         "scale_embeddings": False, "tie_embeddings": "output", "fused_qkv": True, "dropout": 0.0,
     },
     "bert-base": {

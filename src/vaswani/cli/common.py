@@ -13,6 +13,8 @@ import yaml
 
 from vaswani.config import (
     ACTIVATIONS,
+    COMBINED_NORMS,
+    NORM_PLACEMENTS,
     NORMS,
     POSITIONS,
     PRESETS,
@@ -22,6 +24,7 @@ from vaswani.config import (
     ModelConfig,
     RunConfig,
     TrainConfig,
+    split_combined_norm,
 )
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError, DataError, RunDirError
@@ -30,8 +33,8 @@ from vaswani.errors import ConfigError, DataError, RunDirError
 MODEL_FLAGS = {
     "d_model": "d_model", "heads": "n_heads", "d_ff": "d_ff", "encoder_layers": "n_encoder_layers",
     "decoder_layers": "n_decoder_layers", "dropout": "dropout", "norm": "norm",
-    "position": "position", "attn_window": "attn_window", "rel_clip": "rel_clip",
-    "max_len": "max_len", "activation": "activation", "tie": "tie_embeddings",
+    "norm_placement": "norm_placement", "position": "position", "attn_window": "attn_window",
+    "rel_clip": "rel_clip", "max_len": "max_len", "activation": "activation", "tie": "tie_embeddings",
 }  # fmt: skip
 TRAIN_FLAGS = {
     "max_steps": "max_steps", "max_minutes": "max_minutes", "batch_tokens": "batch_tokens",
@@ -61,7 +64,16 @@ def add_model_flags(p: argparse.ArgumentParser, layers_help: str) -> argparse._A
     model.add_argument("--d-ff", type=int)
     model.add_argument("--layers", type=int, help=layers_help)
     model.add_argument("--dropout", type=float)
-    model.add_argument("--norm", choices=NORMS)
+    model.add_argument(
+        "--norm",
+        choices=(*NORMS, *COMBINED_NORMS),
+        help="the norm's kind (post_ln, pre_ln, pre_rmsnorm: also its place)",
+    )
+    model.add_argument(
+        "--norm-placement",
+        choices=NORM_PLACEMENTS,
+        help="post: after each residual sum; pre: before each sublayer",
+    )
     model.add_argument("--position", choices=POSITIONS)
     model.add_argument("--attn-window", type=int, help="local attention: keys within N positions")
     model.add_argument("--rel-clip", type=int, help="clipping distance k of relative positions")
@@ -131,12 +143,15 @@ def merge_settings(
         model.update(PRESETS[args.preset])
     if args.config:
         sections = read_config_file(args.config)
-        model.update(sections.get("model", {}))
+        model.update(split_combined_norm(sections.get("model", {})))
         train.update(sections.get("train", {}))
         data.update(sections.get("data", {}))
-    for flag, name in MODEL_FLAGS.items():
-        if getattr(args, flag, None) is not None:
-            model[name] = getattr(args, flag)
+    flags = {
+        name: getattr(args, flag)
+        for flag, name in MODEL_FLAGS.items()
+        if getattr(args, flag, None) is not None
+    }
+    model.update(split_combined_norm(flags))  # each source split first: a later old value sets both
     for flag, name in TRAIN_FLAGS.items():
         if getattr(args, flag, None) is not None:
             train[name] = getattr(args, flag)

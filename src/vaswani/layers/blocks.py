@@ -1,7 +1,7 @@
 """The Transformer block and a stack of them: the one block every model is built from.
 
 Block = residual(self-attention) → [residual(cross-attention)] → residual(feed-forward),
-with the residual placement (post-LN, pre-LN, pre-RMSNorm) chosen by the config.
+with the norm's kind (LayerNorm, RMSNorm) and placement (post, pre) chosen by the config.
 The encoder is a stack of non-causal blocks, the decoder a stack of causal blocks
 with cross-attention, and a GPT a stack of causal blocks without it.
 """
@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
-from vaswani.layers.norms import make_norm, residual_for
+from vaswani.layers.norms import final_norm, make_norm, residual_for
 from vaswani.layers.positions import query_key_positions, score_positions
 
 
@@ -30,8 +30,10 @@ class LayerCache:
 class Block(nn.Module):
     """One layer: self-attention, optional cross-attention, feed-forward, each in a residual.
 
-    post_ln: x ← LayerNorm(x + Dropout(Sublayer(x)))
-    pre_ln / pre_rmsnorm: x ← x + Dropout(Sublayer(Norm(x)))
+    post: x ← Norm(x + Dropout(Sublayer(x)))
+    pre:  x ← x + Dropout(Sublayer(Norm(x)))
+
+    Norm is ``cfg.norm`` (LayerNorm or RMSNorm), its placement ``cfg.norm_placement``.
     """
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
@@ -54,13 +56,13 @@ class Block(nn.Module):
             )
 
         self.self_attn = attention(False)
-        self.self_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.self_attn_norm = make_norm(cfg)
         self.cross_attn = attention(True) if cross else None
-        self.cross_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cross else None
+        self.cross_attn_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias)
-        self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.residual = residual_for(cfg.norm)
+        self.residual = residual_for(cfg)
 
     def forward(
         self,
@@ -110,14 +112,13 @@ class Block(nn.Module):
 
 
 class BlockStack(nn.Module):
-    """N blocks, plus the final norm that pre-norm placements need (Identity for post-LN)."""
+    """N blocks, plus the final norm that the pre placement needs (:func:`~vaswani.layers.norms.final_norm`;
+    Identity for post)."""
 
     def __init__(self, cfg: ModelConfig, n_layers: int, causal: bool, cross: bool) -> None:
         super().__init__()
         self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
-        self.final_norm: nn.Module = nn.Identity()
-        if cfg.norm != "post_ln":
-            self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.final_norm = final_norm(cfg)
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.layers]

@@ -78,7 +78,7 @@ class Bert(nn.Module):
         self.embed = Embeddings(
             cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
             n_segments=cfg.type_vocab_size,
-            norm=make_norm(cfg.norm, d, cfg.norm_eps, cfg.bias),
+            norm=make_norm(cfg),
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_encoder_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
@@ -116,7 +116,7 @@ class MaskedLMHead(nn.Module):
         d = cfg.d_model
         self.dense = Linear(d, d, bias=cfg.bias)
         self.activation = cfg.activation
-        self.norm = make_norm(cfg.norm, d, cfg.norm_eps, cfg.bias)
+        self.norm = make_norm(cfg)
         self.output = Linear(d, cfg.src_vocab_size)
         self.dense.apply(init_bert_weights)
         self.norm.apply(init_bert_weights)
