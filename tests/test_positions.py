@@ -92,12 +92,12 @@ def test_relative_scheme_has_no_absolute_positions():
 
 def test_every_position_value_has_one_scheme_acting_in_one_place():
     """The ``position`` field is resolved in one table: each valid value has an entry, and each
-    entry builds its module in exactly one place (embedding or attention scores)."""
+    entry builds its module in exactly one place (the embedding, the scores, or queries and keys)."""
     assert set(SCHEMES) == set(POSITIONS)
     for kind in POSITIONS:
         cfg = ModelConfig(position=kind, d_model=12, n_heads=3, max_len=20, rel_clip=4)
         table, scores = embedding_positions(cfg), score_positions(cfg)
-        assert (table is None) != (scores is None), kind
+        assert [table, scores, query_key_positions(cfg)].count(None) == 2, kind
         if table is not None:
             assert table.max_len == 20
             assert table(torch.arange(3)).shape == (3, 12)
