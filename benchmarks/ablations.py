@@ -4,7 +4,9 @@ Trains the Multi30k model of ``configs/multi30k.yaml`` (3 + 3 layers, 256 dimens
 bf16 autocast; smaller batches than the recipe's, for more steps in a short budget) once for
 each of the 3 × 3 × 2 combinations of
 
-- ``model.norm``: post_ln (the paper's), pre_ln, pre_rmsnorm;
+- the norm, by the names of its kind and placement together (``model.norm``,
+  ``model.norm_placement``): post_ln (LayerNorm, post: the paper's), pre_ln (LayerNorm, pre),
+  pre_rmsnorm (RMSNorm, pre);
 - ``model.position``: sinusoidal, learned, relative (Shaw et al. 2018);
 - warmup: linear over the first quarter of the steps (`--warmup`) or none, then cosine decay;
 
@@ -76,7 +78,10 @@ def variant_run(base: Any, variant: Variant, steps: int, warmup: int, batch_toke
         warmup_steps=warmup if variant.warmup else 0, eval_every=max(1, steps // 8),
         eval_sentences=100, checkpoint_every=None, threads=1,
     )  # fmt: skip
-    model = base.model.replace(norm=variant.norm, position=variant.position)
+    from vaswani.config import COMBINED_NORMS
+
+    kind, placement = COMBINED_NORMS[variant.norm]
+    model = base.model.replace(norm=kind, norm_placement=placement, position=variant.position)
     return dataclasses.replace(base, model=model, train=train)
 
 

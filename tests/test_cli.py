@@ -94,6 +94,40 @@ def test_an_existing_run_is_never_overwritten(trained, capsys):
     assert (trained / "model.safetensors").read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (["--norm", "pre_rmsnorm"], ("rmsnorm", "pre")),
+        (["--norm", "rmsnorm", "--norm-placement", "post"], ("rmsnorm", "post")),
+        (["--norm-placement", "post"], ("layernorm", "post")),
+        (["--preset", "gpt-mini", "--norm", "post_ln"], ("layernorm", "post")),  # the old value sets both
+        (["--preset", "gpt-mini", "--norm", "rmsnorm"], ("rmsnorm", "pre")),  # the kind alone keeps pre
+        (["--config", "{old}"], ("rmsnorm", "pre")),
+        (["--config", "{old}", "--norm", "post_ln"], ("layernorm", "post")),
+        (["--config", "{old}", "--norm-placement", "post"], ("rmsnorm", "post")),
+    ],
+)
+def test_norm_flags_and_config_files_old_and_new(tmp_path, flags, expected):
+    """``--norm`` takes the kinds and the old combined values, ``--norm-placement`` the placement;
+    a YAML file's old value is read too; each source replaces what the one before it set."""
+    from vaswani.cli import build_parser
+    from vaswani.cli.train import flags_of
+    from vaswani.tasks import registry
+
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  norm: pre_rmsnorm\n", encoding="utf-8")
+    argv = [flag.replace("{old}", str(old)) for flag in flags]
+    args = build_parser().parse_args(["train", "lm", *argv])
+    run = registry.configure("lm", flags_of(args), config=args.config)
+    assert (run.model.norm, run.model.norm_placement) == expected
+
+
+def test_an_old_norm_with_a_contradicting_placement_flag_is_one_error(capsys):
+    assert main(["train", "lm", "--norm", "pre_ln", "--norm-placement", "post"]) != 0
+    err = capsys.readouterr().err
+    assert "model.norm_placement" in err and "pre_ln" in err and "Traceback" not in err
+
+
 def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     import json
 
@@ -102,7 +136,8 @@ def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     flags = ["--norm", "pre_rmsnorm", "--position", "relative", "--attn-window", "2", "--shared-vocab"]
     assert main([*tiny_args(src, tgt, out), *flags]) == 0
     model = json.loads((out / "config.json").read_text())["model"]
-    assert (model["norm"], model["position"], model["attn_window"]) == ("pre_rmsnorm", "relative", 2)
+    assert (model["norm"], model["norm_placement"]) == ("rmsnorm", "pre")  # pre_rmsnorm, as two fields
+    assert (model["position"], model["attn_window"]) == ("relative", 2)
     assert model["tie_embeddings"] == "all"
     assert model["src_vocab_size"] == model["tgt_vocab_size"]
     capsys.readouterr()

@@ -1,19 +1,25 @@
-"""Blocks and stacks: each norm placement equals its formula, the decoder is causal, padding does
-not leak, and the encoder is permutation-equivariant exactly when it has no positions."""
+"""Blocks and stacks: each norm kind and placement equals its formula (and the old combined
+``norm`` values read as the two fields), the decoder is causal, padding does not leak, and the
+encoder is permutation-equivariant exactly when it has no positions."""
 
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from vaswani.config import ModelConfig
+from vaswani.config import COMBINED_NORMS, NORM_PLACEMENTS, ModelConfig
+from vaswani.config import NORMS as KINDS
+from vaswani.errors import ConfigError
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import padding_mask
-from vaswani.layers.norms import RMSNorm
+from vaswani.layers.norms import RMSNorm, final_norm
+from vaswani.layers.positions import embedding_positions
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -145,6 +151,97 @@ def test_block_stack_final_norm_only_for_pre_placements(norm):
     out, weights = stack(x)
     _close(out, expected)
     assert len(stack.layers) == 3 and len(weights) == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# Norm kind and placement: two fields, the old combined values read as both
+
+
+KINDS_AND_PLACEMENTS = list(itertools.product(KINDS, NORM_PLACEMENTS))
+
+
+@pytest.mark.parametrize("kind,placement", KINDS_AND_PLACEMENTS)
+@pytest.mark.parametrize("cross", [False, True])
+def test_each_kind_and_placement_equals_its_formula(kind, placement, cross):
+    """Every combination, post-RMSNorm included (no old value names it): the block's formula and
+    the stack's final norm (only after a pre-norm stack, decided in norms.final_norm)."""
+    torch.manual_seed(1)
+    cfg = _cfg(norm=kind, norm_placement=placement, norm_eps=0.25)
+    stack = BlockStack(cfg, n_layers=2, causal=cross, cross=cross).to(DT).eval()
+    _randomise_norms(stack)
+    x = torch.randn(2, 5, 16, dtype=DT)
+    memory = torch.randn(2, 7, 16, dtype=DT)
+    kwargs = {"memory": memory} if cross else {}
+    n = _norm("pre_rmsnorm" if kind == "rmsnorm" else "pre_ln")
+    h = x
+    for block in stack.layers:
+        sublayers = [(lambda t, b=block: b.self_attn(t)[0], block.self_attn_norm)]
+        if cross:
+            sublayers.append((lambda t, b=block: b.cross_attn(t, memory=memory)[0], block.cross_attn_norm))
+        sublayers.append((block.ffn, block.ffn_norm))
+        for sublayer, norm in sublayers:
+            h = n(h + sublayer(h), norm) if placement == "post" else h + sublayer(n(h, norm))
+    if placement == "pre":
+        assert isinstance(stack.final_norm, RMSNorm if kind == "rmsnorm" else nn.LayerNorm)
+        h = n(h, stack.final_norm)
+    else:
+        assert isinstance(stack.final_norm, nn.Identity)
+    _close(stack(x, **kwargs)[0], h)
+    assert type(final_norm(cfg)) is type(stack.final_norm)
+
+
+@pytest.mark.parametrize("old,kind,placement", [(o, *COMBINED_NORMS[o]) for o in COMBINED_NORMS])
+def test_old_combined_norm_is_read_as_kind_and_placement(old, kind, placement):
+    """Old path = new path: a config with the old value equals the one with the two fields, in
+    Python, through from_dict (a config.json), replace and presets, and builds the same model."""
+    new = _cfg(norm=kind, norm_placement=placement)
+    assert _cfg(norm=old) == new and (new.norm, new.norm_placement) == (kind, placement)
+    assert _cfg(norm=old, norm_placement=placement) == new  # consistent: fine
+    old_json = {name: value for name, value in new.to_dict().items() if name != "norm_placement"}
+    assert ModelConfig.from_dict({**old_json, "norm": old}) == new  # a config.json of the old code
+    other = "rmsnorm" if kind == "layernorm" else "layernorm"
+    assert _cfg(norm=other, norm_placement="post" if placement == "pre" else "pre").replace(norm=old) == new
+    assert new.replace(norm=other).norm_placement == placement  # a kind alone keeps the placement
+    preset = ModelConfig.preset("gpt-mini", norm=old)
+    assert (preset.norm, preset.norm_placement) == (kind, placement)
+    torch.manual_seed(0)
+    old_model = Transformer(_cfg(norm=old)).to(DT).eval()
+    torch.manual_seed(0)
+    new_model = Transformer(new).to(DT).eval()
+    assert old_model.state_dict().keys() == new_model.state_dict().keys()
+    src, tgt = torch.tensor([[4, 5, 6, 0]]), torch.tensor([[1, 7, 8]])
+    _close(old_model(src, tgt), new_model(src, tgt))
+
+
+@pytest.mark.parametrize("old", list(COMBINED_NORMS))
+def test_old_combined_norm_with_a_contradicting_placement_is_refused_by_name(old):
+    contradicting = "post" if COMBINED_NORMS[old][1] == "pre" else "pre"
+    with pytest.raises(ConfigError, match=r"'model\.norm_placement'.*" + old):
+        ModelConfig(norm=old, norm_placement=contradicting)
+    with pytest.raises(ConfigError, match=r"'model\.norm_placement'"):
+        ModelConfig.from_dict({"norm": old, "norm_placement": contradicting})
+    with pytest.raises(ConfigError, match=r"'model\.norm_placement'"):
+        ModelConfig.preset("tiny", norm=old, norm_placement=contradicting)
+    with pytest.raises(ConfigError, match=r"'model\.norm_placement'"):
+        ModelConfig().replace(norm=old, norm_placement=contradicting)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("norm", "post"), ("norm", "layer_norm"), ("norm_placement", "middle"), ("norm_placement", 1)],
+)
+def test_bad_norm_fields_are_refused_by_name(field, value):
+    with pytest.raises(ConfigError, match=rf"'model\.{field}'"):
+        ModelConfig(**{field: value})
+
+
+def test_run_directories_written_with_the_old_norm_values_read_as_two_fields():
+    """The config.json of every fixture run has an old combined value; each reads as its two."""
+    for config in sorted((Path(__file__).parent / "fixtures" / "run_dirs").glob("*/config.json")):
+        saved = json.loads(config.read_text(encoding="utf-8"))["model"]
+        assert saved["norm"] in COMBINED_NORMS and "norm_placement" not in saved, config
+        cfg = ModelConfig.from_dict(saved, source=str(config))
+        assert (cfg.norm, cfg.norm_placement) == COMBINED_NORMS[saved["norm"]]
 
 
 def test_layers_do_not_share_parameters():
@@ -333,7 +430,7 @@ def test_absolute_positions_break_permutation_equivariance(position):
     torch.manual_seed(5)
     cfg = _cfg(position=position)
     encoder = Encoder(cfg).to(DT).eval()
-    embed = Embeddings(VOCAB, 16, make_positions(position, 64, 16), 0.0).to(DT)
+    embed = Embeddings(VOCAB, 16, embedding_positions(cfg), 0.0).to(DT)
     tokens = torch.tensor([[3, 4, 5, 6, 7, 8]])
     perm = _perm_pair()
     out, _ = encoder(embed(tokens))

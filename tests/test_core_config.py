@@ -11,7 +11,7 @@ from vaswani.errors import ConfigError, VaswaniError
 def test_defaults_are_the_base_model_and_valid():
     cfg = ModelConfig()
     assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_encoder_layers) == (512, 8, 2048, 6)
-    assert cfg.norm == "post_ln" and cfg.position == "sinusoidal"
+    assert (cfg.norm, cfg.norm_placement) == ("layernorm", "post") and cfg.position == "sinusoidal"
     TrainConfig()
 
 
@@ -108,7 +108,7 @@ def test_round_trip_and_replace_revalidates():
 
 def test_presets():
     assert ModelConfig.preset("transformer-big").d_model == 1024
-    assert ModelConfig.preset("tiny", norm="pre_ln").norm == "pre_ln"
+    assert ModelConfig.preset("tiny", norm="pre_ln").norm_placement == "pre"
     with pytest.raises(ConfigError, match="no-such-model"):
         ModelConfig.preset("no-such-model")
     with pytest.raises(ConfigError, match="n_heads"):

@@ -12,7 +12,7 @@ import torch
 from vaswani.config import ModelConfig
 from vaswani.generation import Sampling, choose_next, generate, lm_next_logits
 from vaswani.layers.blocks import BlockStack
-from vaswani.models.gpt import GPT, positions_from_mask
+from vaswani.models.gpt import GPT
 
 DT = torch.float64
 VOCAB = 24  # the embedding; the "tokenizer" below knows only the first REAL ids
@@ -140,12 +140,6 @@ def test_gpt_is_the_shared_block_stack_without_cross_attention():
 def test_gpt_refuses_an_encoder_decoder_config():
     with pytest.raises(ValueError, match="decoder_only"):
         GPT(ModelConfig(d_model=16, n_heads=2, d_ff=32, src_vocab_size=10, tgt_vocab_size=10))
-
-
-def test_positions_of_left_padded_rows_count_real_tokens():
-    mask = torch.tensor([[False, False, True, True, True], [True, True, True, True, True]])
-    assert positions_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
-    assert positions_from_mask(mask, offset=3).tolist() == [[1, 2], [3, 4]]
 
 
 # ---------------------------------------------------------------------------------------------

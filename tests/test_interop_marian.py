@@ -289,8 +289,8 @@ def test_configs_convert_both_ways_and_state_conversion_is_its_own_inverse():
         assert state.keys() == model.state_dict().keys()
         assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     real = config_from_hf({"model_type": "marian", "activation_function": "swish", "scale_embedding": True})
-    assert (real.position, real.norm, real.activation, real.tie_embeddings) == (
-        "sinusoidal_halves", "post_ln", "silu", "all",
+    assert (real.position, real.norm, real.norm_placement, real.activation, real.tie_embeddings) == (
+        "sinusoidal_halves", "layernorm", "post", "silu", "all",
     )  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """Typed, validated configuration: the model (:class:`ModelConfig`) and its training (:class:`TrainConfig`).
 
-Every variant is a field with a string value (``norm="pre_ln"``,
+Every variant is a field with a string value (``norm="rmsnorm"``, ``norm_placement="pre"``,
 ``position="relative"``) resolved to classes in one place (the layers). A
 config is checked when it is built, whether it comes from code, flags, a YAML
 file or a run directory's ``config.json``, and a bad one raises
@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +25,15 @@ from vaswani.errors import ConfigError
 T = TypeVar("T")
 
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
-NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
+NORMS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("post", "pre")
+# The values of ``norm`` from before its kind and its placement were two fields, still read (in
+# Python, YAML configs, flags, presets and the config.json of run directories): each sets both.
+COMBINED_NORMS = {
+    "post_ln": ("layernorm", "post"),
+    "pre_ln": ("layernorm", "pre"),
+    "pre_rmsnorm": ("rmsnorm", "pre"),
+}
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
@@ -133,6 +142,25 @@ def padded_vocab_size(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
+def split_combined_norm(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields ``fields`` of one source (a call, a YAML section, a ``config.json``, the
+    flags) with an old combined ``norm`` (``pre_ln``: :data:`COMBINED_NORMS`) written as the two
+    fields it stands for, ``norm`` (the kind) and ``norm_placement``. Merge sources after splitting
+    each, so that a later ``norm: post_ln`` replaces an earlier placement. A ``norm_placement`` in
+    the same source that contradicts the old value is a :class:`ConfigError` naming the field."""
+    norm = fields.get("norm")
+    if not isinstance(norm, str) or norm not in COMBINED_NORMS:
+        return dict(fields)
+    kind, placement = COMBINED_NORMS[norm]
+    given = fields.get("norm_placement")
+    if given is not None and given != placement:
+        raise ConfigError(
+            f"config field 'model.norm_placement': {given!r} contradicts norm {norm!r} ({kind} "
+            f"placed {placement!r}); give norm {kind!r} and the placement, or the old value alone"
+        )
+    return {**fields, "norm": kind, "norm_placement": placement}
+
+
 def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
@@ -141,8 +169,11 @@ def _type_name(annotation: Any) -> str:
 class ModelConfig(Config):
     """The architecture. Defaults are the paper's base model (Vaswani et al. 2017, table 3).
 
-    The paper's placement is ``post_ln``; ``pre_ln`` and ``pre_rmsnorm`` add a
-    final norm after each stack. ``tie_embeddings``: ``output`` shares the
+    ``norm`` is the norm's kind (``layernorm``, ``rmsnorm``) and ``norm_placement`` where it
+    sits: ``post`` (the paper's, after each residual sum) or ``pre`` (before each sublayer, with
+    a final norm after each stack). ``norm_placement`` None takes the placement from an old
+    combined ``norm`` (``post_ln``, ``pre_ln``, ``pre_rmsnorm``, still read), else ``post``; once
+    built the config holds the two fields. ``tie_embeddings``: ``output`` shares the
     target embedding with the output projection, ``all`` also shares the
     source embedding (needs one vocabulary, as the paper's shared BPE).
 
@@ -173,7 +204,14 @@ class ModelConfig(Config):
     dropout: float = flag(0.1)
     attn_dropout: float = flag(0.0, "dropout of the attention weights")
     activation: str = flag("relu", choices=ACTIVATIONS)
-    norm: str = flag("post_ln", choices=NORMS)
+    norm: str = flag(
+        "layernorm",
+        "the norm's kind (or an old post_ln, pre_ln, pre_rmsnorm)",
+        choices=(*NORMS, *COMBINED_NORMS),
+    )
+    norm_placement: str | None = flag(
+        None, "post (the paper's) or pre (default post)", choices=NORM_PLACEMENTS
+    )
     norm_eps: float = flag(1e-5, "the norms' epsilon")
     position: str = flag("sinusoidal", choices=POSITIONS)
     max_len: int = flag(512, "longest sequence (a language model's context)")
@@ -190,7 +228,8 @@ class ModelConfig(Config):
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
-        self._one_of("norm", NORMS)
+        self._split_norm()
+        self._one_of("norm_placement", NORM_PLACEMENTS)
         self._one_of("position", POSITIONS)
         self._one_of("activation", ACTIVATIONS)
         self._one_of("tie_embeddings", TIES)
@@ -221,12 +260,28 @@ class ModelConfig(Config):
         if not 0 <= self.pad_id < vocab:
             self._fail("pad_id", f"must be a valid token id, got {self.pad_id}")
 
+    def _split_norm(self) -> None:
+        """Hold an old combined ``norm`` as its kind and placement; no placement means ``post``."""
+        if self.norm not in (*NORMS, *COMBINED_NORMS):
+            self._fail(
+                "norm",
+                f"must be one of {', '.join(NORMS)} (or {', '.join(COMBINED_NORMS)}); got {self.norm!r}",
+            )
+        fields = split_combined_norm({"norm": self.norm, "norm_placement": self.norm_placement})
+        object.__setattr__(self, "norm", fields["norm"])
+        object.__setattr__(self, "norm_placement", fields["norm_placement"] or "post")
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too."""
+        return dataclasses.replace(self, **split_combined_norm(changes))
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
         if name not in presets():
             raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(presets())}")
-        return cls.from_dict({**presets()[name], **overrides}, source=f"preset '{name}'")
+        fields = {**split_combined_norm(presets()[name]), **split_combined_norm(overrides)}
+        return cls.from_dict(fields, source=f"preset '{name}'")
 
 
 PRESETS_FILE = Path(__file__).parent / "recipes" / "presets.yaml"

@@ -217,7 +217,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         dropout=float(rates["hidden_dropout_prob"]),
         attn_dropout=float(rates["attention_probs_dropout_prob"]),
         activation=ACTIVATIONS_FROM_HF[activation],
-        norm="post_ln",
+        norm="layernorm",
+        norm_placement="post",
         norm_eps=float(eps),
         position="learned",
         max_len=sizes["max_position_embeddings"],
@@ -235,8 +236,8 @@ def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that BERT cannot express. Sizes, dropout, activation,
     eps, ties, the pooler and fused q/k/v are free; everything else must be BERT's."""
     needed = {
-        "arch": "encoder_only", "norm": "post_ln", "position": "learned", "attn_window": None,
-        "bias": True, "scale_embeddings": False,
+        "arch": "encoder_only", "norm": "layernorm", "norm_placement": "post", "position": "learned",
+        "attn_window": None, "bias": True, "scale_embeddings": False,
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

@@ -170,7 +170,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         dropout=float(rates["resid_pdrop"]),
         attn_dropout=float(rates["attn_pdrop"]),
         activation=ACTIVATIONS_FROM_HF[activation],
-        norm="pre_ln",
+        norm="layernorm",
+        norm_placement="pre",
         norm_eps=float(eps),
         position="learned",
         max_len=sizes["n_positions"],
@@ -184,8 +185,8 @@ def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that GPT-2 cannot express. ``fused_qkv`` and the
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
     needed = {
-        "arch": "decoder_only", "norm": "pre_ln", "position": "learned", "attn_window": None,
-        "bias": True, "scale_embeddings": False, "output_bias": False,
+        "arch": "decoder_only", "norm": "layernorm", "norm_placement": "pre", "position": "learned",
+        "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False,
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

@@ -233,7 +233,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         dropout=float(rates["dropout"]),
         attn_dropout=float(rates["attention_dropout"]),
         activation=ACTIVATIONS_FROM_HF[activation],
-        norm="post_ln",
+        norm="layernorm",
+        norm_placement="post",
         norm_eps=LAYER_NORM_EPS,
         position="sinusoidal_halves",
         max_len=sizes["max_position_embeddings"],
@@ -271,8 +272,8 @@ def check_expressible(cfg: ModelConfig) -> None:
     sinusoidal layout; activation, embedding scale, ties, sizes, fused q/k/v and the output bias
     are free; everything else must be Marian's."""
     needed = {
-        "arch": "encoder_decoder", "norm": "post_ln", "attn_window": None, "bias": True,
-        "norm_eps": LAYER_NORM_EPS,
+        "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
+        "bias": True, "norm_eps": LAYER_NORM_EPS,
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

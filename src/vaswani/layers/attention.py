@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from vaswani.layers.kernels import explicit_attention_is_faster
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import combine, self_attention_mask
-from vaswani.layers.positions import RelativePositions
+from vaswani.layers.positions import RelativePositions, position_ids
 
 
 class KVCache:
@@ -115,8 +115,10 @@ class MultiHeadAttention(nn.Module):
     ``Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_head)) V``. Self-attention takes
     queries, keys and values from ``x``; cross-attention (``cross=True``) takes
     keys and values from ``memory``. ``causal`` and ``window`` shape
-    self-attention (decoder, local attention); ``relative`` adds Shaw et al.'s
-    relative positions. The fast path is ``scaled_dot_product_attention``; the
+    self-attention (decoder, local attention). Positions (built in
+    :mod:`vaswani.layers.positions`) act in self-attention: ``relative`` adds Shaw et al.'s
+    relative terms to the scores and values, ``qk_positions`` transforms the new queries and
+    keys (:meth:`apply_qk_positions`). The fast path is ``scaled_dot_product_attention``; the
     explicit path (used for relative positions, when weights are asked for, and where
     :mod:`vaswani.layers.kernels` measured it faster) computes the same thing step by step and
     returns the weights.
@@ -133,6 +135,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         window: int | None = None,
         relative: RelativePositions | None = None,
+        qk_positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -143,6 +146,7 @@ class MultiHeadAttention(nn.Module):
         self.causal = causal
         self.window = window
         self.relative = relative
+        self.qk_positions = qk_positions
         if fused and not cross:
             self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
         elif fused:
@@ -158,21 +162,43 @@ class MultiHeadAttention(nn.Module):
         """(batch, seq, d_model) → (batch, heads, seq, d_head)."""
         return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
 
-    def _project(self, x: Tensor, source: Tensor, cache: KVCache | None) -> tuple[Tensor, ...]:
-        """Queries from ``x``; keys and values from ``source`` or the cache."""
+    def _project(
+        self, x: Tensor, source: Tensor, cache: KVCache | None, positions: Tensor | None
+    ) -> tuple[Tensor, ...]:
+        """Queries from ``x``; keys and values from ``source`` or the cache. The new queries and
+        keys go through :meth:`apply_qk_positions` before the cache keeps the keys."""
         if self.fused and not self.cross:
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
             q, k, v = self._heads(q), self._heads(k), self._heads(v)
-            return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
-        q = self._heads(self.q_proj(x))
-        if self.cross and cache is not None and cache.length:
-            return q, cache.key, cache.value
-        if self.fused:
-            k, v = self.kv_proj(source).chunk(2, dim=-1)
         else:
-            k, v = self.k_proj(source), self.v_proj(source)
-        k, v = self._heads(k), self._heads(v)
+            q = self._heads(self.q_proj(x))
+            if self.cross and cache is not None and cache.length:
+                return q, cache.key, cache.value
+            if self.fused:
+                k, v = self.kv_proj(source).chunk(2, dim=-1)
+            else:
+                k, v = self.k_proj(source), self.v_proj(source)
+            k, v = self._heads(k), self._heads(v)
+        q, k = self.apply_qk_positions(q, k, positions)
         return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
+
+    def apply_qk_positions(self, q: Tensor, k: Tensor, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The hook of position schemes that act on queries and keys (rotary): ``q`` and ``k``
+        (batch, heads, new, d_head) of the new tokens → ``qk_positions(q, k, ids)``, where ``ids``
+        (batch | 1, new) are the new tokens' position ids, the last columns of ``positions``
+        (batch | 1, cached + new). Unchanged without such a scheme."""
+        if self.qk_positions is None or positions is None:
+            return q, k
+        return self.qk_positions(q, k, positions[:, -q.shape[2] :])
+
+    def _positions(self, x: Tensor, cache: KVCache | None, positions: Tensor | None) -> Tensor | None:
+        """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
+        schemes that use them (None without one): the given ones, else 0, 1, … (no padding)."""
+        if self.cross or (self.relative is None and self.qk_positions is None):
+            return None
+        if positions is None:
+            positions = position_ids((cache.length if cache is not None else 0) + x.shape[1], x.device)
+        return positions
 
     def forward(
         self,
@@ -181,6 +207,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` (batch, q_len, d_model).
 
@@ -190,26 +217,36 @@ class MultiHeadAttention(nn.Module):
         whose queries are attended together. ``mask`` is a boolean may-attend mask
         broadcastable to (batch, heads, q_len, k_len), with memory rows as its batch in
         cross-attention, typically the key padding mask; the causal and window parts
-        are added here from the layer's own settings. Returns the output
+        are added here from the layer's own settings. ``positions`` (batch | 1, cached + q_len)
+        are the position ids of every key of self-attention, the queries being the last q_len of
+        them (left-padded rows count their real tokens only; 0, 1, … when None). Returns the output
         (batch, q_len, d_model) and, if ``need_weights``, the attention weights
         (batch, heads, q_len, k_len) before dropout.
         """
-        q, k, v = self._project(x, x if memory is None else memory, cache)
+        positions = self._positions(x, cache, positions)
+        q, k, v = self._project(x, x if memory is None else memory, cache, positions)
         group = self._group_size(q, k)
         if group > 1:
             q = regroup(q, group)
-        out, weights = self._attention(q, k, v, mask, need_weights)
+        out, weights = self._attention(q, k, v, mask, need_weights, positions)
         if group > 1:
             out = ungroup(out, group)
             weights = None if weights is None else ungroup(weights, group)
         return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
 
     def _attention(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        need_weights: bool,
+        positions: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         """softmax(Q Kᵀ / sqrt(d_head) + relative terms) V over the keys ``mask`` allows, with the
         layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
-        (batch, heads, q_len, k_len) if ``need_weights``.
+        (batch, heads, q_len, k_len) if ``need_weights``; ``positions`` are the keys' position ids
+        (relative terms).
 
         The explicit path computes the weights (asked for, or needed by relative positions) or is
         the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
@@ -228,7 +265,7 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         weights = None
         if explicit:
-            out, weights = self._explicit(q, k, v, mask, dropout)
+            out, weights = self._explicit(q, k, v, mask, dropout, positions)
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
@@ -248,12 +285,13 @@ class MultiHeadAttention(nn.Module):
         return rows // memory_rows
 
     def _explicit(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, positions: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        """The reference path: weights computed explicitly, relative terms added."""
+        """The reference path: weights computed explicitly, relative terms added (by the
+        position ids ``positions`` of the keys, the queries being the last of them)."""
         bucket = bias = None
-        if self.relative is not None:
-            bucket = self.relative.bucket(q.shape[2], k.shape[2], q.device)
+        if self.relative is not None and positions is not None:
+            bucket = self.relative.bucket(positions[:, None, -q.shape[2] :], positions[:, None])
             bias = self.relative.key_scores(q, bucket) / math.sqrt(self.d_head)
         weights = attention_weights(q, k, mask, bias)
         dropped = F.dropout(weights, dropout) if dropout > 0 else weights

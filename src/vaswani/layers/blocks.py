@@ -1,7 +1,7 @@
 """The Transformer block and a stack of them: the one block every model is built from.
 
 Block = residual(self-attention) → [residual(cross-attention)] → residual(feed-forward),
-with the residual placement (post-LN, pre-LN, pre-RMSNorm) chosen by the config.
+with the norm's kind (LayerNorm, RMSNorm) and placement (post, pre) chosen by the config.
 The encoder is a stack of non-causal blocks, the decoder a stack of causal blocks
 with cross-attention, and a GPT a stack of causal blocks without it.
 """
@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
-from vaswani.layers.norms import make_norm, residual_for
-from vaswani.layers.positions import RelativePositions
+from vaswani.layers.norms import final_norm, make_norm, residual_for
+from vaswani.layers.positions import query_key_positions, score_positions
 
 
 @dataclass
@@ -30,15 +30,16 @@ class LayerCache:
 class Block(nn.Module):
     """One layer: self-attention, optional cross-attention, feed-forward, each in a residual.
 
-    post_ln: x ← LayerNorm(x + Dropout(Sublayer(x)))
-    pre_ln / pre_rmsnorm: x ← x + Dropout(Sublayer(Norm(x)))
+    post: x ← Norm(x + Dropout(Sublayer(x)))
+    pre:  x ← x + Dropout(Sublayer(Norm(x)))
+
+    Norm is ``cfg.norm`` (LayerNorm or RMSNorm), its placement ``cfg.norm_placement``.
     """
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
         super().__init__()
-        relative = None
-        if cfg.position == "relative":
-            relative = RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)
+        relative = score_positions(cfg)
+        qk_positions = query_key_positions(cfg)
 
         def attention(is_cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
@@ -51,16 +52,17 @@ class Block(nn.Module):
                 causal=causal and not is_cross,
                 window=None if is_cross else cfg.attn_window,
                 relative=None if is_cross else relative,
+                qk_positions=None if is_cross else qk_positions,
             )
 
         self.self_attn = attention(False)
-        self.self_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.self_attn_norm = make_norm(cfg)
         self.cross_attn = attention(True) if cross else None
-        self.cross_attn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cross else None
+        self.cross_attn_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias)
-        self.ffn_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.residual = residual_for(cfg.norm)
+        self.residual = residual_for(cfg)
 
     def forward(
         self,
@@ -70,13 +72,19 @@ class Block(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``x`` (batch, seq, d_model) → same shape, and attention weights by name if asked."""
+        """``x`` (batch, seq, d_model) → same shape, and attention weights by name if asked.
+        ``positions`` (batch | 1, cached + seq) are the position ids self-attention sees."""
         weights: dict[str, Tensor] = {}
 
         def self_attention(h: Tensor) -> Tensor:
             out, w = self.self_attn(
-                h, mask=mask, cache=cache.self_attn if cache else None, need_weights=need_weights
+                h,
+                mask=mask,
+                cache=cache.self_attn if cache else None,
+                need_weights=need_weights,
+                positions=positions,
             )
             if w is not None:
                 weights["self"] = w
@@ -104,14 +112,13 @@ class Block(nn.Module):
 
 
 class BlockStack(nn.Module):
-    """N blocks, plus the final norm that pre-norm placements need (Identity for post-LN)."""
+    """N blocks, plus the final norm that the pre placement needs (:func:`~vaswani.layers.norms.final_norm`;
+    Identity for post)."""
 
     def __init__(self, cfg: ModelConfig, n_layers: int, causal: bool, cross: bool) -> None:
         super().__init__()
         self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
-        self.final_norm: nn.Module = nn.Identity()
-        if cfg.norm != "post_ln":
-            self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.final_norm = final_norm(cfg)
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.layers]
@@ -124,11 +131,19 @@ class BlockStack(nn.Module):
         memory_mask: Tensor | None = None,
         cache: list[LayerCache] | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights."""
+        """``x`` (batch, seq, d_model) → (batch, seq, d_model) and per-layer attention weights.
+
+        ``positions`` (batch | 1, cached + seq) are the position ids of every token so far, the
+        new ones last, threaded down to each self-attention: from the attention mask for
+        left-padded rows (:func:`~vaswani.layers.positions.positions_from_mask`); None means
+        0, 1, … after the cache."""
         all_weights = []
         for i, layer in enumerate(self.layers):
-            x, weights = layer(x, mask, memory, memory_mask, cache[i] if cache else None, need_weights)
+            x, weights = layer(
+                x, mask, memory, memory_mask, cache[i] if cache else None, need_weights, positions
+            )
             all_weights.append(weights)
         return self.final_norm(x), all_weights
 

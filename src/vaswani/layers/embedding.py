@@ -8,17 +8,6 @@ import torch
 from torch import Tensor, nn
 
 from vaswani.errors import InputError
-from vaswani.layers.positions import LearnedPositions, SinusoidalPositions
-
-
-def make_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
-    """The absolute position module for the ``position`` config field (None for relative,
-    which lives inside attention)."""
-    if kind in ("sinusoidal", "sinusoidal_halves"):
-        return SinusoidalPositions(max_len, d_model, halves=kind == "sinusoidal_halves")
-    if kind == "learned":
-        return LearnedPositions(max_len, d_model)
-    return None
 
 
 def check_ids(ids: Tensor, size: int, what: str, table: str) -> None:
@@ -40,7 +29,8 @@ class Embeddings(nn.Module):
     ``max_len``, is an :class:`~vaswani.errors.InputError`.
 
     The sqrt(d_model) scale is the paper's (section 3.4); BERT and GPT-2 leave
-    it out (``scale=False``). ``positions`` may be None for relative schemes.
+    it out (``scale=False``). ``positions`` is the absolute table of
+    :func:`~vaswani.layers.positions.embedding_positions`, None for schemes that act in attention.
     BERT adds the segment (token type) embedding S of ``n_segments`` rows and
     normalises the sum (``norm``); without them S and Norm are left out.
     """

@@ -1,4 +1,5 @@
-"""Normalisation layers and the residual placements that use them."""
+"""Normalisation layers and the residual placements that use them: the ``norm`` (kind) and
+``norm_placement`` config fields are resolved here, and so is the final norm of a stack."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -25,12 +28,18 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def make_norm(kind: str, d_model: int, eps: float, bias: bool = True) -> nn.Module:
-    """The norm module a placement uses: LayerNorm for ``post_ln``/``pre_ln`` (with a bias β unless
-    ``bias`` is False, as nanoGPT's), RMSNorm (gain only) for ``pre_rmsnorm``."""
-    if kind == "pre_rmsnorm":
-        return RMSNorm(d_model, eps)
-    return nn.LayerNorm(d_model, eps=eps, bias=bias)
+# Each value of ``ModelConfig.norm`` (``config.NORMS``): its module over (d_model, eps, bias).
+NORMS: dict[str, Callable[[int, float, bool], nn.Module]] = {
+    "layernorm": lambda d_model, eps, bias: nn.LayerNorm(d_model, eps=eps, bias=bias),
+    "rmsnorm": lambda d_model, eps, bias: RMSNorm(d_model, eps),
+}
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """A norm of kind ``cfg.norm`` over the last dimension (d_model) with ``cfg.norm_eps``:
+    LayerNorm, LN(x) = (x − mean(x)) / sqrt(var(x) + eps) · γ + β (no β when ``cfg.bias`` is
+    False, as nanoGPT's), or RMSNorm (gain only)."""
+    return NORMS[cfg.norm](cfg.d_model, cfg.norm_eps, cfg.bias)
 
 
 Residual = Callable[[Tensor, nn.Module, Callable[[Tensor], Tensor], nn.Module], Tensor]
@@ -53,6 +62,17 @@ def pre_norm_residual(
     return x + dropout(sublayer(norm(x)))
 
 
-def residual_for(kind: str) -> Residual:
-    """Resolve the ``norm`` config field to its residual placement, in one place."""
-    return post_norm_residual if kind == "post_ln" else pre_norm_residual
+# Each value of ``ModelConfig.norm_placement`` (``config.NORM_PLACEMENTS``).
+RESIDUALS: dict[str, Residual] = {"post": post_norm_residual, "pre": pre_norm_residual}
+
+
+def residual_for(cfg: ModelConfig) -> Residual:
+    """The residual placement ``cfg.norm_placement`` of every sublayer of a block."""
+    assert cfg.norm_placement is not None  # None is only an input: a built config has its placement
+    return RESIDUALS[cfg.norm_placement]
+
+
+def final_norm(cfg: ModelConfig) -> nn.Module:
+    """The norm after a stack's last block: ``pre`` leaves the residual stream unnormalised, so it
+    ends with one more norm (GPT-2's ``ln_f``); ``post`` already ends normalised (Identity)."""
+    return make_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()

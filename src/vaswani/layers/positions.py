@@ -1,16 +1,32 @@
-"""Position information: absolute (sinusoidal, learned) and relative (Shaw et al. 2018).
+"""Positions, in one home: what the embedding adds, what attention adds to its scores, and what
+attention applies to its queries and keys.
 
-Absolute schemes map position ids ``(batch, seq)`` or ``(seq,)`` to vectors that
-are added to the token embeddings. The relative scheme lives inside attention:
-see :class:`RelativePositions`.
+The ``position`` config field is resolved here and nowhere else (:data:`SCHEMES`). A scheme acts
+in one of three places:
+
+- the embedding adds an absolute table: position ids ``(batch, seq)`` → vectors
+  ``(batch, seq, d_model)`` (sinusoidal, sinusoidal_halves, learned; :func:`embedding_positions`);
+- attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(p_i, p_j)`` (relative, Shaw
+  et al. 2018, which also adds a term to the values; :func:`score_positions`);
+- attention applies it to the new queries and keys before the cache keeps them,
+  ``(q, k, positions) → (q', k')`` with q, k ``(batch, heads, new, d_head)`` and their position ids
+  ``(batch | 1, new)`` (rotary, Su et al. 2021, will; :func:`query_key_positions`).
+
+Position ids ``p`` are threaded from the model down to attention (:func:`position_ids`): 0, 1, …
+after the cache, or counted from the attention mask for left-padded rows
+(:func:`positions_from_mask`), so that a scheme sees every token's true position.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
 
 
 def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> Tensor:
@@ -89,17 +105,18 @@ class RelativePositions(nn.Module):
         self.keys = nn.Embedding(2 * clip + 1, d_head)
         self.values = nn.Embedding(2 * clip + 1, d_head)
 
-    def bucket(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
-        """``(q_len, k_len)`` table index ``clip(j - i, -k, k) + k``; the queries
-        are the last ``q_len`` of the ``k_len`` positions (as with a KV cache)."""
-        q = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-        k = torch.arange(k_len, device=device)[None, :]
-        return (k - q).clamp(-self.clip, self.clip) + self.clip
+    def bucket(self, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """Table index ``clip(p_j - p_i, -k, k) + k`` of the queries' position ids ``query_ids``
+        (..., q_len) and the keys' ``key_ids`` (..., k_len), (..., q_len, k_len). With a KV cache
+        the queries are the last of the keys; in a left-padded row the ids count real tokens only."""
+        distance = key_ids[..., None, :] - query_ids[..., :, None]
+        return distance.clamp(-self.clip, self.clip) + self.clip
 
     def key_scores(self, q: Tensor, bucket: Tensor) -> Tensor:
-        """``q`` (batch, heads, q_len, d_head) → q_i · a^K_ij, (batch, heads, q_len, k_len)."""
+        """``q`` (batch, heads, q_len, d_head) → q_i · a^K_ij, (batch, heads, q_len, k_len);
+        ``bucket`` broadcasts to (batch, heads, q_len, k_len)."""
         per_bucket = q @ self.keys.weight.to(q.dtype).t()
-        index = bucket.expand(*q.shape[:2], *bucket.shape)
+        index = bucket.expand(*q.shape[:2], *bucket.shape[-2:])
         return per_bucket.gather(-1, index)
 
     def value_term(self, weights: Tensor, bucket: Tensor) -> Tensor:
@@ -108,3 +125,67 @@ class RelativePositions(nn.Module):
         summed = weights.new_zeros(*weights.shape[:-1], self.keys.num_embeddings)
         summed.scatter_add_(-1, index, weights)
         return summed @ self.values.weight.to(weights.dtype)
+
+
+def position_ids(length: int, device: torch.device | None = None) -> Tensor:
+    """The ids ``0, 1, …, length − 1`` of a row without padding, (1, length); with a KV cache,
+    ``length`` counts the cached tokens and the new ones."""
+    return torch.arange(length, device=device)[None]
+
+
+def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
+    """Position ids of left-padded rows: each real token counts the real tokens before it,
+    ``p_t = Σ_{s ≤ t} m_s − 1``.
+
+    ``attention_mask`` (batch, seq) is True on real tokens; padding gets position 0 (it is
+    masked anyway). ``offset`` skips the first columns (the part already in the cache):
+    (batch, seq − offset).
+    """
+    positions = attention_mask.long().cumsum(dim=1) - 1
+    return positions.clamp(min=0)[:, offset:]
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """Where one value of the ``position`` config field acts: the builder of its module from the
+    config in each place, or None where it does not act.
+
+    ``embedding``: a module ``ids (..., seq) → (..., seq, d_model)`` the embedding adds, with a
+    ``max_len`` attribute. ``scores``: what self-attention adds to its scores (and values).
+    ``queries_keys``: a module ``(q, k, positions) → (q', k')`` that self-attention applies to the
+    new queries and keys (batch, heads, new, d_head), given their ids (batch | 1, new).
+    """
+
+    embedding: Callable[[ModelConfig], nn.Module] | None = None
+    scores: Callable[[ModelConfig], RelativePositions] | None = None
+    queries_keys: Callable[[ModelConfig], nn.Module] | None = None
+
+
+# Every value of ``ModelConfig.position`` (``config.POSITIONS``). A new scheme is its module above
+# and one entry here (and its value in ``config.POSITIONS``).
+SCHEMES: dict[str, Scheme] = {
+    "sinusoidal": Scheme(embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model)),
+    "sinusoidal_halves": Scheme(
+        embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model, halves=True)
+    ),
+    "learned": Scheme(embedding=lambda cfg: LearnedPositions(cfg.max_len, cfg.d_model)),
+    "relative": Scheme(scores=lambda cfg: RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)),
+}
+
+
+def embedding_positions(cfg: ModelConfig) -> nn.Module | None:
+    """What the embedding adds for ``cfg.position`` (an absolute table), or None."""
+    build = SCHEMES[cfg.position].embedding
+    return None if build is None else build(cfg)
+
+
+def score_positions(cfg: ModelConfig) -> RelativePositions | None:
+    """What self-attention adds to its scores for ``cfg.position``, or None."""
+    build = SCHEMES[cfg.position].scores
+    return None if build is None else build(cfg)
+
+
+def query_key_positions(cfg: ModelConfig) -> nn.Module | None:
+    """What self-attention applies to its new queries and keys for ``cfg.position``, or None."""
+    build = SCHEMES[cfg.position].queries_keys
+    return None if build is None else build(cfg)

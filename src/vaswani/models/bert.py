@@ -25,9 +25,10 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.norms import RMSNorm, make_norm
+from vaswani.layers.positions import embedding_positions
 
 INIT_STD = 0.02
 POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")  # the tensors of the [CLS] pooler
@@ -77,9 +78,9 @@ class Bert(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.src_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
-            cfg.scale_embeddings, n_segments=cfg.type_vocab_size,
-            norm=make_norm(cfg.norm, d, cfg.norm_eps, cfg.bias),
+            cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            n_segments=cfg.type_vocab_size,
+            norm=make_norm(cfg),
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_encoder_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
@@ -117,7 +118,7 @@ class MaskedLMHead(nn.Module):
         d = cfg.d_model
         self.dense = Linear(d, d, bias=cfg.bias)
         self.activation = cfg.activation
-        self.norm = make_norm(cfg.norm, d, cfg.norm_eps, cfg.bias)
+        self.norm = make_norm(cfg)
         self.output = Linear(d, cfg.src_vocab_size)
         self.dense.apply(init_bert_weights)
         self.norm.apply(init_bert_weights)

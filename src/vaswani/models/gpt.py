@@ -8,18 +8,9 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack, LayerCache
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
-
-
-def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
-    """Position ids of left-padded rows: each real token counts the real tokens before it.
-
-    ``attention_mask`` (batch, seq) is True on real tokens; padding gets position 0 (it is
-    masked anyway). ``offset`` skips the first columns (the part already in the cache).
-    """
-    positions = attention_mask.long().cumsum(dim=1) - 1
-    return positions.clamp(min=0)[:, offset:]
+from vaswani.layers.positions import embedding_positions, positions_from_mask
 
 
 class GPT(nn.Module):
@@ -39,8 +30,7 @@ class GPT(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.tgt_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
-            cfg.scale_embeddings,
+            cfg.tgt_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_decoder_layers, causal=True, cross=False)
         self.output = Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
@@ -75,7 +65,8 @@ class GPT(nn.Module):
         """Logits of the next token at each position (of the last one with ``last_only``).
 
         ``attention_mask`` (batch, cached + seq), True on real tokens, is needed only for
-        left-padded batches: it masks the padding keys and gives the positions. With a
+        left-padded batches: it masks the padding keys and gives the position ids, which the
+        embedding and every self-attention use. With a
         ``cache`` the tokens continue after the cached ones.
         """
         return self.run(tokens, attention_mask, cache, last_only, need_weights)[0]
@@ -93,8 +84,10 @@ class GPT(nn.Module):
         positions = None
         key_mask = None
         if attention_mask is not None:
-            positions = positions_from_mask(attention_mask, offset)
+            positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
-        x = self.embed(tokens, positions=positions, offset=offset)
-        h, weights = self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights)
+        x = self.embed(tokens, positions=None if positions is None else positions[:, offset:], offset=offset)
+        h, weights = self.blocks(
+            x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions
+        )
         return self.output(h[:, -1:] if last_only else h), weights

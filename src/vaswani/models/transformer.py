@@ -9,9 +9,10 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Decoder, Encoder, LayerCache
-from vaswani.layers.embedding import Embeddings, make_positions
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
+from vaswani.layers.positions import embedding_positions
 
 
 @dataclass
@@ -56,13 +57,12 @@ class Transformer(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.src_embed = Embeddings(
-            cfg.src_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
-            cfg.scale_embeddings,
+            cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
         )  # fmt: skip
         shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
         self.tgt_embed = Embeddings(
-            cfg.tgt_vocab_size, d, make_positions(cfg.position, cfg.max_len, d), cfg.dropout,
-            cfg.scale_embeddings, token=shared,
+            cfg.tgt_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            token=shared,
         )  # fmt: skip
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)

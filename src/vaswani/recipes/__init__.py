@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from vaswani.config import presets
+from vaswani.config import presets, split_combined_norm
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
 from vaswani.runtime import native_bf16
@@ -62,7 +62,7 @@ def read(path: str | Path, base: Sections | None = None) -> Sections:
             raise ConfigError(f"{path}: section '{section}' must be a mapping")
     model = dict(loaded.get("model") or {})
     if "preset" in model:
-        out["model"] = {**out.get("model", {}), **preset(str(model.pop("preset")))}
+        out = merge(out, {"model": preset(str(model.pop("preset")))})
     return merge(out, {**loaded, "model": model})
 
 
@@ -76,10 +76,11 @@ def packaged(name: str) -> Sections:
 
 
 def merge(base: Sections, over: Sections) -> Sections:
-    """``over``'s fields over ``base``'s, section by section (new dicts)."""
+    """``over``'s fields over ``base``'s, section by section (new dicts); an old combined ``norm``
+    of ``over`` (``pre_ln``) is split into kind and placement first, so that it replaces both."""
     out = {s: dict(base.get(s, {})) for s in SECTIONS if s in base or s in over}
     for section, fields in over.items():
-        out[section].update(fields or {})
+        out[section].update(split_combined_norm(fields or {}) if section == "model" else fields or {})
     return out
 
 
