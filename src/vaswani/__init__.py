@@ -4,6 +4,10 @@ The Python API under the ``vaswani`` command::
 
     from vaswani import ModelConfig, Transformer, Translator, GPT, LanguageModel
 
+    run = vaswani.configure("translation", {"train": {"max_steps": 500}})   # the recipe < your settings
+    metrics, translator, _ = vaswani.train(run, "runs/zh")
+    vaswani.load("runs/zh").translate(["Tom chases Jerry"])                 # any run, by its task
+
 Each name is imported from its module when it is first asked for (PEP 562), so that
 ``import vaswani.layers`` loads the core alone, not the tasks with their tokenizers, sacrebleu
 and tqdm.
@@ -17,6 +21,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 HOMES = {
+    "RunDir": "vaswani.rundir",
+    "configure": "vaswani.tasks.registry",
+    "load": "vaswani.tasks.registry",
+    "resume": "vaswani.tasks.registry",
+    "train": "vaswani.tasks.registry",
     "ConfigError": "vaswani.errors",
     "DataError": "vaswani.errors",
     "GPT": "vaswani.models.gpt",
