@@ -33,7 +33,7 @@ from vaswani.cli.common import new_run_dir, read_config_file
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.data.text import split_documents
 from vaswani.errors import VaswaniError
-from vaswani.generation import Sampling
+from vaswani.generation.config import DecodingConfig
 from vaswani.tasks.lm import (
     LanguageModel,
     default_settings,
@@ -133,8 +133,10 @@ def train_and_score(run: RunConfig, run_dir: Path, recipe: str, quick: bool, qui
     lm.model.eval()
     loss = stream_loss(lm.model, ids, max_windows=windows, vocab_size=lm.tokenizer.vocab_size)
     chars = QUICK_CHARS if quick else SAMPLE_CHARS
-    greedy = lm.generate([PROMPT], chars, Sampling(temperature=0.0))[0]
-    sampled = lm.generate([PROMPT], chars, Sampling(temperature=0.8, top_k=200), seed=0)[0]
+    greedy = lm.generate([PROMPT], DecodingConfig(max_new_tokens=chars, temperature=0.0))[0]
+    sampled = lm.generate([PROMPT], DecodingConfig(max_new_tokens=chars, temperature=0.8, top_k=200, seed=0))[
+        0
+    ]
     return Result(recipe, run, metrics, wall, loss, len(ids), windows, best_logged(run_dir), greedy, sampled)
 
 

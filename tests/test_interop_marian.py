@@ -16,7 +16,8 @@ from vaswani.cli import main
 from vaswani.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
-from vaswani.generation import LengthPenalty, translate_beam_ids, translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.layers.positions import sinusoidal_table
@@ -180,7 +181,12 @@ def test_greedy_decoding_matches_transformers_token_for_token(imported):
     src, mask = sources(config, seed=3)
     tok = translator.tgt_tok
     ours = translate_ids(
-        translator.model, src, tok.bos_id, tok.eos_id, 20, suppress=tok.suppressed_ids
+        translator.model,
+        src,
+        tok.bos_id,
+        tok.eos_id,
+        DecodingConfig(max_new_tokens=20),
+        suppress=tok.suppressed_ids,
     ).tokens
     theirs = hf.generate(
         input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
@@ -194,10 +200,15 @@ def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     hf, translator, config = imported
     src, mask = sources(config, seed=4)
     tok = translator.tgt_tok
-    ours = translate_beam_ids(
-        translator.model, src, tok.bos_id, tok.eos_id, 12, beam=4, n_best=4,
-        length_penalty=LengthPenalty("simple", alpha), suppress=tok.suppressed_ids,
-    )  # fmt: skip
+    decoding = DecodingConfig(
+        beam=4,
+        n_best=4,
+        length_penalty_kind="simple",
+        length_penalty=alpha,
+        early_stopping=True,
+        max_new_tokens=12,
+    )
+    ours = translate_beam_ids(translator.model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids)
     theirs = hf.generate(
         input_ids=src, attention_mask=mask, num_beams=4, num_return_sequences=4, length_penalty=alpha,
         early_stopping=True, max_new_tokens=12, output_scores=True, return_dict_in_generate=True,
@@ -219,7 +230,7 @@ def test_translator_encodes_and_decodes_with_marians_special_ids(imported):
         **generation_settings(config),
     )  # fmt: skip
     expected = [translator.tgt_tok.decode(row[1:]) for row in ids.tolist()]
-    assert translator.translate(text, max_len_a=0, max_len_b=20) == expected
+    assert translator.translate(text, DecodingConfig(max_len_a=0, max_len_b=20)) == expected
 
 
 @pytest.mark.parametrize(
@@ -268,7 +279,8 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
         assert (ours(src, tgt_in) - expected).abs().max() < 1e-4
     translator = Translator.load(run_dir)
     theirs = hf.generate(input_ids=src, attention_mask=mask, max_new_tokens=15, do_sample=False, num_beams=1)
-    greedy = translate_ids(translator.model, src, tokenizer.bos_id, tokenizer.eos_id, 15).tokens
+    decoding = DecodingConfig(max_new_tokens=15)
+    greedy = translate_ids(translator.model, src, tokenizer.bos_id, tokenizer.eos_id, decoding).tokens
     assert torch.equal(greedy, theirs[:, 1:])
     again = Translator.load(import_hf(out, tmp_path / "again"))  # and back: the same model
     with torch.no_grad():

@@ -16,7 +16,8 @@ import torch
 
 from vaswani.data.batching import pad
 from vaswani.errors import DataError
-from vaswani.generation import translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.tasks.translation import Translator
 
@@ -159,10 +160,11 @@ def test_greedy_translation_equals_generate(opus):
         input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
     )
     tgt = translator.tgt_tok
-    ours = translate_ids(translator.model, src, tgt.bos_id, tgt.eos_id, 20, suppress=tgt.suppressed_ids)
+    decoding = DecodingConfig(max_new_tokens=20)
+    ours = translate_ids(translator.model, src, tgt.bos_id, tgt.eos_id, decoding, suppress=tgt.suppressed_ids)
     assert torch.equal(ours.tokens, theirs[:, 1:])
     expected = [marian.decode(row, skip_special_tokens=True) for row in theirs.tolist()]
-    assert translator.translate(texts, max_len_a=0, max_len_b=20) == expected
+    assert translator.translate(texts, DecodingConfig(max_len_a=0, max_len_b=20)) == expected
 
 
 def test_exported_tokenizer_json_encodes_as_marian(opus, tmp_path):

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, classify, interop, lm, mlm, plots, translation
+from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, translation
 from vaswani.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )
     evaluate.add_argument("--batch-size", type=int, default=64)
-    translation.add_decoding_flags(evaluate)
+    decoding.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser
 

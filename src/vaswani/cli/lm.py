@@ -16,6 +16,7 @@ from vaswani.cli.common import (
     resume_changes,
     text_run_config,
 )
+from vaswani.cli.decoding import decoding_from_args
 from vaswani.config import LM_TOKENIZERS, RunConfig
 from vaswani.data.readers import read_lines
 from vaswani.data.text import read_documents
@@ -76,7 +77,7 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from vaswani.generation import Sampling
+    from vaswani.generation.config import DecodingConfig
     from vaswani.tasks.lm import resume_lm, train_lm
 
     started = time.perf_counter()
@@ -92,26 +93,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"({name}, {metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "
         f"total {time.perf_counter() - started:.0f} s)"
     )
-    sample = lm.generate([SAMPLE_PROMPT], 120, Sampling(temperature=0.8, top_k=50), seed=0)[0]
+    sample = lm.generate(
+        [SAMPLE_PROMPT], DecodingConfig(max_new_tokens=120, temperature=0.8, top_k=50, seed=0)
+    )[0]
     print(f"\nsample:\n{SAMPLE_PROMPT}{sample}\n")
     print(f'run directory: {run_dir}\n  vaswani generate {run_dir} "{SAMPLE_PROMPT}" --max-new-tokens 100')
     return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from vaswani.generation import Sampling
     from vaswani.tasks.lm import LanguageModel
 
     if args.prompt_file is not None and args.prompt:
         raise ConfigError("give the prompt as arguments or as --prompt-file, not both")
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    try:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    except ValueError as exc:
-        raise ConfigError(f"--{str(exc).split()[0].replace('_', '-')}: {exc}") from None
+    decoding = decoding_from_args(args)
     if args.prompt_file is not None:
         prompts = ["\n".join(read_lines(args.prompt_file, allow_empty_lines=True))]
     else:
@@ -127,10 +124,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
 
-        lm.generate(batch, args.max_new_tokens, sampling, args.seed, args.stop, stream=show)
+        lm.generate(batch, decoding, stream=show)
         sys.stdout.write("\n")
         return
-    outputs = lm.generate(batch, args.max_new_tokens, sampling, args.seed, args.stop)
+    outputs = lm.generate(batch, decoding)
     for i, (prompt, text) in enumerate(zip(batch, outputs, strict=True)):
         if i:
             print("-" * 40)

@@ -19,7 +19,9 @@ from torch import Tensor, nn
 from vaswani.config import DataConfig, RunConfig
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
-from vaswani.generation import Sampling, generate, lm_next_logits
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import lm_budget, lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.models.gpt import GPT
 from vaswani.rundir import read_run_config
 from vaswani.tokenizer import LMTokenizer
@@ -173,25 +175,21 @@ class LanguageModel:
     def generate(
         self,
         prompts: Sequence[str],
-        max_new_tokens: int = 100,
-        sampling: Sampling | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
+        decoding: DecodingConfig = GREEDY,
         stream: Callable[[str], None] | None = None,
-        use_cache: bool = True,
     ) -> list[str]:
-        """The continuation of each prompt (without the prompt), cut before the first ``stop``
-        string; generation ends at ``<|endoftext|>``, after ``max_new_tokens`` tokens, or when
-        every row has met a stop string. ``stream`` receives the first row's text as it grows.
-        No prompts give no continuations (``[]``); a prompt that leaves no room in the context is
-        a :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        """The continuation of each prompt (without the prompt), greedy or sampled as ``decoding``
+        says, cut before the first of its ``stop`` strings; generation ends at
+        ``<|endoftext|>``, after ``decoding.max_new_tokens`` tokens (default 100), or when every
+        row has met a stop string. ``stream`` receives the first row's text as it grows. No
+        prompts give no continuations (``[]``); a prompt that leaves no room in the context is a
+        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
+        max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
         self.model.eval()
         ids, mask = self.encode_prompts(prompts)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        generator = decoding.generator()
         rows: list[list[int]] = [[] for _ in prompts]
         shown = 0
 
@@ -210,13 +208,13 @@ class LanguageModel:
             return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
 
         result = generate(
-            lm_next_logits(self.model, mask, use_cache, self.tokenizer.vocab_size),
+            lm_next_logits(self.model, mask, decoding.use_cache, self.tokenizer.vocab_size),
             ids,
             max_new_tokens,
             self.tokenizer.eos_id,
             self.tokenizer.pad_id,
-            sampling=sampling,
-            generator=generator,
+            decoding,
+            generator,
             on_step=on_step if stream is not None or stop else None,
         )
         if not rows[0] and result.tokens.shape[1]:  # no step was watched
