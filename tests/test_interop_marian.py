@@ -218,6 +218,43 @@ def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4)
 
 
+# (source seed, beams, alpha): between them, each shape has sentences where the three rules differ.
+STOPPING_CASES = [(4, 2, 1.0), (8, 4, 2.0)]
+
+
+def test_beam_search_stopping_rules_match_transformers(imported):
+    """``early_stopping`` True, False (Hugging Face's default heuristic) and "never": every
+    hypothesis of each sentence, in order, with its score, equals ``generate``'s, 20 new tokens
+    at most; and the rules are not vacuous here: True and False differ somewhere, and so do
+    False and "never"."""
+    hf, translator, config = imported
+    tok = translator.tgt_tok
+    differ = {"True/False": False, "False/never": False}
+    for seed, beams, alpha in STOPPING_CASES:
+        src, mask = sources(config, seed=seed)
+        found = {}
+        for rule in (True, False, "never"):
+            decoding = DecodingConfig(
+                beam=beams, n_best=beams, length_penalty_kind="simple", length_penalty=alpha,
+                early_stopping=rule, max_new_tokens=20,
+            )  # fmt: skip
+            ours = translate_beam_ids(
+                translator.model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids
+            )
+            theirs = hf.generate(
+                input_ids=src, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
+                length_penalty=alpha, early_stopping=rule, max_new_tokens=20, output_scores=True,
+                return_dict_in_generate=True, **generation_settings(config),
+            )  # fmt: skip
+            assert torch.equal(ours.tokens.flatten(0, 1), theirs.sequences[:, 1:]), (seed, rule)
+            assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4), (seed, rule)
+            found[rule] = (ours.tokens, ours.scores)
+        for pair, (a, b) in {"True/False": (True, False), "False/never": (False, "never")}.items():
+            same = found[a][0].shape == found[b][0].shape and torch.equal(found[a][0], found[b][0])
+            differ[pair] |= not (same and torch.allclose(found[a][1], found[b][1]))
+    assert all(differ.values()), differ
+
+
 def test_translator_encodes_and_decodes_with_marians_special_ids(imported):
     """Sources get </s> appended; translations start from <pad>, stop at </s> and never hold <pad>."""
     hf, translator, config = imported
