@@ -120,6 +120,14 @@ def test_cli_errors_name_the_flags(argv, expected):
     assert str(caught.value) == expected
 
 
+def test_n_best_lists_are_not_sampled(tmp_path, capsys):
+    """Refused before the run is read (there is none here)."""
+    from vaswani.cli import main
+
+    assert main(["translate", str(tmp_path / "none"), "a", "--n-best", "1", "--top-k", "3"]) == 2
+    assert "--n-best lists come from beam search" in capsys.readouterr().err
+
+
 def test_descriptions_for_reports():
     assert describe_decoding(DecodingConfig()) == "greedy"
     assert describe_decoding(DecodingConfig(beam=4)) == "beam 4, gnmt length penalty 0.6"

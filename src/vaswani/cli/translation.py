@@ -193,6 +193,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     decoding = decoding_from_args(args)
+    if args.n_best is not None and decoding.strategy == "sample":
+        raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     if args.n_best is None:
