@@ -61,8 +61,9 @@ class DecodingConfig:
     ``strategy``: ``greedy`` (argmax at each step), ``beam`` (beam search) or ``sample`` (a draw
     from the softmax). Left ``None`` it is derived from the fields, as Hugging Face derives its
     generation mode: ``beam`` when ``beam`` > 1, ``sample`` when ``temperature``, ``top_k`` or
-    ``top_p`` is set, else ``greedy``; the resolved value is what the field then holds. Give it
-    only for beam search of width 1 (which returns what greedy search returns, with scores).
+    ``top_p`` is set, else ``greedy``; the resolved value is what the field then holds (so
+    ``dataclasses.replace`` keeps it: pass ``strategy=None`` to derive it again). Give it only for
+    beam search of width 1 (which returns what greedy search returns, with scores).
 
     Beam search (:func:`vaswani.generation.beam.beam_search`): ``beam`` hypotheses per row, the
     ``n_best`` (<= ``beam``) best returned; score = log P(y | x) / lp(|y|) with the
