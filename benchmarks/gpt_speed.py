@@ -15,7 +15,7 @@ weights and ours loaded from it through ``vaswani.interop.gpt2.state_from_hf``:
    reports its peak resident set size (``VmHWM``) and the growth over its size before the
    first step (the model built);
 4. greedy generation with a KV cache, batch 1, a 16-token prompt and 240 new tokens (fp32):
-   ours through ``vaswani.generation.generate`` over ``lm_next_logits`` against
+   ours through ``vaswani.generation.sampling.generate`` over ``lm_next_logits`` against
    ``GPT2LMHeadModel.generate``, both under ``torch.inference_mode``; and whether both produce
    the same tokens.
 
@@ -48,7 +48,8 @@ from timing import Row, add_clock_flag, autocast, available_cores, clock, interl
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
-from vaswani.generation import generate, lm_next_logits
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.interop.gpt2 import config_from_hf, state_from_hf
 from vaswani.models.gpt import GPT
 from vaswani.training.trainer import make_optimizer

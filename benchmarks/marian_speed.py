@@ -18,10 +18,10 @@ translate the 1,000 German sentences of Multi30k's test2016 with beam 5:
   plausible lengths (the mean is reported). A random model still repeats a few tokens: the
   translations are not text, but the decoding work (lengths, beams, batches) is real.
 - The sources are sorted by length and cut into batches of 32, the same for both. Each batch
-  is decoded with beam 5, length penalty |y|^1.0 (HF's default, our ``LengthPenalty("simple",
-  1.0)``), early stopping, ``<pad>`` suppressed, and at most min(2·|x| + 10, 255) new tokens with
-  |x| the longest source of the batch (the Translator's rule, one number per batch as
-  ``generate`` takes it). Ours: ``vaswani.generation.translate_beam_ids``; Hugging Face's:
+  is decoded with beam 5, length penalty |y|^1.0 (HF's default, our ``length_penalty_kind="simple"``
+  and ``length_penalty=1.0``), early stopping, ``<pad>`` suppressed, and at most min(2·|x| + 10, 255)
+  new tokens with |x| the longest source of the batch (the Translator's rule, one number per batch as
+  ``generate`` takes it). Ours: ``vaswani.generation.seq2seq.translate_beam_ids``; Hugging Face's:
   ``MarianMTModel.generate(num_beams=5, length_penalty=1.0, early_stopping=True,
   bad_words_ids=[[pad]], forced_eos_token_id=None)`` and nothing else. Both under
   ``torch.inference_mode``; fp32, and (``--bf16``) bf16 autocast for information.
@@ -56,10 +56,10 @@ from timing import Row, autocast, available_cores, interleave
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from torch import Tensor
 
-from vaswani.generation import LengthPenalty, translate_beam_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_beam_ids
 from vaswani.interop.marian import config_from_hf, state_from_hf
 from vaswani.models.transformer import Transformer
-from vaswani.tasks.translation import MAX_LEN_A, MAX_LEN_B, target_budget
 from vaswani.tokenizer import TextTokenizer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -125,7 +125,7 @@ def batches(ids: list[list[int]], size: int, pad: int) -> Work:
 def budget(src: Tensor, pad: int, max_len: int) -> int:
     """The batch's most new tokens: the Translator's rule at its longest source."""
     longest = (src != pad).sum(dim=1).max()
-    return int(target_budget(longest[None], MAX_LEN_A, MAX_LEN_B, max_len)[0])
+    return int(DecodingConfig().target_budget(longest[None], max_len)[0])
 
 
 def build_pair(setup: Setup, tok: TextTokenizer, sample: Tensor, seed: int = 0) -> tuple[Transformer, Any]:
@@ -183,10 +183,11 @@ def ours_pass(model: Transformer, work: Work, tok: TextTokenizer) -> dict[int, l
     """Our translation ids of every sentence (by its index), batch by batch."""
     out: dict[int, list[int]] = {}
     for src, index in work:
-        beams = translate_beam_ids(
-            model, src, tok.bos_id, tok.eos_id, budget(src, tok.pad_id, model.config.max_len), beam=BEAM,
-            length_penalty=LengthPenalty("simple", ALPHA), early_stopping=True, suppress=tok.suppressed_ids,
+        decoding = DecodingConfig(
+            beam=BEAM, length_penalty_kind="simple", length_penalty=ALPHA, early_stopping=True,
+            max_new_tokens=budget(src, tok.pad_id, model.config.max_len),
         )  # fmt: skip
+        beams = translate_beam_ids(model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids)
         for i, row in zip(index, beams.tokens[:, 0].tolist(), strict=True):
             out[i] = until_eos(row, tok.eos_id, tok.pad_id)
     return out

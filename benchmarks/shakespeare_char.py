@@ -32,7 +32,7 @@ import torch
 from vaswani.config import RunConfig
 from vaswani.data.text import split_documents
 from vaswani.errors import VaswaniError
-from vaswani.generation import Sampling
+from vaswani.generation.config import DecodingConfig
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tasks.lm import (
@@ -122,8 +122,10 @@ def train_and_score(run: RunConfig, run_dir: Path, recipe: str, quick: bool, qui
     lm.model.eval()
     loss = stream_loss(lm.model, ids, max_windows=windows, vocab_size=lm.tokenizer.vocab_size)
     chars = QUICK_CHARS if quick else SAMPLE_CHARS
-    greedy = lm.generate([PROMPT], chars, Sampling(temperature=0.0))[0]
-    sampled = lm.generate([PROMPT], chars, Sampling(temperature=0.8, top_k=200), seed=0)[0]
+    greedy = lm.generate([PROMPT], DecodingConfig(max_new_tokens=chars, temperature=0.0))[0]
+    sampled = lm.generate([PROMPT], DecodingConfig(max_new_tokens=chars, temperature=0.8, top_k=200, seed=0))[
+        0
+    ]
     return Result(recipe, run, metrics, wall, loss, len(ids), windows, best_logged(run_dir), greedy, sampled)
 
 

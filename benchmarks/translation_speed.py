@@ -37,7 +37,8 @@ from timing import add_clock_flag, autocast, clock, interleave, use_clock
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
-from vaswani.generation import translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models import Transformer
 from vaswani.tasks import registry
@@ -249,7 +250,8 @@ def bench_decoding(
     def run(use_cache: bool, timed: bool = True) -> None:
         start = clock()
         with autocast(bf16):
-            out = translate_ids(model, src, BOS, NEVER_EOS, new_tokens, use_cache=use_cache)
+            decoding = DecodingConfig(max_new_tokens=new_tokens, use_cache=use_cache)
+            out = translate_ids(model, src, BOS, NEVER_EOS, decoding)
         elapsed = clock() - start
         if out.tokens.shape != (src.shape[0], new_tokens):
             raise RuntimeError(f"expected {new_tokens} tokens per sentence, got {tuple(out.tokens.shape)}")

@@ -14,6 +14,7 @@ from torch import nn
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
+from vaswani.generation.config import DecodingConfig
 from vaswani.tasks.translation import Translator
 from vaswani.training.averaging import BACKUP, average_checkpoints
 from vaswani.training.checkpoint import list_checkpoints, save_checkpoint
@@ -57,7 +58,7 @@ def test_average_is_the_mean_of_the_checkpoints_and_translates(run, capsys):
         torch.testing.assert_close(averaged[name], tensor, atol=1e-7, rtol=1e-6)
     assert (run / BACKUP).read_bytes() == before  # the trained weights are kept
     translator = Translator.load(run)
-    assert len(translator.translate(["a b c", "d e"], beam=3)) == 2
+    assert len(translator.translate(["a b c", "d e"], DecodingConfig(beam=3))) == 2
     assert main(["translate", str(run), "a b c"]) == 0
     # A second averaging replaces the model again but leaves the trained weights where they are.
     assert main(["average", str(run), "--last", "2"]) == 0

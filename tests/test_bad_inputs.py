@@ -46,7 +46,7 @@ from vaswani.config import ModelConfig, TrainConfig
 from vaswani.data.labeled import read_labeled
 from vaswani.data.readers import read_lines, read_parallel
 from vaswani.errors import ConfigError, DataError, InputError, RunDirError
-from vaswani.generation import Sampling
+from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -512,8 +512,8 @@ API = [
     Api("translation", "sentence longer than max_len", lambda x: x.translator.translate(["ok", "a " * 600]),
         DataError, ["input line 2", "max_len=512"]),
     Api("translation", "beam search and sampling",
-        lambda x: x.translator.translate(["a"], beam=2, sampling=Sampling()),
-        ValueError, ["beam search and sampling"]),
+        lambda x: x.translator.translate(["a"], DecodingConfig(beam=2, temperature=1.0)),
+        ConfigError, ["beam search and sampling"]),
     Api("translation", "resume a checkpoint of a newer vaswani", lambda x: registry.resume(x.paths.future),
         RunDirError, ["trainer_state.json", "unknown field 'ema_decay'"]),
     Api("translation", "load an lm run", lambda x: Translator.load(x.paths.lm), RunDirError,
@@ -524,7 +524,8 @@ API = [
         InputError, ["33 positions", "max_len=32"]),
     Api("lm", "prompt longer than the context", lambda x: x.lm.generate(["a", "the cat " * 5]), DataError,
         ["prompt 2", "context of 32"]),
-    Api("lm", "no new tokens", lambda x: x.lm.generate(["a"], 0), ValueError, ["max_new_tokens", ">= 1"]),
+    Api("lm", "no new tokens", lambda x: x.lm.generate(["a"], DecodingConfig(max_new_tokens=0)), ConfigError,
+        ["max_new_tokens", ">= 1"]),
     Api("lm", "loss of an empty text", lambda x: x.lm.loss(""), DataError, ["fewer than two tokens"]),
     Api("lm", "load a run of a newer format", lambda x: LanguageModel.load(x.paths.newer), RunDirError,
         ["format_version 2", "upgrade"]),
@@ -609,8 +610,8 @@ def no_prompts(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def no_sentences(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
-    assert x.translator.translate([]) == [] and x.translator.translate([], beam=2) == []
-    assert x.translator.translate_n_best([], 2) == []
+    assert x.translator.translate([]) == [] and x.translator.translate([], DecodingConfig(beam=2)) == []
+    assert x.translator.translate_n_best([], DecodingConfig(beam=4, n_best=2)) == []
 
 
 def no_texts(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,25 +7,31 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.generation import (
-    LengthPenalty,
-    Reorderable,
-    Sampling,
-    beam_search,
-    generate,
-    translate_beam_ids,
-    translate_ids,
-)
+from vaswani.generation.beam import Reorderable, beam_search
+from vaswani.generation.config import DecodingConfig, LengthPenalty
+from vaswani.generation.sampling import generate
+from vaswani.generation.seq2seq import seq2seq_decoding, translate_beam_ids, translate_ids
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
 VOCAB, PAD, BOS = 15, 0, 1
 STEPS = 8
+GREEDY = DecodingConfig(max_new_tokens=STEPS)
+
+
+def _beam(penalty: LengthPenalty, beam: int, n_best: int = 1, **fields) -> DecodingConfig:
+    """Beam search of width ``beam`` (1 too) scored with ``penalty``, ``STEPS`` tokens by default."""
+    fields.setdefault("max_new_tokens", STEPS)
+    return DecodingConfig(
+        strategy="beam", beam=beam, n_best=n_best, length_penalty=penalty.alpha,
+        length_penalty_kind=penalty.kind, **fields,
+    )  # fmt: skip
 
 
 def _model(norm: str = "post_ln", position: str = "sinusoidal") -> Transformer:
@@ -51,7 +57,7 @@ def _source() -> torch.Tensor:
 
 def _eos(model: Transformer, src: torch.Tensor) -> int:
     """A token greedy search produces at row 0's third step: rows then end at different steps."""
-    return int(translate_ids(model, src, BOS, VOCAB, STEPS).tokens[0, 2])
+    return int(translate_ids(model, src, BOS, VOCAB, GREEDY).tokens[0, 2])
 
 
 def _teacher_forced_score(model, src_row, tokens, length, penalty) -> float:
@@ -69,19 +75,19 @@ def _teacher_forced_score(model, src_row, tokens, length, penalty) -> float:
 def test_beam_one_is_greedy(norm, position, use_cache):
     model, src = _model(norm, position), _source()
     eos = _eos(model, src)
-    greedy = translate_ids(model, src, BOS, eos, STEPS, use_cache)
-    for penalty in (LengthPenalty("none"), LengthPenalty("gnmt", 0.6), LengthPenalty("simple", 2.0)):
-        beams = translate_beam_ids(model, src, BOS, eos, STEPS, 1, 1, penalty, use_cache)
+    greedy = translate_ids(model, src, BOS, eos, DecodingConfig(max_new_tokens=STEPS, use_cache=use_cache))
+    for penalty in (LengthPenalty("none", 1.0), LengthPenalty("gnmt", 0.6), LengthPenalty("simple", 2.0)):
+        beams = translate_beam_ids(model, src, BOS, eos, _beam(penalty, 1, use_cache=use_cache))
         assert torch.equal(beams.tokens[:, 0], greedy.tokens)
 
 
 @pytest.mark.parametrize(
-    "penalty", [LengthPenalty("none"), LengthPenalty("gnmt", 0.6), LengthPenalty("simple", 1.0)]
+    "penalty", [LengthPenalty("none", 1.0), LengthPenalty("gnmt", 0.6), LengthPenalty("simple", 1.0)]
 )
 def test_scores_are_teacher_forced_log_probs_over_the_length_penalty(penalty):
     model, src = _model(), _source()
     eos = _eos(model, src)
-    beams = translate_beam_ids(model, src, BOS, eos, STEPS, beam=4, n_best=4, length_penalty=penalty)
+    beams = translate_beam_ids(model, src, BOS, eos, _beam(penalty, 4, 4))
     assert beams.tokens.shape[:2] == beams.scores.shape == (3, 4)
     assert (beams.lengths >= 1).all()
     ended = 0
@@ -98,12 +104,12 @@ def test_scores_are_teacher_forced_log_probs_over_the_length_penalty(penalty):
 
 def test_n_best_is_sorted_and_distinct():
     model, src = _model(), _source()
-    beams = translate_beam_ids(model, src, BOS, _eos(model, src), STEPS, beam=5, n_best=5)
+    beams = translate_beam_ids(model, src, BOS, _eos(model, src), _beam(LengthPenalty("gnmt", 0.6), 5, 5))
     assert (beams.scores[:, :-1] >= beams.scores[:, 1:]).all()
     for row in range(3):
         hyps = {tuple(beams.tokens[row, k, : int(beams.lengths[row, k])].tolist()) for k in range(5)}
         assert len(hyps) == 5
-    best = translate_beam_ids(model, src, BOS, _eos(model, src), STEPS, beam=5, n_best=2)
+    best = translate_beam_ids(model, src, BOS, _eos(model, src), _beam(LengthPenalty("gnmt", 0.6), 5, 2))
     assert torch.equal(best.scores, beams.scores[:, :2])
 
 
@@ -111,11 +117,14 @@ def test_batched_beam_equals_one_sentence_at_a_time():
     model, src = _model(), _source()
     eos = _eos(model, src)
     limits = torch.tensor([5, 8, 6])  # each row its own length budget
-    penalty = LengthPenalty("gnmt", 0.6)
-    batched = translate_beam_ids(model, src, BOS, eos, limits, beam=3, n_best=3, length_penalty=penalty)
+    decoding = _beam(LengthPenalty("gnmt", 0.6), 3, 3, max_new_tokens=None)
+    prefix = torch.full((3, 1), BOS)
+    batched = beam_search(seq2seq_decoding(model, src), prefix, limits, eos, PAD, decoding)
     for row in range(3):
         alone_src = src[row : row + 1, : int((src[row] != PAD).sum())]
-        alone = translate_beam_ids(model, alone_src, BOS, eos, int(limits[row]), 3, 3, penalty)
+        alone = translate_beam_ids(
+            model, alone_src, BOS, eos, replace(decoding, max_new_tokens=int(limits[row]))
+        )
         width = alone.tokens.shape[2]
         assert torch.equal(batched.tokens[row, :, :width], alone.tokens[0])
         assert (batched.tokens[row, :, width:] == PAD).all()
@@ -124,21 +133,21 @@ def test_batched_beam_equals_one_sentence_at_a_time():
         assert int(batched.lengths[row].max()) <= limits[row]
 
 
-@pytest.mark.parametrize("early_stopping", [True, False])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
 def test_cached_beam_equals_uncached(early_stopping):
     model, src = _model("pre_ln", "relative"), _source()
     eos = _eos(model, src)
-    args = (model, src, BOS, eos, STEPS, 4, 4, LengthPenalty("simple", 1.0))
-    cached = translate_beam_ids(*args, use_cache=True, early_stopping=early_stopping)
-    uncached = translate_beam_ids(*args, use_cache=False, early_stopping=early_stopping)
+    decoding = _beam(LengthPenalty("simple", 1.0), 4, 4, early_stopping=early_stopping)
+    cached = translate_beam_ids(model, src, BOS, eos, decoding)
+    uncached = translate_beam_ids(model, src, BOS, eos, replace(decoding, use_cache=False))
     assert torch.equal(cached.tokens, uncached.tokens)
     torch.testing.assert_close(cached.scores, uncached.scores, atol=1e-5, rtol=0)
 
 
-# A toy next-token function over a hand-written tree: tokens A, B, C after BOS, with EOS.
-EOS, A, B, C = 2, 3, 4, 5
-TOY_VOCAB = 6
-NO_PENALTY = LengthPenalty("none")
+# A toy next-token function over a hand-written tree: tokens A, B, C, D after BOS, with EOS.
+EOS, A, B, C, D = 2, 3, 4, 5, 6
+TOY_VOCAB = 7
+NO_PENALTY = LengthPenalty("none", 1.0)
 
 
 def _tree(table: dict[tuple[int, ...], dict[int, float]]) -> Reorderable:
@@ -156,9 +165,8 @@ def _tree(table: dict[tuple[int, ...], dict[int, float]]) -> Reorderable:
 
 
 def _search(table, beam, max_new_tokens=4, n_best=1, penalty=NO_PENALTY, early_stopping=True):
-    found = beam_search(
-        _tree(table), torch.full((1, 1), BOS), max_new_tokens, EOS, PAD, beam, n_best, penalty, early_stopping
-    )
+    decoding = _beam(penalty, beam, n_best, max_new_tokens=None, early_stopping=early_stopping)
+    found = beam_search(_tree(table), torch.full((1, 1), BOS), max_new_tokens, EOS, PAD, decoding)
     return [found.tokens[0, k, : int(found.lengths[0, k])].tolist() for k in range(n_best)], found.scores[0]
 
 
@@ -194,15 +202,42 @@ def test_beam_finds_the_best_sequence_where_greedy_is_wrong():
 
 def test_exact_stopping_finds_a_longer_hypothesis_that_early_stopping_misses():
     """Under a length penalty an unfinished hypothesis can beat the finished ones: with
-    ``early_stopping=False`` the search goes on until none can."""
+    ``early_stopping="never"`` the search goes on until none can."""
     table = {(): {EOS: 0.5, A: 0.49, B: 0.01}, (A,): {EOS: 0.99, B: 0.01}}
     penalty = LengthPenalty("simple", 1.0)  # score = mean log-probability
     (early,), early_scores = _search(table, 1, penalty=penalty, early_stopping=True)
-    (exact,), exact_scores = _search(table, 1, penalty=penalty, early_stopping=False)
+    (exact,), exact_scores = _search(table, 1, penalty=penalty, early_stopping="never")
     assert early == [EOS]  # Hugging Face's early_stopping=True: done once `beam` hypotheses have ended
     assert exact == [A, EOS] == _exhaustive_best(table, penalty)
     assert float(exact_scores[0]) == pytest.approx(math.log(0.49 * 0.99) / 2, abs=1e-4)
     assert exact_scores[0] > early_scores[0]
+
+
+def test_the_three_early_stopping_rules_of_hugging_face():
+    """Beam 2, score = mean log-probability. After step 2 the row has two finished hypotheses
+    ([EOS] -0.693, [A EOS] -0.857): ``True`` stops there. The best running one, [A C] at
+    log(0.27) / 2 = -0.655, still beats the worst of them, so ``False`` goes on, finds
+    [A C EOS] (-0.532) and stops after step 3, where [A C D] at its current length (-0.898) no
+    longer beats [EOS]; ``"never"`` also bounds [A C D] at the length limit 4 (-0.674) and
+    goes on to find [A C D EOS] (-0.674) in place of [EOS]."""
+    table = {
+        (): {EOS: 0.5, A: 0.45, B: 0.05},
+        (A,): {C: 0.6, EOS: 0.4},
+        (B,): {EOS: 1.0},
+        (A, C): {EOS: 0.75, D: 0.25},
+        (A, C, D): {EOS: 1.0},
+    }
+    penalty = LengthPenalty("simple", 1.0)
+    expected = {
+        True: ([[EOS], [A, EOS]], [math.log(0.5), math.log(0.18) / 2]),
+        False: ([[A, C, EOS], [EOS]], [math.log(0.2025) / 3, math.log(0.5)]),
+        "never": ([[A, C, EOS], [A, C, D, EOS]], [math.log(0.2025) / 3, math.log(0.0675) / 4]),
+    }
+    for rule, (hypotheses, scores) in expected.items():
+        found, found_scores = _search(table, beam=2, n_best=2, penalty=penalty, early_stopping=rule)
+        assert found == hypotheses, rule
+        torch.testing.assert_close(found_scores, torch.tensor(scores), atol=1e-4, rtol=0)
+    assert expected["never"][0][0] == _exhaustive_best(table, penalty)
 
 
 def test_an_eos_ranked_below_the_beam_does_not_finish():
@@ -228,22 +263,22 @@ def test_length_penalties():
     torch.testing.assert_close(LengthPenalty("simple", 0.5)(lengths), lengths.float() ** 0.5)
     assert (LengthPenalty("none", 3.0)(lengths) == 1).all()
     with pytest.raises(ValueError, match="kind"):
-        LengthPenalty("wu", 0.6)
+        DecodingConfig(beam=2, length_penalty_kind="wu")
     with pytest.raises(ValueError, match="n_best"):
         _search({}, beam=2, n_best=3)
 
 
 def test_sampled_translation_is_seeded_and_greedy_at_its_limits():
     model, src = _model(), _source()
-    greedy = translate_ids(model, src, BOS, VOCAB, STEPS).tokens
+    greedy = translate_ids(model, src, BOS, VOCAB, GREEDY).tokens
 
-    def sample(sampling: Sampling, seed: int) -> torch.Tensor:
+    def sample(sampling: DecodingConfig, seed: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
-        return translate_ids(model, src, BOS, VOCAB, STEPS, sampling=sampling, generator=generator).tokens
+        return translate_ids(model, src, BOS, VOCAB, sampling, generator).tokens
 
-    assert torch.equal(sample(Sampling(temperature=0.0), 0), greedy)
-    assert torch.equal(sample(Sampling(top_k=1), 0), greedy)
-    hot = Sampling(temperature=3.0, top_p=0.95)
+    assert torch.equal(sample(DecodingConfig(temperature=0.0, max_new_tokens=STEPS), 0), greedy)
+    assert torch.equal(sample(DecodingConfig(top_k=1, max_new_tokens=STEPS), 0), greedy)
+    hot = DecodingConfig(temperature=3.0, top_p=0.95, max_new_tokens=STEPS)
     assert torch.equal(sample(hot, 1), sample(hot, 1))
     assert any(not torch.equal(sample(hot, seed), greedy) for seed in range(3))
 

@@ -73,6 +73,39 @@ def test_translate_with_beam_search_n_best_and_sampling(trained, capsys):
     assert capsys.readouterr().out == first
 
 
+def test_translate_output_budget_and_early_stopping_are_the_apis(trained, capsys, monkeypatch):
+    """``--max-new-tokens`` and ``--early-stopping`` reach the translator: it receives the
+    DecodingConfig of those fields, and the printed lines are the Python API's with it."""
+    from vaswani.generation.config import DecodingConfig
+    from vaswani.tasks.translation import Translator
+
+    texts = ["a b c d e f", "d e"]
+    expected = {
+        decoding: Translator.load(trained).translate(texts, decoding)
+        for decoding in (
+            DecodingConfig(max_new_tokens=2),
+            DecodingConfig(beam=3, early_stopping="never"),
+            DecodingConfig(beam=3, early_stopping=False, max_new_tokens=3),
+        )
+    }
+    received: list[DecodingConfig] = []
+    translate = Translator.translate
+
+    def recording(self: Translator, sentences: list[str], decoding: DecodingConfig, **kw: int) -> list[str]:
+        received.append(decoding)
+        return translate(self, sentences, decoding, **kw)
+
+    monkeypatch.setattr(Translator, "translate", recording)
+    flags = [
+        ["--max-new-tokens", "2"], ["--beam", "3", "--early-stopping", "never"],
+        ["--beam", "3", "--early-stopping", "false", "--max-new-tokens", "3"],
+    ]  # fmt: skip
+    for argv, (decoding, lines) in zip(flags, expected.items(), strict=True):
+        assert main(["translate", str(trained), *texts, *argv]) == 0
+        assert received.pop() == decoding
+        assert capsys.readouterr().out.splitlines() == lines
+
+
 def test_evaluate_with_beam_search(trained, capsys):
     folder = trained.parent
     out = folder / "beam.hyp"
@@ -143,3 +176,18 @@ def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", str(out), "a b c"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_interop_help_names_every_family_and_its_tokenizer_files(capsys):
+    """import-hf and export-hf say what they read and write: GPT-2, Marian (OPUS-MT's
+    SentencePiece files, which import-hf does read) and BERT."""
+    texts = {}
+    for command in ("import-hf", "export-hf"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        texts[command] = " ".join(capsys.readouterr().out.split())
+    for word in ("model_type gpt2", "model_type marian", "model_type bert", "source.spm", "vocab.txt"):
+        assert word in texts["import-hf"], word
+    assert "not read" not in texts["import-hf"]
+    for word in ("as GPT-2", "as Marian", "(mlm), as BERT", "(encoder), as BERT", "SentencePiece"):
+        assert word in texts["export-hf"], word

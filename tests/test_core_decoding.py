@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.generation import generate, translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.sampling import generate
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -18,6 +20,7 @@ NORMS = ("post_ln", "pre_ln", "pre_rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "relative")
 VARIANTS = list(itertools.product(NORMS, POSITIONS, (None, 2)))
 STEPS = 8
+CACHED, UNCACHED = DecodingConfig(max_new_tokens=STEPS), DecodingConfig(max_new_tokens=STEPS, use_cache=False)
 
 
 def _model(norm="post_ln", position="sinusoidal", window=None, fused=False, tie="none") -> Transformer:
@@ -48,8 +51,8 @@ def test_cached_greedy_equals_uncached(norm, position, window):
     model = _model(norm, position, window)
     src = _source()
     never = VOCAB  # an EOS id that is never produced: every step is compared
-    cached = translate_ids(model, src, BOS, never, STEPS, use_cache=True, keep_logits=True)
-    uncached = translate_ids(model, src, BOS, never, STEPS, use_cache=False, keep_logits=True)
+    cached = translate_ids(model, src, BOS, never, CACHED, keep_logits=True)
+    uncached = translate_ids(model, src, BOS, never, UNCACHED, keep_logits=True)
     assert cached.tokens.shape == (3, STEPS) and cached.logits.shape == (3, STEPS, VOCAB)
     assert torch.equal(cached.tokens, uncached.tokens)
     torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-5, rtol=0)
@@ -62,8 +65,8 @@ def test_cached_greedy_equals_uncached(norm, position, window):
 def test_cached_greedy_equals_uncached_other_projections(fused, tie):
     model = _model("pre_ln", "relative", 3, fused=fused, tie=tie)
     src = _source()
-    cached = translate_ids(model, src, BOS, VOCAB, STEPS, use_cache=True, keep_logits=True)
-    uncached = translate_ids(model, src, BOS, VOCAB, STEPS, use_cache=False, keep_logits=True)
+    cached = translate_ids(model, src, BOS, VOCAB, CACHED, keep_logits=True)
+    uncached = translate_ids(model, src, BOS, VOCAB, UNCACHED, keep_logits=True)
     assert torch.equal(cached.tokens, uncached.tokens)
     torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-5, rtol=0)
 
@@ -73,9 +76,10 @@ def test_cached_greedy_equals_uncached_other_projections(fused, tie):
 def test_greedy_stops_at_eos_and_pads_finished_rows(position, use_cache):
     model = _model("pre_ln", position)
     src = _source()
-    free = translate_ids(model, src, BOS, VOCAB, STEPS, use_cache=use_cache, keep_logits=True)
+    decoding = CACHED if use_cache else UNCACHED
+    free = translate_ids(model, src, BOS, VOCAB, decoding, keep_logits=True)
     eos = int(free.tokens[0, 2])  # a token that row 0 produces at its third step
-    out = translate_ids(model, src, BOS, eos, STEPS, use_cache=use_cache, keep_logits=True)
+    out = translate_ids(model, src, BOS, eos, decoding, keep_logits=True)
     assert out.tokens.shape[1] <= STEPS
     for row in range(3):
         produced = free.tokens[row].tolist()
@@ -94,10 +98,10 @@ def test_greedy_stops_at_eos_and_pads_finished_rows(position, use_cache):
 def test_batched_translation_equals_one_sentence_at_a_time():
     model = _model("post_ln", "sinusoidal")
     src = _source()
-    batched = translate_ids(model, src, BOS, VOCAB, STEPS, keep_logits=True)
+    batched = translate_ids(model, src, BOS, VOCAB, CACHED, keep_logits=True)
     for row in range(3):
         length = int((src[row] != PAD).sum())
-        alone = translate_ids(model, src[row : row + 1, :length], BOS, VOCAB, STEPS, keep_logits=True)
+        alone = translate_ids(model, src[row : row + 1, :length], BOS, VOCAB, CACHED, keep_logits=True)
         assert torch.equal(alone.tokens[0], batched.tokens[row])
         torch.testing.assert_close(alone.logits[0], batched.logits[row], atol=1e-5, rtol=0)
 

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
 from vaswani.data.batching import pad, seq2seq_batch
-from vaswani.generation import translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
 from vaswani.training.losses import label_smoothed_nll
 
@@ -139,7 +140,7 @@ def _train_and_eval(task, steps=400, seed=0):
 
     test = examples(200)
     src = pad([s for s, _ in test], PAD)  # a padded batch of every length
-    out = translate_ids(model, src, BOS, EOS, max_new_tokens=10).tokens.tolist()
+    out = translate_ids(model, src, BOS, EOS, DecodingConfig(max_new_tokens=10)).tokens.tolist()
     wrong = []
     for (s, expected), row in zip(test, out, strict=True):
         produced = row[: row.index(EOS)] if EOS in row else row

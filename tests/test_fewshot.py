@@ -22,7 +22,7 @@ import pytest
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
-from vaswani.generation import Sampling
+from vaswani.generation.config import DecodingConfig
 from vaswani.tasks.lm import LanguageModel, train_lm
 
 FRENCH = {
@@ -97,7 +97,9 @@ def test_a_few_shot_prompt_selects_the_task_from_its_examples(trained):
     assert len(cases) == 2 * len(WORDS)
     for _, prompt, _ in cases:
         assert prompt not in training_text  # never seen verbatim
-    completions = lm.generate([p for _, p, _ in cases], 12, Sampling(temperature=0), stop=["\n"])
+    completions = lm.generate(
+        [p for _, p, _ in cases], DecodingConfig(max_new_tokens=12, temperature=0, stop=("\n",))
+    )
     right = [c == answer for (_, _, answer), c in zip(cases, completions, strict=True)]
     wrong = [
         (task, prompt.splitlines()[-1], completion)
@@ -113,7 +115,7 @@ def test_a_few_shot_prompt_selects_the_task_from_its_examples(trained):
 def test_prompt_file_through_the_cli(trained, tmp_path, capsys):
     lm, run_dir, training_text = trained
     task, prompt, _ = prompts(training_text, seed=2000)[5]
-    alone = lm.generate([prompt], 12, Sampling(temperature=0), stop=["\n"])[0]
+    alone = lm.generate([prompt], DecodingConfig(max_new_tokens=12, temperature=0, stop=("\n",)))[0]
     path = tmp_path / "prompt.txt"
     path.write_text(prompt + "\n", encoding="utf-8")  # the file's final newline is not part of the prompt
     capsys.readouterr()

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.generation import Sampling, choose_next, generate, lm_next_logits
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import choose_next, generate
 from vaswani.layers.blocks import BlockStack
 from vaswani.models.gpt import GPT
 
@@ -53,12 +55,10 @@ def _left_pad(prompts: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, tor
     return ids, mask
 
 
-def _alone(model: GPT, prompt: list[int], steps: int, use_cache: bool, sampling=None, generator=None):
+def _alone(model: GPT, prompt: list[int], steps: int, use_cache: bool, decoding=GREEDY, generator=None):
     ids, mask = _left_pad([prompt])
-    return generate(
-        lm_next_logits(model, mask, use_cache, REAL), ids, steps, NEVER, 0,
-        sampling=sampling, generator=generator, keep_logits=True,
-    )  # fmt: skip
+    next_logits = lm_next_logits(model, mask, use_cache, REAL)
+    return generate(next_logits, ids, steps, NEVER, 0, decoding, generator, keep_logits=True)
 
 
 def _not_degenerate(tokens: torch.Tensor) -> None:
@@ -197,8 +197,9 @@ def test_left_padded_batch_with_a_trained_model(tiny_lm):
             together.logits[i, :, :vocab], alone.logits[0, :, :vocab], atol=1e-4, rtol=0
         )
     assert not torch.allclose(together.logits[:, 1:, :vocab], together.logits[:, :-1, :vocab], atol=1e-2)
-    texts = tiny_lm.generate(prompts, max_new_tokens=40, sampling=Sampling(temperature=0))
-    assert texts == [tiny_lm.generate([p], 40, Sampling(temperature=0))[0] for p in prompts]
+    greedy = DecodingConfig(max_new_tokens=40, temperature=0)
+    texts = tiny_lm.generate(prompts, greedy)
+    assert texts == [tiny_lm.generate([p], greedy)[0] for p in prompts]
     assert all(len(set(text)) >= 3 for text in texts)
 
 
@@ -266,19 +267,19 @@ def _logits(rows=64, vocab=12, seed=0) -> torch.Tensor:
 def test_temperature_zero_and_top_k_one_are_greedy():
     logits = _logits()
     greedy = logits.argmax(-1)
-    assert torch.equal(choose_next(logits, None), greedy)
-    assert torch.equal(choose_next(logits, Sampling(temperature=0.0)), greedy)
-    assert torch.equal(choose_next(logits, Sampling(temperature=0.0, top_k=5, top_p=0.5)), greedy)
+    assert torch.equal(choose_next(logits, GREEDY), greedy)
+    assert torch.equal(choose_next(logits, DecodingConfig(temperature=0.0)), greedy)
+    assert torch.equal(choose_next(logits, DecodingConfig(temperature=0.0, top_k=5, top_p=0.5)), greedy)
     for seed in range(3):
         g = torch.Generator().manual_seed(seed)
-        assert torch.equal(choose_next(logits, Sampling(temperature=1.5, top_k=1), g), greedy)
+        assert torch.equal(choose_next(logits, DecodingConfig(temperature=1.5, top_k=1), g), greedy)
 
 
 def test_top_k_draws_only_from_the_k_most_likely():
     logits = _logits(rows=1, vocab=12).expand(3000, 12)
     k = 4
     allowed = set(logits[0].topk(k).indices.tolist())
-    drawn = choose_next(logits, Sampling(temperature=2.0, top_k=k), torch.Generator().manual_seed(0))
+    drawn = choose_next(logits, DecodingConfig(temperature=2.0, top_k=k), torch.Generator().manual_seed(0))
     assert set(drawn.tolist()) == allowed  # never outside, and every one of them is reachable
 
 
@@ -296,20 +297,24 @@ def test_top_p_keeps_the_smallest_set_that_reaches_p(top_p, nucleus, dtype):
     probs = torch.zeros(4, dtype=dtype)
     probs[order] = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=dtype)
     logits = probs.log().expand(4000, 4)
-    drawn = choose_next(logits, Sampling(temperature=1.0, top_p=top_p), torch.Generator().manual_seed(0))
+    drawn = choose_next(
+        logits, DecodingConfig(temperature=1.0, top_p=top_p), torch.Generator().manual_seed(0)
+    )
     assert set(drawn.tolist()) == {order[i] for i in nucleus}
 
 
 def test_a_tiny_top_p_keeps_the_most_likely_token():
     logits = _logits(rows=200, vocab=12)
     for top_p in (1e-9, 1e-3):
-        drawn = choose_next(logits, Sampling(temperature=1.0, top_p=top_p), torch.Generator().manual_seed(0))
+        drawn = choose_next(
+            logits, DecodingConfig(temperature=1.0, top_p=top_p), torch.Generator().manual_seed(0)
+        )
         assert torch.equal(drawn, logits.argmax(-1))
 
 
 def test_same_seed_same_samples_different_seed_different_samples():
     logits = _logits(rows=50, vocab=30)
-    sampling = Sampling(temperature=1.0, top_k=20, top_p=0.95)
+    sampling = DecodingConfig(temperature=1.0, top_k=20, top_p=0.95)
 
     def draw(seed):
         return choose_next(logits, sampling, torch.Generator().manual_seed(seed))
@@ -320,7 +325,7 @@ def test_same_seed_same_samples_different_seed_different_samples():
 
 def test_generation_with_a_seed_is_reproducible():
     model = _gpt("relative")
-    sampling = Sampling(temperature=1.0)
+    sampling = DecodingConfig(temperature=1.0)
 
     def run(seed):
         return _alone(model, [1, 2, 3], 20, True, sampling, torch.Generator().manual_seed(seed)).tokens
@@ -336,11 +341,17 @@ def test_generation_with_a_seed_is_reproducible():
 )  # fmt: skip
 def test_invalid_sampling_is_refused(kwargs):
     with pytest.raises(ValueError):
-        Sampling(**kwargs)
+        DecodingConfig(**kwargs)
 
 
 @pytest.mark.parametrize(
-    "sampling", [None, Sampling(temperature=1.0), Sampling(temperature=5.0, top_k=3), Sampling(top_p=0.9)]
+    "sampling",
+    [
+        GREEDY,
+        DecodingConfig(temperature=1.0),
+        DecodingConfig(temperature=5.0, top_k=3),
+        DecodingConfig(top_p=0.9),
+    ],
 )
 def test_padded_vocabulary_ids_are_never_generated(sampling):
     model = _gpt("learned", max_len=32)
@@ -350,7 +361,7 @@ def test_padded_vocabulary_ids_are_never_generated(sampling):
     prompts = [[1, 2, 3], [4]]
     ids, mask = _left_pad(prompts)
     g = torch.Generator().manual_seed(0)
-    out = generate(lm_next_logits(model, mask, True, REAL), ids, 25, NEVER, 0, sampling=sampling, generator=g)
+    out = generate(lm_next_logits(model, mask, True, REAL), ids, 25, NEVER, 0, sampling, g)
     assert out.tokens.shape == (2, 25) and int(out.tokens.max()) < REAL
     # Without the tokenizer's vocabulary size they would be chosen: the check above is not vacuous.
     unguarded = generate(lm_next_logits(model, mask, True, None), ids, 5, NEVER, 0)

@@ -17,7 +17,9 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
-from vaswani.generation import generate, lm_next_logits
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import atomic_save_model
@@ -106,7 +108,7 @@ def test_imported_model_gives_the_logits_of_transformers(tmp_path, char_tokenize
     assert_same_logits(hf, lm.model, config["vocab_size"])
     tied = config.get("tie_word_embeddings", True)
     assert (lm.model.output.weight is lm.model.embed.token.weight) == tied
-    assert lm.generate(["the "], 5, seed=0)  # the run directory is usable as it is
+    assert lm.generate(["the "], DecodingConfig(max_new_tokens=5))  # the run directory is usable as it is
 
 
 def test_pickled_weights_in_the_original_layout_are_imported(tmp_path, char_tokenizer):

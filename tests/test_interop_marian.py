@@ -17,7 +17,8 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
-from vaswani.generation import LengthPenalty, translate_beam_ids, translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import atomic_save_model
@@ -181,7 +182,12 @@ def test_greedy_decoding_matches_transformers_token_for_token(imported):
     src, mask = sources(config, seed=3)
     tok = translator.tgt_tok
     ours = translate_ids(
-        translator.model, src, tok.bos_id, tok.eos_id, 20, suppress=tok.suppressed_ids
+        translator.model,
+        src,
+        tok.bos_id,
+        tok.eos_id,
+        DecodingConfig(max_new_tokens=20),
+        suppress=tok.suppressed_ids,
     ).tokens
     theirs = hf.generate(
         input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
@@ -195,10 +201,15 @@ def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     hf, translator, config = imported
     src, mask = sources(config, seed=4)
     tok = translator.tgt_tok
-    ours = translate_beam_ids(
-        translator.model, src, tok.bos_id, tok.eos_id, 12, beam=4, n_best=4,
-        length_penalty=LengthPenalty("simple", alpha), suppress=tok.suppressed_ids,
-    )  # fmt: skip
+    decoding = DecodingConfig(
+        beam=4,
+        n_best=4,
+        length_penalty_kind="simple",
+        length_penalty=alpha,
+        early_stopping=True,
+        max_new_tokens=12,
+    )
+    ours = translate_beam_ids(translator.model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids)
     theirs = hf.generate(
         input_ids=src, attention_mask=mask, num_beams=4, num_return_sequences=4, length_penalty=alpha,
         early_stopping=True, max_new_tokens=12, output_scores=True, return_dict_in_generate=True,
@@ -206,6 +217,43 @@ def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     )  # fmt: skip
     assert torch.equal(ours.tokens.flatten(0, 1), theirs.sequences[:, 1:])
     assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4)
+
+
+# (source seed, beams, alpha): between them, each shape has sentences where the three rules differ.
+STOPPING_CASES = [(4, 2, 1.0), (8, 4, 2.0)]
+
+
+def test_beam_search_stopping_rules_match_transformers(imported):
+    """``early_stopping`` True, False (Hugging Face's default heuristic) and "never": every
+    hypothesis of each sentence, in order, with its score, equals ``generate``'s, 20 new tokens
+    at most; and the rules are not vacuous here: True and False differ somewhere, and so do
+    False and "never"."""
+    hf, translator, config = imported
+    tok = translator.tgt_tok
+    differ = {"True/False": False, "False/never": False}
+    for seed, beams, alpha in STOPPING_CASES:
+        src, mask = sources(config, seed=seed)
+        found = {}
+        for rule in (True, False, "never"):
+            decoding = DecodingConfig(
+                beam=beams, n_best=beams, length_penalty_kind="simple", length_penalty=alpha,
+                early_stopping=rule, max_new_tokens=20,
+            )  # fmt: skip
+            ours = translate_beam_ids(
+                translator.model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids
+            )
+            theirs = hf.generate(
+                input_ids=src, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
+                length_penalty=alpha, early_stopping=rule, max_new_tokens=20, output_scores=True,
+                return_dict_in_generate=True, **generation_settings(config),
+            )  # fmt: skip
+            assert torch.equal(ours.tokens.flatten(0, 1), theirs.sequences[:, 1:]), (seed, rule)
+            assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4), (seed, rule)
+            found[rule] = (ours.tokens, ours.scores)
+        for pair, (a, b) in {"True/False": (True, False), "False/never": (False, "never")}.items():
+            same = found[a][0].shape == found[b][0].shape and torch.equal(found[a][0], found[b][0])
+            differ[pair] |= not (same and torch.allclose(found[a][1], found[b][1]))
+    assert all(differ.values()), differ
 
 
 def test_translator_encodes_and_decodes_with_marians_special_ids(imported):
@@ -220,7 +268,7 @@ def test_translator_encodes_and_decodes_with_marians_special_ids(imported):
         **generation_settings(config),
     )  # fmt: skip
     expected = [translator.tgt_tok.decode(row[1:]) for row in ids.tolist()]
-    assert translator.translate(text, max_len_a=0, max_len_b=20) == expected
+    assert translator.translate(text, DecodingConfig(max_len_a=0, max_len_b=20)) == expected
 
 
 @pytest.mark.parametrize(
@@ -269,7 +317,8 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
         assert (ours(src, tgt_in) - expected).abs().max() < 1e-4
     translator = Translator.load(run_dir)
     theirs = hf.generate(input_ids=src, attention_mask=mask, max_new_tokens=15, do_sample=False, num_beams=1)
-    greedy = translate_ids(translator.model, src, tokenizer.bos_id, tokenizer.eos_id, 15).tokens
+    decoding = DecodingConfig(max_new_tokens=15)
+    greedy = translate_ids(translator.model, src, tokenizer.bos_id, tokenizer.eos_id, decoding).tokens
     assert torch.equal(greedy, theirs[:, 1:])
     again = Translator.load(import_hf(out, tmp_path / "again"))  # and back: the same model
     with torch.no_grad():

@@ -16,7 +16,8 @@ import torch
 
 from vaswani.data.batching import pad
 from vaswani.errors import DataError
-from vaswani.generation import translate_ids
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.tasks.translation import Translator
 
@@ -159,18 +160,51 @@ def test_greedy_translation_equals_generate(opus):
         input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
     )
     tgt = translator.tgt_tok
-    ours = translate_ids(translator.model, src, tgt.bos_id, tgt.eos_id, 20, suppress=tgt.suppressed_ids)
+    decoding = DecodingConfig(max_new_tokens=20)
+    ours = translate_ids(translator.model, src, tgt.bos_id, tgt.eos_id, decoding, suppress=tgt.suppressed_ids)
     assert torch.equal(ours.tokens, theirs[:, 1:])
     expected = [marian.decode(row, skip_special_tokens=True) for row in theirs.tolist()]
-    assert translator.translate(texts, max_len_a=0, max_len_b=20) == expected
+    assert translator.translate(texts, DecodingConfig(max_len_a=0, max_len_b=20)) == expected
 
 
 def test_exported_tokenizer_json_encodes_as_marian(opus, tmp_path):
-    """Downstream of the import, export-hf writes tokenizer.json, which transformers reads."""
+    """Downstream of the import, export-hf writes tokenizer.json, which transformers' fast
+    tokenizer reads (vaswani's import-hf reads it back)."""
     _, marian, _, _, folder = opus
     out = export_hf(import_hf(folder, tmp_path / "run"), tmp_path / "out")
-    fast = transformers.AutoTokenizer.from_pretrained(out)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json"))
     assert [fast(text)["input_ids"] for text in SENTENCES] == [marian(t)["input_ids"] for t in SENTENCES]
+
+
+@pytest.mark.parametrize("separate_vocabs", [False, True])
+def test_exported_folder_tokenizes_sources_and_targets_as_the_original(opus, tmp_path, separate_vocabs):
+    """The run keeps OPUS-MT's tokenizer files and export-hf writes them back: AutoTokenizer (a
+    MarianTokenizer) and MarianTokenizer read the exported folder as they read the original one,
+    targets (``text_target=``) too, which the source side's tokenizer.json gets wrong; also with
+    a separate target vocabulary (``target_vocab.json``) and after a second import."""
+    *_, opus_folder = opus
+    folder = tmp_path / "hf"
+    shutil.copytree(opus_folder, folder)
+    if separate_vocabs:
+        shutil.copy(folder / "vocab.json", folder / "target_vocab.json")
+        (folder / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+    original = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(original).__name__ == "MarianTokenizer" and original.separate_vocabs == separate_vocabs
+    sources = [original(text)["input_ids"] for text in SENTENCES]
+    targets = [original(text_target=text)["input_ids"] for text in SENTENCES]
+    assert sources != targets  # two SentencePiece models: a target tokenized as a source differs
+    run = import_hf(folder, tmp_path / "run")
+    out = export_hf(run, tmp_path / "out")
+    again = export_hf(import_hf(out, tmp_path / "again"), tmp_path / "out_again")
+    for exported in (out, again):
+        for tokenizer in (
+            transformers.AutoTokenizer.from_pretrained(exported),
+            transformers.MarianTokenizer.from_pretrained(exported),
+        ):
+            assert [tokenizer(text_target=text)["input_ids"] for text in SENTENCES] == targets
+            assert [tokenizer(text)["input_ids"] for text in SENTENCES] == sources
+            batch = tokenizer(SENTENCES[:4], text_target=SENTENCES[4:8])
+            assert batch["labels"] == targets[4:8] and batch["input_ids"] == sources[:4]
 
 
 def test_spm_without_vocab_json_is_refused_in_one_line(opus, tmp_path):

@@ -22,7 +22,7 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import DataError
-from vaswani.generation import Sampling
+from vaswani.generation.config import DecodingConfig
 from vaswani.models.gpt import GPT
 from vaswani.tasks.lm import LanguageModel, LMTask, next_token_loss, stream_loss, windows
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
@@ -293,10 +293,11 @@ def test_generate_streams_what_the_api_returns(run, monkeypatch):
     prompt = "the cat"
     status, out = _generate(monkeypatch, str(run), prompt, "--max-new-tokens", "30", "--seed", "3")
     assert status == 0
-    expected = LanguageModel.load(run).generate([prompt], 30, Sampling(temperature=1.0), seed=3)[0]
+    sampled = DecodingConfig(max_new_tokens=30, temperature=1.0, seed=3)
+    expected = LanguageModel.load(run).generate([prompt], sampled)[0]
     assert out.getvalue() == prompt + expected + "\n"
     assert len(out.writes) >= 10  # streamed piece by piece, not printed at the end
-    again = LanguageModel.load(run).generate([prompt], 30, Sampling(temperature=1.0), seed=3, stream=print)
+    again = LanguageModel.load(run).generate([prompt], sampled, stream=print)
     assert again == [expected]
 
 
@@ -330,9 +331,9 @@ def test_stop_cuts_the_text_before_the_stop_string(run, monkeypatch):
 def test_stop_with_the_api_in_a_batch(run):
     lm = LanguageModel.load(run)
     prompts = ["the dog", "a"]
-    full = lm.generate(prompts, 30, Sampling(temperature=0))
+    full = lm.generate(prompts, DecodingConfig(max_new_tokens=30, temperature=0))
     stop = full[0][3:5]
-    stopped = lm.generate(prompts, 30, Sampling(temperature=0), stop=[stop])
+    stopped = lm.generate(prompts, DecodingConfig(max_new_tokens=30, temperature=0, stop=(stop,)))
     assert stopped == [text[: text.index(stop)] if stop in text else text for text in full]
 
 
@@ -363,12 +364,12 @@ def test_streaming_never_shows_half_a_character_or_half_a_stop_string(monkeypatc
     assert len(script) > len(text)  # some characters take several tokens
     lm = _scripted(monkeypatch, tok, script)
     pieces: list[str] = []
-    out = lm.generate(["x"], 50, stream=pieces.append)
+    out = lm.generate(["x"], DecodingConfig(max_new_tokens=50), stream=pieces.append)
     assert out == [text] and "".join(pieces) == text
     assert not any("\ufffd" in piece for piece in pieces)
     assert len(pieces) > 5
     pieces.clear()
-    out = lm.generate(["x"], 50, stop=["STOP", "ok?"], stream=pieces.append)
+    out = lm.generate(["x"], DecodingConfig(max_new_tokens=50, stop=("STOP", "ok?")), stream=pieces.append)
     assert out == ["a汤b😀! ok, "] and "".join(pieces) == out[0]
     assert not any("S" in piece or "\ufffd" in piece for piece in pieces)
 
@@ -389,7 +390,7 @@ def test_prompt_file_is_the_prompt(run, monkeypatch, tmp_path):
     status, out = _generate(monkeypatch, str(run), "--prompt-file", str(tmp_path / "prompt.txt"),
                             "--temperature", "0", "--max-new-tokens", "12")  # fmt: skip
     assert status == 0
-    expected = LanguageModel.load(run).generate([prompt], 12, Sampling(temperature=0))[0]
+    expected = LanguageModel.load(run).generate([prompt], DecodingConfig(max_new_tokens=12, temperature=0))[0]
     assert out.getvalue() == prompt + expected + "\n"
 
 

@@ -12,7 +12,8 @@ from torch import Tensor, nn
 
 from vaswani import config
 from vaswani.config import POSITIONS, ModelConfig
-from vaswani.generation import generate, lm_next_logits
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import causal_mask, combine, padding_mask

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, classify, interop, lm, mlm, plots, train, translation
+from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, train, translation
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 
@@ -30,7 +30,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
     request = Evaluation(
         src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
-        file_format=args.format, batch_size=args.batch_size, decoding=translation.decoding_from_args(args),
+        file_format=args.format, batch_size=args.batch_size, decoding=decoding.decoding_from_args(args),
     )  # fmt: skip
     for line in spec.evaluate(args.run_dir, request):
         print(line)
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )
     evaluate.add_argument("--batch-size", type=int, default=64)
-    translation.add_decoding_flags(evaluate)
+    decoding.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser
 

@@ -14,9 +14,14 @@ def add_parsers(commands: Any) -> None:
         description="Read DIR (config.json, model.safetensors or pytorch_model.bin, and the tokenizer) and "
         "write the run directory OUT. Supported: GPT-2 (model_type gpt2; tokenizer.json or vocab.json + "
         "merges.txt), a language model for `vaswani generate` and `vaswani evaluate`; Marian/OPUS-MT "
-        "(model_type marian; tokenizer.json, and target_tokenizer.json for a separate target vocabulary: "
-        "SentencePiece files such as source.spm are not read), a translator for `vaswani translate`. "
-        "Pickled weights are read as plain tensor data only. OUT must be new or empty.",
+        "(model_type marian; tokenizer.json, and target_tokenizer.json for a separate target vocabulary, or "
+        "else OPUS-MT's SentencePiece files source.spm, target.spm and vocab.json (target_vocab.json for "
+        "a separate target vocabulary), read as MarianTokenizer reads them, which needs the sentencepiece "
+        "and protobuf packages, and kept for export-hf), a translator for `vaswani translate`; BERT "
+        "(model_type bert; tokenizer.json or vocab.txt), a masked language model for `vaswani fill-mask` "
+        "and `vaswani evaluate` when the weights have the MLM head (BertForMaskedLM, BertForPreTraining), "
+        "else an encoder for `vaswani embed` and `vaswani train classify --init` (BertModel). Pickled "
+        "weights are read as plain tensor data only. OUT must be new or empty.",
     )
     p.add_argument("src", type=Path, metavar="DIR")
     p.add_argument("out", type=Path, metavar="OUT")
@@ -26,8 +31,9 @@ def add_parsers(commands: Any) -> None:
         help="write a vaswani run as a Hugging Face model folder",
         description="Write the run RUN_DIR as a Hugging Face model folder OUT (config.json, "
         "model.safetensors, tokenizer files) that transformers' from_pretrained loads. Supported: "
-        "language models (lm), as GPT-2; translation runs, as Marian (MarianMTModel). OUT must be new "
-        "or empty.",
+        "language models (lm), as GPT-2; translation runs, as Marian (MarianMTModel; a run imported from "
+        "OPUS-MT's SentencePiece files gets them back, for MarianTokenizer); masked language models (mlm), "
+        "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("out", type=Path, metavar="OUT")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.decoding import decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
 
@@ -37,19 +38,13 @@ def add_generate_parser(commands: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from vaswani.generation import Sampling
     from vaswani.tasks.lm import LanguageModel
 
     if args.prompt_file is not None and args.prompt:
         raise ConfigError("give the prompt as arguments or as --prompt-file, not both")
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    try:
-        sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    except ValueError as exc:
-        raise ConfigError(f"--{str(exc).split()[0].replace('_', '-')}: {exc}") from None
+    decoding = decoding_from_args(args)
     if args.prompt_file is not None:
         prompts = ["\n".join(read_lines(args.prompt_file, allow_empty_lines=True))]
     else:
@@ -65,10 +60,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
 
-        lm.generate(batch, args.max_new_tokens, sampling, args.seed, args.stop, stream=show)
+        lm.generate(batch, decoding, stream=show)
         sys.stdout.write("\n")
         return
-    outputs = lm.generate(batch, args.max_new_tokens, sampling, args.seed, args.stop)
+    outputs = lm.generate(batch, decoding)
     for i, (prompt, text) in enumerate(zip(batch, outputs, strict=True)):
         if i:
             print("-" * 40)

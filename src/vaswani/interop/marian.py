@@ -45,6 +45,9 @@ which also starts the decoder (``decoder_start_token_id``), and is never generat
 :class:`~vaswani.tokenizer.TextTokenizer`); the ids in ``config.json`` must agree with them.
 A folder without ``tokenizer.json`` is read from OPUS-MT's ``source.spm``, ``target.spm`` and
 ``vocab.json``, tokenized as ``MarianTokenizer`` does (:mod:`vaswani.interop.sentencepiece`).
+A folder's OPUS-MT files (also beside a ``tokenizer.json``, as :func:`export_run` writes them)
+are kept in the run directory (``sentencepiece/``) and written back on export, so that
+``MarianTokenizer`` and ``AutoTokenizer`` read both sides of the exported folder.
 """
 
 from __future__ import annotations
@@ -70,7 +73,15 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
-from vaswani.interop.sentencepiece import marian_tokenizer
+from vaswani.interop.sentencepiece import (
+    SOURCE_SPM,
+    TARGET_SPM,
+    TARGET_VOCAB,
+    VOCAB,
+    copy_opus_files,
+    marian_tokenizer,
+    opus_files,
+)
 from vaswani.io import first_line, write_file
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
@@ -82,8 +93,7 @@ from vaswani.tokenizer import TextTokenizer
 MODEL_TYPE = "marian"
 ARCHITECTURE = "MarianMTModel"
 HF_TOKENIZER, HF_TARGET_TOKENIZER = "tokenizer.json", "target_tokenizer.json"
-SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"  # OPUS-MT's SentencePiece models
-VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"  # and its vocabularies (piece → id)
+SENTENCEPIECE_DIR = "sentencepiece"  # where a run keeps OPUS-MT's tokenizer files, for export
 GENERATION_CONFIG = "generation_config.json"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm, not configurable
 
@@ -468,13 +478,12 @@ def _sentencepiece_tokenizers(src: Path) -> tuple[TextTokenizer, TextTokenizer, 
     """The tokenizers of OPUS-MT's own files, as ``MarianTokenizer`` reads them: ``source.spm``
     (and ``target.spm`` for the target side, when there is one) with the ids of ``vocab.json``
     (and ``target_vocab.json`` for a separate target vocabulary, when there is one)."""
-    vocab = src / VOCAB
-    if not vocab.is_file():
+    files = opus_files(src)
+    if not files:
         raise DataError(f"{src}: {SOURCE_SPM} without {VOCAB}, which gives its pieces their ids")
-    target_spm = src / TARGET_SPM if (src / TARGET_SPM).is_file() else src / SOURCE_SPM
-    target_vocab = src / TARGET_VOCAB if (src / TARGET_VOCAB).is_file() else vocab
-    src_tok = _text_tokenizer(marian_tokenizer(src / SOURCE_SPM, vocab, source=True), vocab)
-    tgt_tok = _text_tokenizer(marian_tokenizer(target_spm, target_vocab, source=False), target_vocab)
+    vocab, target_vocab = files[VOCAB], files.get(TARGET_VOCAB, files[VOCAB])
+    src_tok = _text_tokenizer(marian_tokenizer(files[SOURCE_SPM], vocab, source=True), vocab)
+    tgt_tok = _text_tokenizer(marian_tokenizer(files[TARGET_SPM], target_vocab, source=False), target_vocab)
     return src_tok, tgt_tok, vocab
 
 
@@ -528,6 +537,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     folder.save_weights(model)
     for tokenizer, name in ((src_tok, SRC_TOKENIZER), (tgt_tok, TGT_TOKENIZER)):
         write_file(out / name, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    copy_opus_files(src, out / SENTENCEPIECE_DIR)
 
 
 def _special_tokens(tok: TextTokenizer) -> dict[str, str]:
@@ -542,10 +552,15 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     """Write a ``MarianMTModel`` folder into ``out`` from the ``translation`` run ``run_dir``:
     ``config.json``, ``generation_config.json`` (vaswani's decoding: greedy, nothing forced,
     Marian's pad never generated), ``model.safetensors``, and the tokenizers as ``tokenizer.json``
-    (the source side; ``target_tokenizer.json`` beside it when the target's differs) with a
-    ``tokenizer_config.json``. ``transformers`` reads the weights; its ``MarianTokenizer`` needs
-    SentencePiece files, which vaswani does not write: ``tokenizer.json`` loads as a
-    ``PreTrainedTokenizerFast``."""
+    (the source side; ``target_tokenizer.json`` beside it when the target's differs, which
+    ``vaswani import-hf`` reads back) with a ``tokenizer_config.json``.
+
+    A run imported from OPUS-MT's SentencePiece files gets them back (``source.spm``,
+    ``target.spm``, ``vocab.json``, ``target_vocab.json``), and its ``tokenizer_config.json``
+    names ``MarianTokenizer``: ``AutoTokenizer`` and ``MarianTokenizer`` then tokenize sources and
+    targets (``text_target=``) as the original folder does. Any other run's ``tokenizer.json``
+    loads as a ``PreTrainedTokenizerFast``, whose ``text_target`` uses the source side, which
+    only shared vocabularies get right."""
     src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
     tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
     try:
@@ -571,11 +586,11 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     write_file(out / HF_TOKENIZER, source_json.encode("utf-8"))
     if target_json != source_json:
         write_file(out / HF_TARGET_TOKENIZER, target_json.encode("utf-8"))
+    tokenizer_config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if copy_opus_files(run_dir / SENTENCEPIECE_DIR, out):
+        separate = (out / TARGET_VOCAB).is_file()
+        tokenizer_config = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": separate}
     write_json(
         out / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            **_special_tokens(src_tok),
-            "model_max_length": run.model.max_len,
-        },
+        {**tokenizer_config, **_special_tokens(src_tok), "model_max_length": run.model.max_len},
     )

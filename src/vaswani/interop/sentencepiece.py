@@ -21,7 +21,8 @@ only the other side knows keeps its own id here. Only unigram models without byt
 user-defined pieces are read (OPUS-MT's are such); others are refused.
 
 Reading ``.spm`` files needs the optional ``sentencepiece`` and ``protobuf`` packages
-(``pip install "vaswani[marian]"``); the rest of vaswani does not.
+(``pip install "vaswani[marian]"``); the rest of vaswani does not. An imported run keeps the
+files (:func:`copy_opus_files`), so that its export gives ``MarianTokenizer`` the same ones.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, processors
 
 from vaswani.errors import DataError
-from vaswani.io import first_line
+from vaswani.io import first_line, write_file
 from vaswani.tokenizer import MARIAN_EOS, MARIAN_SPECIALS, UNK
 
+SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"  # OPUS-MT's SentencePiece models
+VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"  # and its vocabularies (piece → id)
 SPACE = "▁"
 UNK_PENALTY = 10.0  # SentencePiece's unknown character scores the lowest piece score minus this
 NEVER = -1e9  # the score of a piece SentencePiece could not produce: below any whole segmentation
@@ -43,6 +46,31 @@ ENDS = Regex("^ +| +$")  # the spaces at either end of a text
 # SentencePiece's ModelProto enums (sentencepiece_model.proto).
 UNIGRAM = 1
 NORMAL, USER_DEFINED, BYTE = 1, 4, 6
+
+
+def opus_files(folder: Path) -> dict[str, Path]:
+    """OPUS-MT's tokenizer files in ``folder``, under the names ``MarianTokenizer`` reads:
+    ``source.spm``, ``target.spm`` (``source.spm`` when the folder has no other), ``vocab.json``,
+    and ``target_vocab.json`` when the folder has a separate target vocabulary. Empty when
+    ``folder`` lacks ``source.spm`` or ``vocab.json``."""
+    if not ((folder / SOURCE_SPM).is_file() and (folder / VOCAB).is_file()):
+        return {}
+    target_spm = TARGET_SPM if (folder / TARGET_SPM).is_file() else SOURCE_SPM
+    files = {SOURCE_SPM: folder / SOURCE_SPM, TARGET_SPM: folder / target_spm, VOCAB: folder / VOCAB}
+    if (folder / TARGET_VOCAB).is_file():
+        files[TARGET_VOCAB] = folder / TARGET_VOCAB
+    return files
+
+
+def copy_opus_files(src: Path, out: Path) -> bool:
+    """Copy :func:`opus_files` of the folder ``src`` into the folder ``out`` (made if needed);
+    False, with nothing written, when ``src`` has none."""
+    files = opus_files(src)
+    if files:
+        out.mkdir(exist_ok=True)
+    for name, path in files.items():
+        write_file(out / name, path.read_bytes())
+    return bool(files)
 
 
 def read_model(path: Path) -> Any:

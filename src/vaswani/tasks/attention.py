@@ -16,9 +16,9 @@ from tokenizers import Tokenizer, decoders
 from torch import Tensor
 
 from vaswani.errors import DataError
-from vaswani.generation import translate_ids
+from vaswani.generation.seq2seq import translate_ids
 from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translation import MAX_LEN_A, MAX_LEN_B, Translator, target_budget
+from vaswani.tasks.translation import Translator
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 LABEL_CHARS = 12  # longer token labels are cut with "…"
@@ -114,10 +114,9 @@ def translation_attention(translator: Translator, sentence: str) -> tuple[list[A
     model.eval()
     src_ids = _check_text(sentence, translator.src_tok.encode(sentence), model.config.max_len, "sentence")
     src = torch.tensor([src_ids])
-    budget = target_budget(torch.tensor([len(src_ids)]), MAX_LEN_A, MAX_LEN_B, model.config.max_len)
     bos, eos = translator.tgt_tok.bos_id, translator.tgt_tok.eos_id
     suppress = translator.tgt_tok.suppressed_ids
-    row = translate_ids(model, src, bos, eos, budget, suppress=suppress).tokens[0].tolist()
+    row = translate_ids(model, src, bos, eos, suppress=suppress).tokens[0].tolist()
     produced = row[: row.index(eos) + 1] if eos in row else row
     tgt_in = [bos, *produced[:-1]]
     _, weights = model.decode(torch.tensor([tgt_in]), model.encode(src), need_weights=True)

@@ -8,9 +8,10 @@ masked language models ``text``; classifiers ``labeled`` (in ``file_format``, or
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from vaswani.generation.config import DecodingConfig
 
 
 @dataclass(frozen=True)
@@ -24,4 +25,4 @@ class Evaluation:
     labeled: Path | None = None
     file_format: str | None = None
     batch_size: int = 64
-    decoding: dict[str, Any] = field(default_factory=dict)
+    decoding: DecodingConfig | None = None  # None: greedy

@@ -21,7 +21,9 @@ from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.config import TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
-from vaswani.generation import Sampling, generate, lm_next_logits
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import lm_budget, lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -177,25 +179,21 @@ class LanguageModel:
     def generate(
         self,
         prompts: Sequence[str],
-        max_new_tokens: int = 100,
-        sampling: Sampling | None = None,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
+        decoding: DecodingConfig = GREEDY,
         stream: Callable[[str], None] | None = None,
-        use_cache: bool = True,
     ) -> list[str]:
-        """The continuation of each prompt (without the prompt), cut before the first ``stop``
-        string; generation ends at ``<|endoftext|>``, after ``max_new_tokens`` tokens, or when
-        every row has met a stop string. ``stream`` receives the first row's text as it grows.
-        No prompts give no continuations (``[]``); a prompt that leaves no room in the context is
-        a :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        """The continuation of each prompt (without the prompt), greedy or sampled as ``decoding``
+        says, cut before the first of its ``stop`` strings; generation ends at
+        ``<|endoftext|>``, after ``decoding.max_new_tokens`` tokens (default 100), or when every
+        row has met a stop string. ``stream`` receives the first row's text as it grows. No
+        prompts give no continuations (``[]``); a prompt that leaves no room in the context is a
+        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
+        max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
         self.model.eval()
         ids, mask = self.encode_prompts(prompts)
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        generator = decoding.generator()
         rows: list[list[int]] = [[] for _ in prompts]
         shown = 0
 
@@ -214,13 +212,13 @@ class LanguageModel:
             return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
 
         result = generate(
-            lm_next_logits(self.model, mask, use_cache, self.tokenizer.vocab_size),
+            lm_next_logits(self.model, mask, decoding.use_cache, self.tokenizer.vocab_size),
             ids,
             max_new_tokens,
             self.tokenizer.eos_id,
             self.tokenizer.pad_id,
-            sampling=sampling,
-            generator=generator,
+            decoding,
+            generator,
             on_step=on_step if stream is not None or stop else None,
         )
         if not rows[0] and result.tokens.shape[1]:  # no step was watched
@@ -335,7 +333,9 @@ def finish(
         f"({name}, {metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "
         f"total {time.perf_counter() - started:.0f} s)"
     ]
-    sample = lm.generate([SAMPLE_PROMPT], 120, Sampling(temperature=0.8, top_k=50), seed=0)[0]
+    sample = lm.generate(
+        [SAMPLE_PROMPT], DecodingConfig(max_new_tokens=120, temperature=0.8, top_k=50, seed=0)
+    )[0]
     lines.append(f"\nsample:\n{SAMPLE_PROMPT}{sample}\n")
     lines.append(
         f'run directory: {run_dir}\n  vaswani generate {run_dir} "{SAMPLE_PROMPT}" --max-new-tokens 100'

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +23,8 @@ from vaswani.data.config import ParallelData
 from vaswani.data.readers import read_parallel, read_tsv_pairs
 from vaswani.data.splits import hold_out
 from vaswani.errors import ConfigError, DataError
-from vaswani.generation import LengthPenalty, Sampling, translate_beam_ids, translate_ids
+from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
@@ -38,8 +39,7 @@ TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
-PAPER_LENGTH_PENALTY = LengthPenalty("gnmt", 0.6)  # the paper's beam search: beam 4, alpha 0.6
-MAX_LEN_A, MAX_LEN_B = 2.0, 10
+PAPER_BEAM = DecodingConfig(beam=4)  # the paper's beam search: beam 4, GNMT length penalty alpha 0.6
 PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs")
 EXAMPLES = [
     "Tom chases Jerry",
@@ -203,87 +203,59 @@ class Translator:
     def translate(
         self,
         sentences: Sequence[str],
+        decoding: DecodingConfig = GREEDY,
         batch_size: int = 64,
-        use_cache: bool = True,
         progress: bool = False,
-        beam: int = 1,
-        length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
-        sampling: Sampling | None = None,
-        seed: int | None = None,
-        max_len_a: float = MAX_LEN_A,
-        max_len_b: int = MAX_LEN_B,
     ) -> list[str]:
-        """Translations in input order: greedy (``beam=1``), beam search (``beam`` > 1, scored
-        with ``length_penalty``; see :meth:`translate_n_best`) or drawn with ``sampling``
-        (from a generator seeded with ``seed``; the same seed, sentences and ``batch_size``
-        give the same translations). A sentence gets at most
-        ``max_len_a * len(source) + max_len_b`` tokens, and at most the model's max_len - 1.
-        Decoding starts from the target tokenizer's ``bos_id`` and never produces its
-        ``suppressed_ids`` (Marian's ``<pad>``, see :class:`~vaswani.tokenizer.TextTokenizer`).
-        No sentences give no translations (``[]``); a sentence longer than the model's max_len is
-        a :class:`~vaswani.errors.DataError` naming it."""
-        if beam != 1:  # beam search (which refuses beam < 1)
-            if sampling is not None:
-                raise ValueError("beam search and sampling do not go together: give one of them")
-            best = self.translate_n_best(
-                sentences, 1, beam, length_penalty, batch_size, use_cache, progress, max_len_a, max_len_b
-            )
+        """Translations in input order, as ``decoding`` says: greedy (the default), beam search
+        (the best of :meth:`translate_n_best`) or sampled (from one generator seeded with
+        ``decoding.seed`` for all batches: the same seed, sentences and ``batch_size`` give the
+        same translations). A sentence gets at most ``decoding.max_new_tokens`` tokens, by
+        default ``2 * len(source) + 10`` (:meth:`DecodingConfig.target_budget`), and at most the
+        model's max_len - 1. Decoding starts from the target tokenizer's ``bos_id`` and never
+        produces its ``suppressed_ids`` (Marian's ``<pad>``, see
+        :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
+        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it."""
+        if decoding.strategy == "beam":
+            best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
             return [hypotheses[0].text for hypotheses in best]
-        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        generator = decoding.generator()
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
-        def decode(src: Tensor, limits: Tensor) -> list[str]:
-            result = translate_ids(
-                self.model, src, bos, eos, limits, use_cache, sampling=sampling, generator=generator,
-                suppress=self.tgt_tok.suppressed_ids,
-            )  # fmt: skip
+        def decode(src: Tensor) -> list[str]:
+            suppress = self.tgt_tok.suppressed_ids
+            result = translate_ids(self.model, src, bos, eos, decoding, generator, suppress=suppress)
             return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
 
-        return self._in_batches(sentences, decode, batch_size, progress, max_len_a, max_len_b)
+        return self._in_batches(sentences, decode, batch_size, progress)
 
     def translate_n_best(
         self,
         sentences: Sequence[str],
-        n_best: int = 1,
-        beam: int = 4,
-        length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
+        decoding: DecodingConfig = PAPER_BEAM,
         batch_size: int = 64,
-        use_cache: bool = True,
         progress: bool = False,
-        max_len_a: float = MAX_LEN_A,
-        max_len_b: int = MAX_LEN_B,
-        early_stopping: bool = True,
     ) -> list[list[Hypothesis]]:
-        """The ``n_best`` (<= ``beam``) best translations of each sentence, best first, by beam
-        search (:func:`vaswani.generation.beam_search`, Hugging Face's convention): score =
-        log P(y | x) / lp(|y|). The defaults are the paper's: beam 4, GNMT penalty alpha 0.6.
-        No sentences give no lists (``[]``)."""
+        """The ``decoding.n_best`` (<= ``decoding.beam``) best translations of each sentence, best
+        first, by beam search (:func:`vaswani.generation.beam.beam_search`, Hugging Face's
+        convention): score = log P(y | x) / lp(|y|). The default is the paper's: beam 4, GNMT
+        penalty alpha 0.6, one translation. No sentences give no lists (``[]``)."""
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
-        def decode(src: Tensor, limits: Tensor) -> list[list[Hypothesis]]:
-            found = translate_beam_ids(
-                self.model, src, bos, eos, limits, beam, n_best, length_penalty, use_cache, early_stopping,
-                suppress=self.tgt_tok.suppressed_ids,
-            )  # fmt: skip
+        def decode(src: Tensor) -> list[list[Hypothesis]]:
+            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.tgt_tok.suppressed_ids)
             return [
                 [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
                 for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
             ]
 
-        return self._in_batches(sentences, decode, batch_size, progress, max_len_a, max_len_b)
+        return self._in_batches(sentences, decode, batch_size, progress)
 
     @torch.no_grad()
     def _in_batches(
-        self,
-        sentences: Sequence[str],
-        decode: Callable[[Tensor, Tensor], list[T]],
-        batch_size: int,
-        progress: bool,
-        max_len_a: float,
-        max_len_b: int,
+        self, sentences: Sequence[str], decode: Callable[[Tensor], list[T]], batch_size: int, progress: bool
     ) -> list[T]:
-        """``decode(src, max_new_tokens)`` over batches of sentences of similar length, each
-        with its own budget (see :func:`target_budget`); results in input order."""
+        """``decode(src)`` over batches of sentences of similar length; results in input order."""
         self.model.eval()
         max_len = self.model.config.max_len
         ids = self.src_tok.encode_batch(list(sentences))
@@ -296,9 +268,7 @@ class Translator:
         for start in tqdm(starts, desc="translate", unit="batch", disable=not progress):
             chunk = order[start : start + batch_size]
             src = pad([ids[i] for i in chunk], self.model.config.pad_id)
-            lengths = torch.tensor([len(ids[i]) for i in chunk])
-            results = decode(src, target_budget(lengths, max_len_a, max_len_b, max_len))
-            out.update(zip(chunk, results, strict=True))
+            out.update(zip(chunk, decode(src), strict=True))
         return [out[i] for i in range(len(ids))]
 
 
@@ -308,13 +278,6 @@ class Hypothesis:
 
     text: str
     score: float
-
-
-def target_budget(src_lengths: Tensor, max_len_a: float, max_len_b: int, max_len: int) -> Tensor:
-    """The most target tokens of each sentence: min(floor(a·|x| + b), max_len − 1), at least 1
-    (fairseq's ``max_len_a``/``max_len_b``; |x| counts source tokens)."""
-    budget = (max_len_a * src_lengths.double() + max_len_b).floor().long()
-    return budget.clamp(min=1, max=max(1, max_len - 1))
 
 
 def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
@@ -378,16 +341,13 @@ def evaluate_split(
     pairs: Pairs,
     batch_size: int = 64,
     quiet: bool = True,
-    beam: int = 1,
-    length_penalty: LengthPenalty = PAPER_LENGTH_PENALTY,
+    decoding: DecodingConfig = GREEDY,
 ) -> dict[str, Any]:
     """BLEU (cased and lowercased) and chrF, sacrebleu's with their signatures, of the
-    translations of ``pairs``: greedy, or beam search with ``beam`` > 1 (see
+    translations of ``pairs`` decoded as ``decoding`` says (greedy by default; see
     :meth:`Translator.translate`)."""
     sources = [s for s, _ in pairs]
-    hyps = translator.translate(
-        sources, batch_size, progress=not quiet, beam=beam, length_penalty=length_penalty
-    )
+    hyps = translator.translate(sources, decoding, batch_size, progress=not quiet)
     refs = [t for _, t in pairs]
     b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
     lower = bleu(hyps, refs, translator.bleu_tokenize, lowercase=True)
@@ -424,16 +384,6 @@ def describe_scores(scores: dict[str, Any]) -> str:
     return f"BLEU {scores['bleu']:.2f} (lowercased {scores['bleu_lowercase']:.2f})  chrF {scores['chrf']:.2f}"
 
 
-def describe_decoding(decoding: dict[str, Any]) -> str:
-    """``greedy`` or ``beam 4, gnmt length penalty 0.6``, for reports."""
-    if decoding["beam"] == 1:
-        return "greedy"
-    penalty = decoding["length_penalty"]
-    if penalty.kind == "none":
-        return f"beam {decoding['beam']}, no length penalty"
-    return f"beam {decoding['beam']}, {penalty.kind} length penalty {penalty.alpha:g}"
-
-
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     """BLEU and chrF of a translation run on ``request.src``/``ref``, or on the run's own test split
     (its valid split when it has none); the hypotheses are written to ``request.out`` (default
@@ -450,8 +400,8 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     else:
         data = load_data(RunDir(run_dir).read_config(TASK, ParallelData).data)  # type: ignore[arg-type]
         pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
-    decoding = request.decoding
-    scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, **decoding)
+    decoding = request.decoding or GREEDY
+    scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, decoding=decoding)
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
     return [

@@ -1,0 +1,83 @@
+"""Decoding an encoder-decoder: the source is encoded once, the decoder extends the target from
+BOS greedily, by sampling or by beam search, as the :class:`DecodingConfig` says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import ConfigError
+from vaswani.generation.beam import Beams, Reorderable, beam_search
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.sampling import Generated, NextLogits, generate
+from vaswani.models.transformer import EncodedSource, Transformer
+
+
+def seq2seq_decoding(model: Transformer, src: Tensor, use_cache: bool = True) -> Reorderable:
+    """The next-token function of an encoder-decoder (see :func:`seq2seq_next_logits`) with
+    the reordering of its encoder output and cache."""
+    source: EncodedSource = model.start_decoding(src) if use_cache else model.encode(src)
+
+    def next_logits(tokens: Tensor) -> Tensor:
+        step_input = tokens[:, -1:] if use_cache else tokens
+        logits, _ = model.decode(step_input, source, last_only=True)
+        return logits[:, -1]
+
+    return Reorderable(next_logits, source.reorder)
+
+
+def seq2seq_next_logits(model: Transformer, src: Tensor, use_cache: bool = True) -> NextLogits:
+    """The next-token function of an encoder-decoder: the source is encoded once;
+    with ``use_cache`` the decoder sees only the newest token and appends its
+    keys and values to the cache, else it recomputes the whole prefix."""
+    return seq2seq_decoding(model, src, use_cache).next_logits
+
+
+def _start(model: Transformer, src: Tensor, bos_id: int, decoding: DecodingConfig) -> tuple[Tensor, Tensor]:
+    """The BOS prefix (batch, 1) and each row's budget (batch,) from ``decoding`` and the
+    source lengths (the tokens of ``src`` (batch, src_len) that are not the model's pad_id)."""
+    if decoding.stop:
+        raise ConfigError("decoding.stop applies to language models: a translation ends at EOS")
+    model.eval()
+    prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    lengths = (src != model.config.pad_id).sum(dim=1)
+    return prefix, decoding.target_budget(lengths, model.config.max_len)
+
+
+def translate_ids(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    decoding: DecodingConfig = GREEDY,
+    generator: torch.Generator | None = None,
+    keep_logits: bool = False,
+    suppress: Sequence[int] = (),
+) -> Generated:
+    """Greedy or sampled translations (:func:`~vaswani.generation.sampling.generate`) of a padded
+    batch of source ids ``src`` (batch, src_len), starting from BOS, within the budget of
+    :meth:`DecodingConfig.target_budget`. Samples are drawn from ``generator`` (default: one
+    seeded with ``decoding.seed``); the ids in ``suppress`` are never generated."""
+    prefix, budget = _start(model, src, bos_id, decoding)
+    return generate(
+        seq2seq_next_logits(model, src, decoding.use_cache), prefix, budget, eos_id, model.config.pad_id,
+        decoding, generator or decoding.generator(), keep_logits=keep_logits, suppress=suppress,
+    )  # fmt: skip
+
+
+def translate_beam_ids(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    decoding: DecodingConfig,
+    suppress: Sequence[int] = (),
+) -> Beams:
+    """Beam search translation (:func:`~vaswani.generation.beam.beam_search`) of a padded batch
+    of source ids, from BOS, within the budget of :meth:`DecodingConfig.target_budget`; the ids
+    in ``suppress`` are never generated."""
+    prefix, budget = _start(model, src, bos_id, decoding)
+    state = seq2seq_decoding(model, src, decoding.use_cache)
+    return beam_search(state, prefix, budget, eos_id, model.config.pad_id, decoding, suppress)
