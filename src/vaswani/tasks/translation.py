@@ -265,7 +265,8 @@ class Translator:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: dict[int, T] = {}
         starts = range(0, len(order), batch_size)
-        for start in tqdm(starts, desc="translate", unit="batch", disable=not progress):
+        bar_off = None if progress else True  # None: tqdm's own test, off when stderr is no terminal
+        for start in tqdm(starts, desc="translate", unit="batch", disable=bar_off):
             chunk = order[start : start + batch_size]
             src = pad([ids[i] for i in chunk], self.model.config.pad_id)
             out.update(zip(chunk, decode(src), strict=True))
