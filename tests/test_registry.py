@@ -1,0 +1,158 @@
+"""The task registry, RunDir, the recipes and the generated flags: the layer that every command
+dispatches through."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_old_run_dirs import FIXTURES
+from vaswani import recipes
+from vaswani.cli import main
+from vaswani.cli.flags import add_fields, given
+from vaswani.config import Config, ModelConfig, flag
+from vaswani.data.config import LabeledData, ParallelData, TextData
+from vaswani.errors import ConfigError, RunDirError
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
+
+
+def test_every_trainable_task_has_its_hooks_and_a_recipe_that_validates():
+    for spec in registry.trainable():
+        assert spec.recipe and spec.configure and spec.finish and spec.evaluate, spec.name
+        sections = recipes.packaged(spec.recipe({}))
+        assert set(sections) <= {"model", "train", "data"}
+        spec.data.from_dict(
+            sections.get("data", {})
+            | ({"train_file": "t", "dev_file": "d"} if spec.data is LabeledData else {})
+        )
+
+
+@pytest.mark.parametrize("task", ["translation", "lm", "mlm"])
+def test_the_default_job_is_budgeted_in_steps(task):
+    run = registry.configure(task)
+    assert run.task == task and run.train.max_minutes is None and run.train.max_steps <= 1000
+
+
+def test_flags_recipes_and_files_are_merged_in_order(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("base: lm\nmodel: {d_model: 96, n_heads: 4}\ntrain: {lr: 0.01}\n", encoding="utf-8")
+    run = registry.configure("lm", {"train": {"lr": 0.5}, "data": {"text": [str(recipe)]}}, config=recipe)
+    lm = registry.configure("lm", {"data": {"text": [str(recipe)]}})
+    assert (run.model.d_model, run.model.n_heads) == (96, 4)  # the file over the recipe
+    assert run.train.lr == 0.5  # the flags over the file
+    assert run.train.max_steps == lm.train.max_steps  # base: lm, the recipe for the user's text
+    assert run.model.norm_placement == "pre" and run.model.arch == "decoder_only"  # gpt-mini's
+
+
+def test_an_unknown_recipe_or_preset_is_one_line():
+    with pytest.raises(ConfigError, match="unknown recipe 'nope'; choose from"):
+        recipes.packaged("nope")
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        registry.configure("lm", {"model": {"preset": "nope"}})
+
+
+def test_a_run_of_an_unknown_task_gets_one_clear_line(tmp_path, capsys):
+    run = tmp_path / "future"
+    shutil.copytree(FIXTURES / "lm", run)
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    (run / "config.json").write_text(json.dumps({**config, "task": "summarization"}), encoding="utf-8")
+    for argv in (
+        ["evaluate", str(run), "--text", str(run / "config.json")],
+        ["plot", str(run)],
+        ["attention", str(run), "x", "--out", str(tmp_path / "a.png")],
+        ["average", str(run), "--last", "1"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "'summarization'" in err and "knows" in err, argv
+    with pytest.raises(RunDirError, match="summarization"):
+        registry.load(run)
+
+
+@pytest.mark.parametrize(
+    "task,wrapper",
+    [("translation", "Translator"), ("lm", "LanguageModel"), ("mlm", "MaskedLanguageModel"),
+     ("classify", "TextClassifier"), ("encoder", "SentenceEncoder")],
+)  # fmt: skip
+def test_load_gives_each_tasks_wrapper(task, wrapper, tmp_path):
+    from tests.test_old_run_dirs import copied_run
+
+    run, _ = copied_run(task, tmp_path)
+    assert type(registry.load(run)).__name__ == wrapper
+
+
+def test_rundir_reads_the_shared_data_section_of_old_runs_as_the_tasks_own(tmp_path):
+    """An old run's data section held every task's fields; each task now reads its own, and a
+    classifier's batch_size moves to the training section."""
+    run = RunDir(FIXTURES / "classify").read_config("classify", LabeledData)
+    assert run.train.batch_size == 32 and run.data.labels == ("negative", "positive")
+    lm = RunDir(FIXTURES / "lm").read_config("lm", TextData)
+    assert lm.data.tokenizer == "char" and "mask_prob" in {f.name for f in dataclasses.fields(TextData)}
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURES / "translation", folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["data"]["typo_field"] = 1
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"data\.typo_field"):  # a field no version wrote is refused
+        RunDir(folder).read_config("translation", ParallelData)
+
+
+def test_rundir_writes_what_it_reads(tmp_path):
+    run = registry.configure("translation")
+    folder = RunDir(tmp_path)
+    folder.write_config(run)
+    assert folder.read_config("translation", ParallelData) == run
+    with pytest.raises(RunDirError, match="not 'lm'"):
+        folder.read_config("lm", TextData)
+    assert RunDir.new(tmp_path / "new", "x").path == tmp_path / "new"
+    with pytest.raises(RunDirError, match="already exists"):
+        RunDir.new(tmp_path, "x")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Knobs(Config):
+    _section = "knobs"
+    depth: int = flag(3, "how deep")
+    pair: tuple[int, int] = flag((0, 1), "two numbers")
+    label: str | None = flag(None, "a name", flag="--name")
+    on: bool = flag(False)
+
+
+def test_a_new_field_gets_its_flag_help_and_value():
+    parser = argparse.ArgumentParser()
+    add_fields(parser, _Knobs)
+    assert "how deep" in parser.format_help() and "--name" in parser.format_help()
+    args = parser.parse_args(["--depth", "5", "--name", "x", "--on", "--pair", "2,3"])
+    assert given(args, _Knobs) == {"depth": 5, "label": "x", "on": True, "pair": [2, 3]}
+    assert given(parser.parse_args([]), _Knobs) == {}
+    with pytest.raises(ConfigError, match="--pair: expected 2 values"):
+        given(parser.parse_args(["--pair", "7"]), _Knobs)
+
+
+def test_every_config_field_has_a_flag():
+    """The train command offers every field of the model's and the training's configs."""
+    from vaswani.cli import build_parser
+
+    help_text = build_parser().parse_args(["train", "lm"])  # builds every subparser
+    assert help_text.task == "lm"
+    options = {
+        o for action in build_parser()._subparsers._group_actions[0].choices["train"]._subparsers  # type: ignore[union-attr]
+        ._group_actions[0].choices["lm"]._actions for o in action.option_strings
+    }  # fmt: skip
+    for cls in (ModelConfig, TextData):
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("flag", "") is not None:
+                assert f"--{f.name.replace('_', '-')}" in options, f.name
+
+
+def test_a_flag_that_sets_a_bad_value_is_named(capsys, tmp_path):
+    assert main(["train", "lm", "--warmup", "-1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vaswani: error: --warmup: config field 'train.warmup_steps'"), err
+    assert not Path(tmp_path / "r").exists()
