@@ -21,7 +21,7 @@ minutes, the commands) to ``--results``. Anchors: small BERTs reach 86-90% on SS
 
     python benchmarks/sst2.py                        # 10 minutes each (about 25 minutes in all)
     python benchmarks/sst2.py --minutes 15 --out runs/sst2   # keep the run directories
-    python benchmarks/sst2.py --minutes 1 --results /tmp/sst2.md   # a smoke run
+    python benchmarks/sst2.py --minutes 1 --results runs/sst2_smoke.md   # a smoke run
     python benchmarks/sst2.py --out runs/sst2 --report       # only rewrite the table from those runs
 """
 

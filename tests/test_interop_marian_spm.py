@@ -27,7 +27,7 @@ pytest.importorskip("google.protobuf")
 
 from tests.test_interop_marian import HF_CONFIGS, generation_settings, hf_model, one_line  # noqa: E402
 
-MULTI30K = Path("/work/shared/data/multi30k")
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"  # ../shared beside the clone
 LINES = 400
 REQUIRED = string.digits + string.punctuation
 SENTENCES = [
