@@ -22,7 +22,7 @@ from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks import bert, classify, encoder, lm, mlm, translation
+from vaswani.tasks import bert, classify, encoder, lm, mlm, tag, translation
 from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
@@ -88,6 +88,10 @@ TASKS: dict[str, TaskSpec] = {
             "classify", "fine-tune a BERT text classifier", LabeledData, classify.model_of,
             classify.TextClassifier.load, classify.train_classify, classify.recipe, classify.configure,
             classify.finish, classify.evaluate_run,
+        ),
+        TaskSpec(
+            "tag", "train a BERT part-of-speech tagger (CoNLL-U)", tag.TagData, tag.model_of,
+            tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish, tag.evaluate_run,
         ),
     )
 }  # fmt: skip
