@@ -13,13 +13,13 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from vaswani.aliases import COMBINED_NORMS, split_combined_norm
 from vaswani.errors import ConfigError
 
 T = TypeVar("T")
@@ -27,13 +27,6 @@ T = TypeVar("T")
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
-# The values of ``norm`` from before its kind and its placement were two fields, still read (in
-# Python, YAML configs, flags, presets and the config.json of run directories): each sets both.
-COMBINED_NORMS = {
-    "post_ln": ("layernorm", "post"),
-    "pre_ln": ("layernorm", "pre"),
-    "pre_rmsnorm": ("rmsnorm", "pre"),
-}
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
@@ -140,25 +133,6 @@ def padded_vocab_size(n: int, multiple: int = 64) -> int:
     """The embedding rows for a vocabulary of ``n``: ``n`` rounded up to a ``multiple`` (aligned
     matrix shapes; the extra rows are never targets, see the tasks' losses)."""
     return -(-n // multiple) * multiple
-
-
-def split_combined_norm(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The model fields ``fields`` of one source (a call, a YAML section, a ``config.json``, the
-    flags) with an old combined ``norm`` (``pre_ln``: :data:`COMBINED_NORMS`) written as the two
-    fields it stands for, ``norm`` (the kind) and ``norm_placement``. Merge sources after splitting
-    each, so that a later ``norm: post_ln`` replaces an earlier placement. A ``norm_placement`` in
-    the same source that contradicts the old value is a :class:`ConfigError` naming the field."""
-    norm = fields.get("norm")
-    if not isinstance(norm, str) or norm not in COMBINED_NORMS:
-        return dict(fields)
-    kind, placement = COMBINED_NORMS[norm]
-    given = fields.get("norm_placement")
-    if given is not None and given != placement:
-        raise ConfigError(
-            f"config field 'model.norm_placement': {given!r} contradicts norm {norm!r} ({kind} "
-            f"placed {placement!r}); give norm {kind!r} and the placement, or the old value alone"
-        )
-    return {**fields, "norm": kind, "norm_placement": placement}
 
 
 def _type_name(annotation: Any) -> str:

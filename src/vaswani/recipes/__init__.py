@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from vaswani.config import presets, split_combined_norm
+from vaswani.aliases import split_combined_norm
+from vaswani.config import presets
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
 from vaswani.runtime import native_bf16
