@@ -148,6 +148,21 @@ def test_presets_take_old_names_as_overrides():
     assert sides_of(ModelConfig.preset("transformer-small"))[2:] == (3, 3)
 
 
+def test_the_presets_and_recipes_use_the_neutral_names_where_the_stacks_are_equal():
+    configs = Path(__file__).parents[1] / "configs"
+    paths = [*Path(recipes.FOLDER).glob("*.yaml"), *configs.glob("*.yaml")]
+    assert len(paths) > 10
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for old in SIDES:
+            assert old not in text, (path.name, old)
+    depths = {"cmn_eng": (3, 3), "multi30k": (3, 3), "shakespeare_char": (4, None)}
+    depths["shakespeare_char_large"] = (6, None)
+    for name, (depth, per_side) in depths.items():  # as deep as they were (3 + 3, 4, 6 layers)
+        model = ModelConfig.from_dict(recipes.read(configs / f"{name}.yaml")["model"])
+        assert (model.n_layers, model.n_encoder_layers, model.n_decoder_layers) == (depth, per_side, per_side)
+
+
 def test_a_merge_of_sources_lets_a_later_old_name_replace_an_earlier_field():
     gpt = {"model": {"arch": "decoder_only", "n_layers": 4, "vocab_size": 96}}
     merged = recipes.merge(gpt, {"model": {"n_decoder_layers": 6, "tgt_vocab_size": 64}})
