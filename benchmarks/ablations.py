@@ -78,7 +78,7 @@ def variant_run(base: Any, variant: Variant, steps: int, warmup: int, batch_toke
         warmup_steps=warmup if variant.warmup else 0, eval_every=max(1, steps // 8),
         eval_sentences=100, checkpoint_every=None, threads=1,
     )  # fmt: skip
-    from vaswani.config import COMBINED_NORMS
+    from vaswani.aliases import COMBINED_NORMS
 
     kind, placement = COMBINED_NORMS[variant.norm]
     model = base.model.replace(norm=kind, norm_placement=placement, position=variant.position)

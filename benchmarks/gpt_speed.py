@@ -171,7 +171,7 @@ def flops_per_token(model: GPT) -> float:
     """6·N + 12·L·d·T, with N the parameters less the position embedding (see FLOPS_FORMULA)."""
     cfg = model.config
     n = sum(p.numel() for p in model.parameters()) - cfg.max_len * cfg.d_model
-    return 6 * n + 12 * cfg.n_decoder_layers * cfg.d_model * cfg.max_len
+    return 6 * n + 12 * cfg.n_layers * cfg.d_model * cfg.max_len
 
 
 def bench_training(setup: Setup, bf16: bool, steps: int, warmup: int) -> Row:

@@ -147,7 +147,7 @@ def markdown(result: Result, large: bool, quick: bool, threads: int) -> str:
         f"| recipe | steps | train time | wall time | train tok/s | final valid loss ({scope}, fp32) "
         "| best logged valid loss | target | met |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
-        f"| {result.recipe} ({model.n_decoder_layers}L/{model.d_model}d, context {model.max_len}, "
+        f"| {result.recipe} ({model.n_layers}L/{model.d_model}d, context {model.max_len}, "
         f"{t.batch_tokens // model.max_len}×{model.max_len}, {'bf16' if t.bf16 else 'fp32'}) "
         f"| {m['steps']} | {m['train_seconds']:.1f} s | {result.wall_seconds:.1f} s "
         f"| {m['tokens_per_second']:,.0f} | **{result.valid_loss:.4f}** "

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from vaswani.config import COMBINED_NORMS, NORM_PLACEMENTS, ModelConfig
+from vaswani.aliases import COMBINED_NORMS
+from vaswani.config import NORM_PLACEMENTS, ModelConfig
 from vaswani.config import NORMS as KINDS
 from vaswani.errors import ConfigError
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder

@@ -210,8 +210,8 @@ def test_configs_convert_both_ways_and_gpt2_config_reads_ours():
         read = transformers.GPT2Config(**hf)
         assert (read.n_embd, read.n_layer, read.vocab_size) == (
             cfg.d_model,
-            cfg.n_decoder_layers,
-            cfg.tgt_vocab_size,
+            cfg.n_layers,
+            cfg.vocab_size,
         )
     assert config_from_hf({"model_type": "gpt2"}) == ModelConfig.preset("gpt2", dropout=0.1, attn_dropout=0.1)
 

@@ -268,7 +268,15 @@ def test_train_lm_writes_a_complete_run_directory(run):
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "lm" and config["model"]["arch"] == "decoder_only"
     assert config["model"]["max_len"] == 32 and config["data"]["tokenizer"] == "char"
-    assert LanguageModel.load(run).tokenizer.vocab_size <= config["model"]["tgt_vocab_size"]
+    assert LanguageModel.load(run).tokenizer.vocab_size <= config["model"]["vocab_size"]
+
+
+def test_a_new_runs_config_holds_the_neutral_names_and_no_encoder_fields(run):
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert model["n_layers"] == 1  # --layers 1
+    assert model["vocab_size"] == LanguageModel.load(run).model.embed.token.num_embeddings
+    for unused in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers"):
+        assert model[unused] is None, unused
 
 
 class _Recorder(io.StringIO):

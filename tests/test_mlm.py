@@ -292,7 +292,7 @@ def test_a_tiny_model_learns_the_masked_words(run):
     assert vocab > 20 and metrics["masked_accuracy"] > 0.8  # chance: 1 / vocab
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "mlm" and config["model"]["arch"] == "encoder_only"
-    assert config["model"]["src_vocab_size"] % 64 == 0 and config["model"]["src_vocab_size"] >= vocab
+    assert config["model"]["vocab_size"] % 64 == 0 and config["model"]["vocab_size"] >= vocab
     assert {"config.json", "model.safetensors", "tokenizer.json", "metrics.json", "train_log.csv"} <= {
         p.name for p in run.iterdir()
     }

@@ -13,13 +13,20 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from vaswani.aliases import (
+    COMBINED_NORMS,
+    SIDES,
+    check_aliases,
+    merged_model,
+    resolved_sides,
+    split_combined_norm,
+)
 from vaswani.errors import ConfigError
 
 T = TypeVar("T")
@@ -27,13 +34,6 @@ T = TypeVar("T")
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
-# The values of ``norm`` from before its kind and its placement were two fields, still read (in
-# Python, YAML configs, flags, presets and the config.json of run directories): each sets both.
-COMBINED_NORMS = {
-    "post_ln": ("layernorm", "post"),
-    "pre_ln": ("layernorm", "pre"),
-    "pre_rmsnorm": ("rmsnorm", "pre"),
-}
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
@@ -142,25 +142,6 @@ def padded_vocab_size(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
-def split_combined_norm(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The model fields ``fields`` of one source (a call, a YAML section, a ``config.json``, the
-    flags) with an old combined ``norm`` (``pre_ln``: :data:`COMBINED_NORMS`) written as the two
-    fields it stands for, ``norm`` (the kind) and ``norm_placement``. Merge sources after splitting
-    each, so that a later ``norm: post_ln`` replaces an earlier placement. A ``norm_placement`` in
-    the same source that contradicts the old value is a :class:`ConfigError` naming the field."""
-    norm = fields.get("norm")
-    if not isinstance(norm, str) or norm not in COMBINED_NORMS:
-        return dict(fields)
-    kind, placement = COMBINED_NORMS[norm]
-    given = fields.get("norm_placement")
-    if given is not None and given != placement:
-        raise ConfigError(
-            f"config field 'model.norm_placement': {given!r} contradicts norm {norm!r} ({kind} "
-            f"placed {placement!r}); give norm {kind!r} and the placement, or the old value alone"
-        )
-    return {**fields, "norm": kind, "norm_placement": placement}
-
-
 def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
@@ -177,11 +158,18 @@ class ModelConfig(Config):
     target embedding with the output projection, ``all`` also shares the
     source embedding (needs one vocabulary, as the paper's shared BPE).
 
-    ``arch="decoder_only"`` is a GPT: its vocabulary is ``tgt_vocab_size``, its depth
-    ``n_decoder_layers`` and its context ``max_len``; the encoder fields are unused.
+    ``vocab_size`` and ``n_layers`` are the vocabulary and the depth of every stack. An
+    encoder-decoder's ``src_vocab_size``, ``tgt_vocab_size``, ``n_encoder_layers`` and
+    ``n_decoder_layers`` override them per side; once built they hold each side's value (None:
+    the neutral field's), and the neutral field the sides' common value when they agree. A
+    single-stack model (GPT, BERT) has them None, and reads its side's old names as aliases that
+    win when given (a GPT's ``tgt_vocab_size`` is its ``vocab_size``, ``n_decoder_layers`` its
+    ``n_layers``; a BERT's ``src_vocab_size`` and ``n_encoder_layers``); the other side's are
+    dropped.
 
-    ``arch="encoder_only"`` is a BERT: its vocabulary is ``src_vocab_size``, its depth
-    ``n_encoder_layers`` and its context ``max_len``; the decoder fields are unused. Its embeddings
+    ``arch="decoder_only"`` is a GPT, with the context ``max_len``.
+
+    ``arch="encoder_only"`` is a BERT, with the context ``max_len``. Its embeddings
     add ``type_vocab_size`` segment embeddings (0: none) and a norm; ``pooler`` adds the [CLS]
     pooler (dense + tanh); ``tie_embeddings`` other than ``none`` ties the MLM head's decoder to
     the word embeddings.
@@ -194,13 +182,15 @@ class ModelConfig(Config):
     _section = "model"
 
     arch: str = flag("encoder_decoder", "the model's stacks", choices=ARCHS)
-    src_vocab_size: int = flag(32000, "source vocabulary (set from the tokenizer)")
-    tgt_vocab_size: int = flag(32000, "target vocabulary (set from the tokenizer)")
+    vocab_size: int = no_flag(32000)  # set from the tokenizer (--vocab-size sizes the tokenizer)
+    src_vocab_size: int | None = flag(None, "source vocabulary (set from the tokenizer)")
+    tgt_vocab_size: int | None = flag(None, "target vocabulary (set from the tokenizer)")
     d_model: int = flag(512, "model width")
     n_heads: int = flag(8, "attention heads", flag="--heads")
     d_ff: int = flag(2048, "feed-forward width")
-    n_encoder_layers: int = flag(6, "encoder layers", flag="--encoder-layers")
-    n_decoder_layers: int = flag(6, "decoder layers", flag="--decoder-layers")
+    n_layers: int = flag(6, "layers of every stack of the model", flag="--layers")
+    n_encoder_layers: int | None = flag(None, "encoder layers (default: --layers)", flag="--encoder-layers")
+    n_decoder_layers: int | None = flag(None, "decoder layers (default: --layers)", flag="--decoder-layers")
     dropout: float = flag(0.1)
     attn_dropout: float = flag(0.0, "dropout of the attention weights")
     activation: str = flag("relu", choices=ACTIVATIONS)
@@ -234,9 +224,11 @@ class ModelConfig(Config):
         self._one_of("activation", ACTIVATIONS)
         self._one_of("tie_embeddings", TIES)
         self._positive(
-            "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+            "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
             "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "norm_eps",
         )  # fmt: skip
+        for name, value in resolved_sides(vars(self)).items():  # see vaswani.aliases
+            object.__setattr__(self, name, value)
         self._fraction("dropout", "attn_dropout")
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
@@ -254,9 +246,9 @@ class ModelConfig(Config):
                 "'all' needs one shared vocabulary (src_vocab_size == tgt_vocab_size); "
                 "use 'output' with separate vocabularies",
             )
-        vocab = min(self.src_vocab_size, self.tgt_vocab_size)
-        if self.arch == "encoder_only":  # its one vocabulary
-            vocab = self.src_vocab_size
+        vocab = self.vocab_size
+        if self.src_vocab_size is not None and self.tgt_vocab_size is not None:
+            vocab = min(self.src_vocab_size, self.tgt_vocab_size)
         if not 0 <= self.pad_id < vocab:
             self._fail("pad_id", f"must be a valid token id, got {self.pad_id}")
 
@@ -272,15 +264,29 @@ class ModelConfig(Config):
         object.__setattr__(self, "norm_placement", fields["norm_placement"] or "post")
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too."""
-        return dataclasses.replace(self, **split_combined_norm(changes))
+        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too, and
+        ``n_layers`` (``vocab_size``) without per-side values sets every stack."""
+        changes = split_combined_norm(changes)
+        for neutral, sides in SIDES.items():
+            if neutral in changes:
+                changes = {**dict.fromkeys(sides), **changes}
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> ModelConfig:
+        """Build from a mapping (one source: a file, a run directory's ``config.json``); unknown
+        fields are refused, and so is a single-stack model's field given with an old name of
+        another value (``n_layers: 4`` and ``n_decoder_layers: 6`` for a GPT)."""
+        if isinstance(data, dict):
+            check_aliases(data, source)
+        return super().from_dict(data, source)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
         if name not in presets():
             raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(presets())}")
-        fields = {**split_combined_norm(presets()[name]), **split_combined_norm(overrides)}
+        fields = merged_model(split_combined_norm(presets()[name]), overrides)
         return cls.from_dict(fields, source=f"preset '{name}'")
 
 

@@ -20,7 +20,6 @@ from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.settings import LAYERS
 
 RESUME_CHANGES = ("max_steps", "max_minutes")
 SECTIONS = ("model", "train", "data")
@@ -42,11 +41,7 @@ def add_parsers(commands: Any) -> None:
         run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run")
         run.add_argument("--preset", choices=sorted(presets()), help="model architecture preset")
         run.add_argument("--quiet", action="store_true", help="no progress bar")
-        model = p.add_argument_group("model")
-        model.add_argument(
-            "--layers", type=int, dest=f"model.{LAYERS}", help="layers of every stack of the model"
-        )
-        add_fields(model, ModelConfig)
+        add_fields(p.add_argument_group("model"), ModelConfig)
         add_fields(p.add_argument_group("training"), TrainConfig)
         add_fields(p.add_argument_group("data"), spec.data)
         p.set_defaults(handler=cmd_train)
@@ -58,9 +53,6 @@ def flags_of(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     flags = {
         "model": given(args, ModelConfig), "train": given(args, TrainConfig), "data": given(args, spec.data)
     }  # fmt: skip
-    layers = getattr(args, f"model.{LAYERS}")
-    if layers is not None:
-        flags["model"][LAYERS] = layers
     if args.preset is not None:
         flags["model"]["preset"] = args.preset
     return flags
@@ -86,8 +78,6 @@ def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -
 
 def spelling(args: argparse.Namespace, section: str, name: str) -> str:
     """The flag the user typed for ``section.name`` (its first spelling when unknown)."""
-    if name == LAYERS:
-        return "--layers"
     if name == "preset":
         return "--preset"
     spec = registry.get(args.task)

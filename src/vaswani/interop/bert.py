@@ -157,8 +157,8 @@ def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     """Our :class:`ModelConfig` of a BERT ``config.json``.
 
-    vocab_size → src_vocab_size, hidden_size → d_model, num_attention_heads → n_heads,
-    intermediate_size → d_ff, num_hidden_layers → n_encoder_layers, max_position_embeddings →
+    vocab_size → vocab_size, hidden_size → d_model, num_attention_heads → n_heads,
+    intermediate_size → d_ff, num_hidden_layers → n_layers, max_position_embeddings →
     max_len, type_vocab_size → type_vocab_size, hidden_act → activation, layer_norm_eps →
     norm_eps, hidden_dropout_prob → dropout, attention_probs_dropout_prob → attn_dropout,
     pad_token_id → pad_id, tie_word_embeddings → tie_embeddings "output" or "none"; post-LN,
@@ -209,11 +209,11 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         raise ConfigError(f"field 'pad_token_id': must be a token id, got {pad_id}")
     return ModelConfig(
         arch="encoder_only",
-        src_vocab_size=sizes["vocab_size"],
+        vocab_size=sizes["vocab_size"],
         d_model=sizes["hidden_size"],
         n_heads=sizes["num_attention_heads"],
         d_ff=sizes["intermediate_size"],
-        n_encoder_layers=sizes["num_hidden_layers"],
+        n_layers=sizes["num_hidden_layers"],
         dropout=float(rates["hidden_dropout_prob"]),
         attn_dropout=float(rates["attention_probs_dropout_prob"]),
         activation=ACTIVATIONS_FROM_HF[activation],
@@ -256,9 +256,9 @@ def config_to_hf(cfg: ModelConfig, mlm_head: bool) -> dict[str, Any]:
     return {
         "model_type": MODEL_TYPE,
         "architectures": ["BertForMaskedLM" if mlm_head else "BertModel"],
-        "vocab_size": cfg.src_vocab_size,
+        "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_encoder_layers,
+        "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads,
         "intermediate_size": cfg.d_ff,
         "hidden_act": ACTIVATIONS_TO_HF[cfg.activation],
@@ -281,7 +281,7 @@ def task_of(mlm_head: bool) -> str:
 
 def _rows(cfg: ModelConfig, mlm_head: bool) -> list[KeyMap]:
     """The table for ``cfg``: with the MLM head, the encoder's rows carry ``bert.`` on both sides."""
-    rows = expand(TABLE, cfg.n_encoder_layers) + (list(POOLER_TABLE) if cfg.pooler else [])
+    rows = expand(TABLE, cfg.n_layers) + (list(POOLER_TABLE) if cfg.pooler else [])
     if not mlm_head:
         return rows
     head = [*HEAD_TABLE, UNTIED_DECODER] if cfg.tie_embeddings == "none" else list(HEAD_TABLE)
@@ -407,10 +407,10 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     mlm_head = has_mlm_head(tensors)
     cfg = cfg.replace(pooler=has_pooler(tensors))
     tokenizer, tokenizer_path = read_tokenizer(src, cfg.max_len)
-    if tokenizer.vocab_size > cfg.src_vocab_size:
+    if tokenizer.vocab_size > cfg.vocab_size:
         raise DataError(
             f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.src_vocab_size}"
+            f"vocab_size of {cfg.vocab_size}"
         )
     if cfg.pad_id != tokenizer.pad_id:
         raise ConfigError(

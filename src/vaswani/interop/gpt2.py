@@ -124,8 +124,8 @@ def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     """Our :class:`ModelConfig` of a GPT-2 ``config.json``.
 
-    n_embd → d_model, n_head → n_heads, n_layer → n_decoder_layers, n_inner (or 4 · n_embd)
-    → d_ff, n_positions → max_len, vocab_size → tgt_vocab_size, activation_function →
+    n_embd → d_model, n_head → n_heads, n_layer → n_layers, n_inner (or 4 · n_embd)
+    → d_ff, n_positions → max_len, vocab_size → vocab_size, activation_function →
     activation, layer_norm_epsilon → norm_eps, resid_pdrop → dropout (embd_pdrop is not kept
     apart), attn_pdrop → attn_dropout, tie_word_embeddings → tie_embeddings "output" or "none";
     pre-LN, learned positions, unscaled embeddings and fused q/k/v are GPT-2's design. A field
@@ -162,11 +162,11 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         raise ConfigError(f"field 'layer_norm_epsilon': must be > 0, got {eps}")
     return ModelConfig(
         arch="decoder_only",
-        tgt_vocab_size=sizes["vocab_size"],
+        vocab_size=sizes["vocab_size"],
         d_model=sizes["n_embd"],
         n_heads=sizes["n_head"],
         d_ff=sizes.get("n_inner", 4 * sizes["n_embd"]),
-        n_decoder_layers=sizes["n_layer"],
+        n_layers=sizes["n_layer"],
         dropout=float(rates["resid_pdrop"]),
         attn_dropout=float(rates["attn_pdrop"]),
         activation=ACTIVATIONS_FROM_HF[activation],
@@ -203,10 +203,10 @@ def config_to_hf(cfg: ModelConfig, eos_id: int | None = None) -> dict[str, Any]:
     hf: dict[str, Any] = {
         "model_type": MODEL_TYPE,
         "architectures": ["GPT2LMHeadModel"],
-        "vocab_size": cfg.tgt_vocab_size,
+        "vocab_size": cfg.vocab_size,
         "n_positions": cfg.max_len,
         "n_embd": cfg.d_model,
-        "n_layer": cfg.n_decoder_layers,
+        "n_layer": cfg.n_layers,
         "n_head": cfg.n_heads,
         "n_inner": cfg.d_ff,
         "activation_function": ACTIVATIONS_TO_HF[cfg.activation],
@@ -225,7 +225,7 @@ def config_to_hf(cfg: ModelConfig, eos_id: int | None = None) -> dict[str, Any]:
 
 
 def _rows(cfg: ModelConfig) -> list[KeyMap]:
-    rows = expand(TABLE, cfg.n_decoder_layers)
+    rows = expand(TABLE, cfg.n_layers)
     return rows if cfg.tie_embeddings != "none" else [*rows, UNTIED_HEAD]
 
 
@@ -279,7 +279,7 @@ def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tens
     if cfg.tie_embeddings != "none":
         state.pop(UNTIED_HEAD.ours, None)
     if not cfg.fused_qkv:
-        state = _fuse_qkv(state, cfg.n_decoder_layers)
+        state = _fuse_qkv(state, cfg.n_layers)
     return rename(state, _rows(cfg), to_ours=False, our_shapes=_our_shapes(cfg))
 
 
@@ -333,10 +333,10 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer, tokenizer_path = read_tokenizer(src)
-    if tokenizer.vocab_size > cfg.tgt_vocab_size:
+    if tokenizer.vocab_size > cfg.vocab_size:
         raise DataError(
             f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.tgt_vocab_size}"
+            f"vocab_size of {cfg.vocab_size}"
         )
     tensors, weights_path = read_hf_weights(src)
     try:

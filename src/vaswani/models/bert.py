@@ -78,11 +78,11 @@ class Bert(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
             n_segments=cfg.type_vocab_size,
             norm=make_norm(cfg),
         )  # fmt: skip
-        self.blocks = BlockStack(cfg, cfg.n_encoder_layers, causal=False, cross=False)
+        self.blocks = BlockStack(cfg, cfg.n_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
         self.apply(init_bert_weights)
 
@@ -119,7 +119,7 @@ class MaskedLMHead(nn.Module):
         self.dense = Linear(d, d, bias=cfg.bias)
         self.activation = cfg.activation
         self.norm = make_norm(cfg)
-        self.output = Linear(d, cfg.src_vocab_size)
+        self.output = Linear(d, cfg.vocab_size)
         self.dense.apply(init_bert_weights)
         self.norm.apply(init_bert_weights)
         nn.init.zeros_(self.output.bias)

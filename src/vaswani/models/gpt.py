@@ -30,10 +30,10 @@ class GPT(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.tgt_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
         )  # fmt: skip
-        self.blocks = BlockStack(cfg, cfg.n_decoder_layers, causal=True, cross=False)
-        self.output = Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
+        self.blocks = BlockStack(cfg, cfg.n_layers, causal=True, cross=False)
+        self.output = Linear(d, cfg.vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.tie_embeddings != "none":
             self.output.weight = self.embed.token.weight
@@ -41,7 +41,7 @@ class GPT(nn.Module):
     def reset_parameters(self) -> None:
         """GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the
         projections that write into the residual stream scaled by 1/sqrt(2 · n_layers)."""
-        residual_std = 0.02 / math.sqrt(2 * self.config.n_decoder_layers)
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():
             if "norm" in name:
                 continue

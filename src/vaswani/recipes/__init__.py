@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from vaswani.config import presets, split_combined_norm
+from vaswani.aliases import merged_model
+from vaswani.config import presets
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
 from vaswani.runtime import native_bf16
@@ -76,11 +77,15 @@ def packaged(name: str) -> Sections:
 
 
 def merge(base: Sections, over: Sections) -> Sections:
-    """``over``'s fields over ``base``'s, section by section (new dicts); an old combined ``norm``
-    of ``over`` (``pre_ln``) is split into kind and placement first, so that it replaces both."""
+    """``over``'s fields over ``base``'s, section by section (new dicts); the model's merge as
+    :func:`vaswani.aliases.merged_model` does (an old combined ``norm`` of ``over`` replaces both
+    norm fields, its ``n_layers`` every stack's depth, a GPT's ``n_decoder_layers`` the ``n_layers``)."""
     out = {s: dict(base.get(s, {})) for s in SECTIONS if s in base or s in over}
     for section, fields in over.items():
-        out[section].update(split_combined_norm(fields or {}) if section == "model" else fields or {})
+        if section == "model":
+            out[section] = merged_model(out[section], fields or {})
+        else:
+            out[section].update(fields or {})
     return out
 
 

@@ -52,10 +52,10 @@ def read_bert_run(
 
 def check_tokenizer(run: RunConfig, tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
     """Refuse a tokenizer whose vocabulary does not fit the model, or whose [PAD] is not the model's."""
-    if tokenizer.vocab_size > run.model.src_vocab_size:
+    if tokenizer.vocab_size > run.model.vocab_size:
         raise ConfigError(
             f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"embedding of {run.model.src_vocab_size}"
+            f"embedding of {run.model.vocab_size}"
         )
     if tokenizer.pad_id != run.model.pad_id:
         raise ConfigError(

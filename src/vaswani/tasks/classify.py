@@ -250,7 +250,7 @@ def train_classify(
         tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
         vocab = padded_vocab_size(tokenizer.vocab_size)
         run = RunConfig(
-            run.task, run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
+            run.task, run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
         )
     if not resume:
         spec = run.data.replace(
@@ -309,9 +309,9 @@ def recipe(flags: Sections) -> str:
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     """A classifier run: the files and ``--init`` stored absolute, the model of an ``--init`` run
-    fixed (but its dropout), ``--layers`` the encoder's depth, and the steps, warmup (10%) and
-    evaluation interval (once an epoch) taken from the epochs where they are not given, which
-    reads the training file to count its examples."""
+    fixed (but its dropout), and the steps, warmup (10%) and evaluation interval (once an epoch)
+    taken from the epochs where they are not given, which reads the training file to count its
+    examples."""
     model, train = sections.setdefault("model", {}), sections.setdefault("train", {})
     data = sections.setdefault("data", {})
     if data.get("train_file") is None or data.get("dev_file") is None:
@@ -332,7 +332,7 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
                 f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
                 "(only dropout may change)"
             )
-    one_stack(model, "encoder_only", "n_encoder_layers", source)
+    one_stack(model, "encoder_only", source)
     absolute(data, ("train_file", "dev_file", "init"))
     spec = LabeledData.from_dict(data, source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading

@@ -258,10 +258,10 @@ def held_back(text: str, stop: Sequence[str]) -> int:
 
 
 def check_vocab(run: RunConfig, tokenizer: LMTokenizer, run_dir: Path) -> None:
-    if tokenizer.vocab_size > run.model.tgt_vocab_size:
+    if tokenizer.vocab_size > run.model.vocab_size:
         raise ConfigError(
             f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"embedding of {run.model.tgt_vocab_size}"
+            f"embedding of {run.model.vocab_size}"
         )
 
 
@@ -277,7 +277,7 @@ def train_lm(
     else:
         tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
         vocab = padded_vocab_size(tokenizer.vocab_size)
-        run = RunConfig(run.task, run.model.replace(tgt_vocab_size=vocab), run.train, run.data)
+        run = RunConfig(run.task, run.model.replace(vocab_size=vocab), run.train, run.data)
     check_vocab(run, tokenizer, run_dir)
     task = LMTask(
         run,
@@ -313,13 +313,13 @@ def recipe(flags: Sections) -> str:
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A language-model run: a decoder-only model whose depth is ``--layers``; ``--text`` is stored
-    absolute and read as the source."""
+    """A language-model run: a decoder-only model; ``--text`` is stored absolute and read as the
+    source."""
     data = sections.setdefault("data", {})
     if "text" in flags.get("data", {}):
         data["source"] = "text"
     absolute(data, ("text",))
-    one_stack(sections.setdefault("model", {}), "decoder_only", "n_decoder_layers", source)
+    one_stack(sections.setdefault("model", {}), "decoder_only", source)
     return validated(TASK, sections, TextData, source)
 
 

@@ -292,7 +292,7 @@ def train_mlm(
     else:
         tokenizer = WordPieceTokenizer.train(train_docs, run.data.vocab_size, max_len=max_len)
         vocab = padded_vocab_size(tokenizer.vocab_size)
-        model_cfg = run.model.replace(src_vocab_size=vocab, pad_id=tokenizer.pad_id)
+        model_cfg = run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id)
         run = RunConfig(run.task, model_cfg, run.train, run.data)
     check_tokenizer(run, tokenizer, run_dir)
     task = MLMTask(
@@ -326,13 +326,13 @@ def recipe(flags: Sections) -> str:
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A masked-LM run: an encoder-only model whose depth is ``--layers``; ``--text`` is stored
-    absolute and read as the source."""
+    """A masked-LM run: an encoder-only model; ``--text`` is stored absolute and read as the
+    source."""
     data = sections.setdefault("data", {})
     if "text" in flags.get("data", {}):
         data["source"] = "text"
     absolute(data, ("text",))
-    one_stack(sections.setdefault("model", {}), "encoder_only", "n_encoder_layers", source)
+    one_stack(sections.setdefault("model", {}), "encoder_only", source)
     return validated(TASK, sections, TextData, source)
 
 

@@ -17,8 +17,6 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError
 from vaswani.recipes import Sections
 
-LAYERS = "n_layers"  # the depth of every stack of the model (--layers), resolved by each task's rules
-
 
 def validated(task: str, sections: Sections, data: type, source: str) -> RunConfig:
     """The run config of ``sections``, each section validated by its class (errors name ``source``)."""
@@ -40,16 +38,13 @@ def absolute(data: dict[str, Any], fields: tuple[str, ...]) -> None:
             data[key] = [str(Path(v).resolve()) for v in value]
 
 
-def one_stack(model: dict[str, Any], arch: str, depth: str, source: str) -> None:
-    """A single-stack model (GPT, BERT): ``arch`` set (another one given is refused) and the
-    ``--layers`` depth stored in the field ``depth``."""
+def one_stack(model: dict[str, Any], arch: str, source: str) -> None:
+    """A single-stack model (GPT, BERT): ``arch`` set (another one given is refused)."""
     if model.get("arch", arch) != arch:
         raise ConfigError(
             f"{source}: config field 'model.arch': this task trains '{arch}', got {model['arch']!r}"
         )
     model["arch"] = arch
-    if LAYERS in model:
-        model[depth] = model.pop(LAYERS)
 
 
 def run_config(

@@ -30,7 +30,7 @@ from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.settings import LAYERS, absolute, validated
+from vaswani.tasks.settings import absolute, validated
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
@@ -419,9 +419,8 @@ def recipe(flags: Sections) -> str:
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A translation run: files given as flags pick their source (``--pairs``: tsv), ``--layers``
-    sets both stacks, one shared vocabulary ties all three embeddings unless a tie is given, and
-    paths are stored absolute."""
+    """A translation run: files given as flags pick their source (``--pairs``: tsv), one shared
+    vocabulary ties all three embeddings unless a tie is given, and paths are stored absolute."""
     given = flags.get("data", {})
     if ("src" in given) != ("tgt" in given):
         raise ConfigError("--src and --tgt go together")
@@ -436,8 +435,6 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
         raise ConfigError(
             f"{source}: config field 'model.arch': a translator is 'encoder_decoder', got {model['arch']!r}"
         )
-    if LAYERS in model:
-        model["n_encoder_layers"] = model["n_decoder_layers"] = model.pop(LAYERS)
     if data.get("shared_vocab"):
         model.setdefault("tie_embeddings", "all")
     else:
