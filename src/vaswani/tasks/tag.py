@@ -50,8 +50,6 @@ from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "tag"
-# The two model fields of a BERT's depth and vocabulary, named in this module here only.
-BERT_DEPTH, BERT_VOCAB = "n_encoder_layers", "src_vocab_size"
 
 
 @dataclass(frozen=True)
@@ -306,8 +304,10 @@ def train_tag(
     else:
         texts = [" ".join(sentence.words) for sentence in train]
         tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
-        vocab = {BERT_VOCAB: padded_vocab_size(tokenizer.vocab_size), "pad_id": tokenizer.pad_id}
-        run = RunConfig(run.task, run.model.replace(**vocab), run.train, run.data)
+        vocab = padded_vocab_size(tokenizer.vocab_size)
+        run = RunConfig(
+            run.task, run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
+        )
     if not resume:
         tags = tag_set(train, run.data.train_file)
         run = RunConfig(run.task, run.model, run.train, run.data.replace(tags=tags))
@@ -369,7 +369,7 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
                 f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
                 "(only dropout may change)"
             )
-    one_stack(model, "encoder_only", BERT_DEPTH, source)
+    one_stack(model, "encoder_only", source)
     absolute(data, ("train_file", "dev_file", "init"))
     spec = TagData.from_dict(data, source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
