@@ -20,8 +20,6 @@ Sentence embeddings of any BERT run are :mod:`vaswani.tasks.encoder`'s.
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,17 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani import recipes
 from vaswani.config import ModelConfig, RunConfig, TrainConfig, padded_vocab_size
 from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.metrics import accuracy_and_macro_f1
-from vaswani.models.bert import POOLER_KEYS, Bert, BertClassifier, MaskedLM
+from vaswani.models.bert import BertClassifier
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import (
-    BERT_TASKS,
     TOKENIZER,
     TextBatch,
     check_tokenizer,
@@ -51,23 +47,19 @@ from vaswani.tasks.bert import (
     save_tokenizer,
     text_batch,
 )
-from vaswani.tasks.bert import model_of as bert_model_of
 from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.settings import absolute, one_stack, validated
+from vaswani.tasks.finetune import (
+    copy_encoder,
+    epoch_settings,
+    fine_tuning_rules,
+    length_batches,
+    pretrained_bert,
+)
+from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
-    """Batches of ``batch_size`` examples of similar length (little padding): the examples are
-    shuffled by ``seed``, sorted by length (a stable sort keeps the shuffle among equals) and
-    cut in order; the trainer shuffles the batches."""
-    order = list(range(len(lengths)))
-    random.Random(seed).shuffle(order)
-    order.sort(key=lambda i: lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 @dataclass
@@ -155,24 +147,6 @@ def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> di
 def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
     """``base`` with a pooler exactly when the classifier reads the pooled [CLS] state."""
     return base.replace(pooler=pool == "cls")
-
-
-def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
-    """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
-    run, tokenizer = read_bert_run(init, BERT_TASKS, "--init")
-    model = RunDir(init).load_weights(bert_model_of(run))
-    return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
-
-
-def load_encoder_weights(classifier: BertClassifier, bert: Bert) -> None:
-    """Copy a pretrained encoder's weights into ``classifier``: a pooler the classifier does not
-    use is left out, one that the encoder lacks keeps its fresh initialisation."""
-    state = {k: v for k, v in bert.state_dict().items() if classifier.config.pooler or k not in POOLER_KEYS}
-    missing, unexpected = classifier.bert.load_state_dict(state, strict=False)
-    if unexpected or set(missing) - set(POOLER_KEYS):
-        raise ConfigError(
-            f"the --init encoder does not fit the classifier (missing {missing}, unexpected {unexpected})"
-        )
 
 
 class TextClassifier:
@@ -263,26 +237,11 @@ def train_classify(
     def build() -> nn.Module:
         model = model_of(run)
         if bert is not None:
-            load_encoder_weights(model, bert)
+            copy_encoder(model.bert, bert)
         return model
 
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
-
-
-WARMUP_FRACTION = 0.1
-
-
-def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epochs: float) -> dict[str, Any]:
-    """``train`` with what was not set taken from ``epochs``: ``max_steps`` (the steps of that
-    many epochs), ``warmup_steps`` (10% of them) and ``eval_every`` (once an epoch). The epochs
-    are then written as those steps (``epochs`` left out), so that a resume may extend them."""
-    per_epoch = math.ceil(n_examples / batch_size)
-    out = {k: v for k, v in train.items() if k != "epochs"}
-    out.setdefault("max_steps", max(1, math.ceil(epochs * per_epoch)))
-    out.setdefault("warmup_steps", int(WARMUP_FRACTION * out["max_steps"]))
-    out.setdefault("eval_every", per_epoch)
-    return out
 
 
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
@@ -312,29 +271,10 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     fixed (but its dropout), and the steps, warmup (10%) and evaluation interval (once an epoch)
     taken from the epochs where they are not given, which reads the training file to count its
     examples."""
-    model, train = sections.setdefault("model", {}), sections.setdefault("train", {})
-    data = sections.setdefault("data", {})
-    if data.get("train_file") is None or data.get("dev_file") is None:
-        raise ConfigError("train classify needs --train and --dev files (or --resume RUN_DIR)")
-    if "batch_tokens" in flags.get("train", {}):
-        raise ConfigError("--batch-tokens: a classifier's batches hold --batch-size examples")
-    if data.get("init") is not None:
-        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
-        if fixed:
-            name = "layers" if fixed[0] == "n_layers" else fixed[0]
-            raise ConfigError(
-                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
-            )
-        defaults = recipes.packaged(recipe(flags))["model"]
-        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
-        if changed:
-            raise ConfigError(
-                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
-                "(only dropout may change)"
-            )
-    one_stack(model, "encoder_only", source)
-    absolute(data, ("train_file", "dev_file", "init"))
-    spec = LabeledData.from_dict(data, source=source)
+    needs = "train classify needs --train and --dev files"
+    fine_tuning_rules(sections, flags, source, recipe(flags), needs, "examples")
+    train = sections.setdefault("train", {})
+    spec = LabeledData.from_dict(sections["data"], source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
     if checked.epochs is not None:
         examples = load_labeled(spec)

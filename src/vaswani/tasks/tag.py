@@ -32,20 +32,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani import recipes
 from vaswani.config import RunConfig, TrainConfig, flag, no_flag, padded_vocab_size
 from vaswani.data.batching import pad
 from vaswani.data.config import DataConfig
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError, DataError
-from vaswani.models.bert import POOLER_KEYS, Bert
 from vaswani.models.tagger import BertTagger
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
-from vaswani.tasks.classify import epoch_settings, length_batches, pretrained_bert
 from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.settings import absolute, one_stack, validated
+from vaswani.tasks.finetune import (
+    copy_encoder,
+    epoch_settings,
+    fine_tuning_rules,
+    length_batches,
+    pretrained_bert,
+)
+from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -273,11 +277,6 @@ def model_of(run: RunConfig) -> BertTagger:
     return BertTagger(run.model, len(run.data.tags))
 
 
-def load_encoder(tagger: BertTagger, bert: Bert) -> None:
-    """Copy a pretrained encoder's weights into ``tagger`` (all of them but a pooler it does not use)."""
-    tagger.bert.load_state_dict({k: v for k, v in bert.state_dict().items() if k not in POOLER_KEYS})
-
-
 def tag_set(sentences: Sequence[Sentence], path: str | Path) -> tuple[str, ...]:
     """The sorted tags of the training sentences (two or more)."""
     tags = tuple(sorted({tag for sentence in sentences for tag in sentence.tags}))
@@ -317,7 +316,7 @@ def train_tag(
     def build() -> nn.Module:
         model = model_of(run)
         if bert is not None:
-            load_encoder(model, bert)
+            copy_encoder(model.bert, bert)
         return model
 
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
@@ -349,29 +348,10 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     (but its dropout), ``--layers`` the encoder's depth, and the steps, warmup (10%) and
     evaluation interval (once an epoch) taken from the epochs where they are not given, which
     reads the training file to count its sentences."""
-    model, train = sections.setdefault("model", {}), sections.setdefault("train", {})
-    data = sections.setdefault("data", {})
-    if data.get("train_file") is None or data.get("dev_file") is None:
-        raise ConfigError("train tag needs --train and --dev files (CoNLL-U; or --resume RUN_DIR)")
-    if "batch_tokens" in flags.get("train", {}):
-        raise ConfigError("--batch-tokens: a tagger's batches hold --batch-size sentences")
-    if data.get("init") is not None:
-        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
-        if fixed:
-            name = "layers" if fixed[0] == "n_layers" else fixed[0]
-            raise ConfigError(
-                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
-            )
-        defaults = recipes.packaged(recipe(flags))["model"]
-        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
-        if changed:
-            raise ConfigError(
-                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
-                "(only dropout may change)"
-            )
-    one_stack(model, "encoder_only", source)
-    absolute(data, ("train_file", "dev_file", "init"))
-    spec = TagData.from_dict(data, source=source)
+    needs = "train tag needs --train and --dev files (CoNLL-U)"
+    fine_tuning_rules(sections, flags, source, recipe(flags), needs, "sentences")
+    train = sections.setdefault("train", {})
+    spec = TagData.from_dict(sections["data"], source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
     if checked.epochs is not None:
         n_sentences = len(read_conllu(spec.train_file))

@@ -1,0 +1,104 @@
+"""What every task that fine-tunes a BERT encoder shares (``classify``, ``tag``): starting from a
+pretrained run (``--init``), batches of examples of similar length, and a budget in epochs.
+
+A fine-tuning run starts from a pretrained ``mlm`` or ``encoder`` run, whose model config, weights
+and tokenizer it takes (all but the dropout), or from scratch; its batches hold ``batch_size``
+examples, not a number of tokens; and ``epochs`` sets the steps, the warmup (the first 10%) and the
+evaluation interval (once an epoch) where they are not given.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vaswani import recipes
+from vaswani.config import RunConfig
+from vaswani.errors import ConfigError
+from vaswani.models.bert import POOLER_KEYS, Bert, MaskedLM
+from vaswani.recipes import Sections
+from vaswani.rundir import RunDir
+from vaswani.tasks.bert import BERT_TASKS, read_bert_run
+from vaswani.tasks.bert import model_of as bert_model_of
+from vaswani.tasks.settings import absolute, one_stack
+from vaswani.tokenizer import WordPieceTokenizer
+
+WARMUP_FRACTION = 0.1
+FILE_FIELDS = ("train_file", "dev_file", "init")
+
+
+def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
+    """The config, encoder and tokenizer of a pretrained run (task ``mlm`` or ``encoder``)."""
+    run, tokenizer = read_bert_run(init, BERT_TASKS, "--init")
+    model = RunDir(init).load_weights(bert_model_of(run))
+    return run, model.bert if isinstance(model, MaskedLM) else model, tokenizer
+
+
+def copy_encoder(into: Bert, pretrained: Bert) -> None:
+    """Copy a pretrained encoder's weights into the encoder ``into``: a pooler ``into`` lacks is
+    left out, one that the pretrained encoder lacks keeps its fresh initialisation."""
+    state = {
+        k: v for k, v in pretrained.state_dict().items() if into.pooler is not None or k not in POOLER_KEYS
+    }
+    missing, unexpected = into.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - set(POOLER_KEYS):
+        raise ConfigError(
+            f"the --init encoder does not fit this model (missing {missing}, unexpected {unexpected})"
+        )
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Batches of ``batch_size`` examples of similar length (little padding): the examples are
+    shuffled by ``seed``, sorted by length (a stable sort keeps the shuffle among equals) and
+    cut in order; the trainer shuffles the batches."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epochs: float) -> dict[str, Any]:
+    """``train`` with what was not set taken from ``epochs``: ``max_steps`` (the steps of that
+    many epochs), ``warmup_steps`` (10% of them) and ``eval_every`` (once an epoch). The epochs
+    are then written as those steps (``epochs`` left out), so that a resume may extend them."""
+    per_epoch = math.ceil(n_examples / batch_size)
+    out = {k: v for k, v in train.items() if k != "epochs"}
+    out.setdefault("max_steps", max(1, math.ceil(epochs * per_epoch)))
+    out.setdefault("warmup_steps", int(WARMUP_FRACTION * out["max_steps"]))
+    out.setdefault("eval_every", per_epoch)
+    return out
+
+
+def fine_tuning_rules(
+    sections: Sections, flags: Sections, source: str, recipe: str, needs: str, examples: str
+) -> None:
+    """The rules every fine-tuning task's ``configure`` applies, in place: ``--train`` and
+    ``--dev`` are required (``needs`` says what, e.g. "train classify needs --train and --dev
+    files"), batches are counted in ``examples`` (``--batch-tokens`` is refused), the model of an
+    ``--init`` run is fixed but its dropout (a flag or a config file that changes it is refused;
+    ``recipe`` is the packaged recipe it started from), the model is encoder-only, and the files
+    are stored absolute."""
+    model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
+    if data.get("train_file") is None or data.get("dev_file") is None:
+        raise ConfigError(f"{needs} (or --resume RUN_DIR)")
+    if "batch_tokens" in flags.get("train", {}):
+        raise ConfigError(f"--batch-tokens: these batches hold --batch-size {examples}")
+    if data.get("init") is not None:
+        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
+        if fixed:
+            name = "layers" if fixed[0] == "n_layers" else fixed[0]
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
+            )
+        defaults = recipes.packaged(recipe)["model"]
+        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
+        if changed:
+            raise ConfigError(
+                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
+                "(only dropout may change)"
+            )
+    one_stack(model, "encoder_only", source)
+    absolute(data, FILE_FIELDS)
