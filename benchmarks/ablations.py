@@ -105,7 +105,8 @@ def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     """Train one variant in ``out / variant.name``; its row of the table."""
     from vaswani.errors import VaswaniError
     from vaswani.plots import read_train_log
-    from vaswani.tasks.translation import Translator, evaluate_split, load_data
+    from vaswani.tasks.translation import evaluate_split, load_data
+    from vaswani.tasks.translator import Translator
 
     run_dir = out / variant.name
     started = time.perf_counter()

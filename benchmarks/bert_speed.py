@@ -65,7 +65,8 @@ from timing import Row, add_clock_flag, available_cores, clock, interleave, memo
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
-from vaswani.interop.bert import config_from_hf, has_pooler, read_tokenizer, state_from_hf
+from vaswani.interop.bert import config_from_hf
+from vaswani.interop.bert_folder import has_pooler, read_tokenizer, state_from_hf
 from vaswani.interop.common import read_hf_config, read_hf_weights
 from vaswani.models.bert import Bert, SequenceClassifier
 from vaswani.tokenizer import WordPieceTokenizer

@@ -58,7 +58,8 @@ from torch import Tensor
 
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids
-from vaswani.interop.marian import config_from_hf, state_from_hf
+from vaswani.interop.marian import config_from_hf
+from vaswani.interop.marian_folder import state_from_hf
 from vaswani.models.transformer import Transformer
 from vaswani.tokenizer import TextTokenizer
 
@@ -162,9 +163,9 @@ def build_pair(setup: Setup, tok: TextTokenizer, sample: Tensor, seed: int = 0) 
 def trained_pair(run_dir: Path, folder: Path) -> tuple[Transformer, Any, TextTokenizer, TextTokenizer]:
     """A trained translation run and the ``MarianMTModel`` it exports to (``vaswani export-hf``
     into ``folder``), with the run's source and target tokenizers."""
-    from vaswani.interop.marian import export_run
+    from vaswani.interop.marian_folder import export_run
     from vaswani.rundir import RunDir
-    from vaswani.tasks.translation import Translator
+    from vaswani.tasks.translator import Translator
 
     translator = Translator.load(run_dir)
     export_run(run_dir, RunDir(run_dir).read_config(), folder)

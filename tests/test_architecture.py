@@ -27,6 +27,7 @@ LAYERS = [
     ["cli"],
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+MAX_LINES = 400
 
 
 def unit_of(module: str) -> str:
@@ -105,3 +106,7 @@ def test_the_layer_check_sees_an_upward_import(tmp_path, monkeypatch):
     assert offender == ("vaswani.layers.bad", "vaswani.tasks", 2)
     with pytest.raises(AssertionError, match="layers is below tasks"):
         test_imports_run_down_the_layers()
+@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_source_files_stay_small(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(SRC)} has {lines} lines; split it by concept"

@@ -15,7 +15,7 @@ from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
 from vaswani.generation.config import DecodingConfig
-from vaswani.tasks.translation import Translator
+from vaswani.tasks.translator import Translator
 from vaswani.training.averaging import BACKUP, average_checkpoints
 from vaswani.training.checkpoint import list_checkpoints, save_checkpoint
 

@@ -54,7 +54,7 @@ from vaswani.tasks.classify import TextClassifier
 from vaswani.tasks.encoder import SentenceEncoder
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.mlm import MaskedLanguageModel
-from vaswani.tasks.translation import Translator
+from vaswani.tasks.translator import Translator
 from vaswani.training.averaging import average_checkpoints, newest_checkpoints
 from vaswani.training.checkpoint import list_checkpoints
 

@@ -77,7 +77,7 @@ def test_translate_output_budget_and_early_stopping_are_the_apis(trained, capsys
     """``--max-new-tokens`` and ``--early-stopping`` reach the translator: it receives the
     DecodingConfig of those fields, and the printed lines are the Python API's with it."""
     from vaswani.generation.config import DecodingConfig
-    from vaswani.tasks.translation import Translator
+    from vaswani.tasks.translator import Translator
 
     texts = ["a b c d e f", "d e"]
     expected = {

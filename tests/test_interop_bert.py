@@ -21,7 +21,8 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.interop import export_hf, import_hf
-from vaswani.interop.bert import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.interop.bert import config_from_hf, config_to_hf
+from vaswani.interop.bert_folder import state_from_hf, state_to_hf
 from vaswani.io import atomic_save_model, load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import RunDir

@@ -20,12 +20,13 @@ from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
-from vaswani.interop.marian import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.interop.marian import config_from_hf, config_to_hf
+from vaswani.interop.marian_folder import state_from_hf, state_to_hf
 from vaswani.io import atomic_save_model
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
-from vaswani.tasks.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator
+from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
 
 transformers = pytest.importorskip("transformers")

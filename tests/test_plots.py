@@ -23,7 +23,7 @@ from vaswani.models.transformer import Transformer
 from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs
 from vaswani.tasks.attention import AttentionMap, lm_attention, token_labels, translation_attention
 from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translation import Translator
+from vaswani.tasks.translator import Translator
 from vaswani.tokenizer import LMTokenizer, TextTokenizer
 
 EN_ZH = [

@@ -35,7 +35,7 @@ HOMES = {
     "RunDirError": "vaswani.errors",
     "TrainConfig": "vaswani.config",
     "Transformer": "vaswani.models.transformer",
-    "Translator": "vaswani.tasks.translation",
+    "Translator": "vaswani.tasks.translator",
     "VaswaniError": "vaswani.errors",
     "train_lm": "vaswani.tasks.lm",
     "train_translation": "vaswani.tasks.translation",

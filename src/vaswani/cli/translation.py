@@ -37,7 +37,7 @@ def add_translate_parser(commands: Any) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
-    from vaswani.tasks.translation import Translator
+    from vaswani.tasks.translator import Translator
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from vaswani.config import RunConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.interop import bert, gpt2, marian
+from vaswani.interop import bert, bert_folder, gpt2, marian, marian_folder
 from vaswani.interop.common import new_folder, read_hf_config
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -29,14 +29,14 @@ Exporter = Callable[[Path, RunConfig, Path], None]
 """(run directory, its config, output folder to fill) → None."""
 
 IMPORTERS: dict[str, Importer] = {
-    bert.MODEL_TYPE: bert.import_folder,
+    bert.MODEL_TYPE: bert_folder.import_folder,
     gpt2.MODEL_TYPE: gpt2.import_folder,
-    marian.MODEL_TYPE: marian.import_folder,
+    marian.MODEL_TYPE: marian_folder.import_folder,
 }
 EXPORTERS: dict[str, tuple[str, Exporter]] = {
     gpt2.MODEL_TYPE: ("GPT-2", gpt2.export_run),
-    marian.MODEL_TYPE: ("Marian", marian.export_run),
-    bert.MODEL_TYPE: ("BERT", bert.export_run),
+    marian.MODEL_TYPE: ("Marian", marian_folder.export_run),
+    bert.MODEL_TYPE: ("BERT", bert_folder.export_run),
 }
 """Hugging Face family (a task's ``hf_family``) → (its name, its exporter)."""
 

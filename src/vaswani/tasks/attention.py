@@ -18,7 +18,7 @@ from torch import Tensor
 from vaswani.errors import DataError
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translation import Translator
+from vaswani.tasks.translator import Translator
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 LABEL_CHARS = 12  # longer token labels are cut with "…"

@@ -22,7 +22,7 @@ from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks import bert, classify, encoder, lm, mlm, tag, translation
+from vaswani.tasks import bert, classify, encoder, lm, mlm, tag, translation, translator
 from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
@@ -68,7 +68,7 @@ TASKS: dict[str, TaskSpec] = {
         ),
         TaskSpec(
             "translation", "train an encoder-decoder translator", ParallelData, translation.model_of,
-            translation.Translator.load, translation.train_translation, translation.recipe,
+            translator.Translator.load, translation.train_translation, translation.recipe,
             translation.configure, translation.finish, translation.evaluate_run,
             attention=titled_translation_attention, hf_family="marian",
         ),

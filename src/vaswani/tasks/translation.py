@@ -1,4 +1,5 @@
-"""Translation: the task adapter (data, loss, metrics) and the translator that uses a run.
+"""Translation: the task adapter (data, loss, metrics), its training and its hooks; the translator
+that uses a run is :mod:`vaswani.tasks.translator`'s.
 
 Training data comes from the user's parallel files or, by default, from the
 embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
@@ -7,39 +8,33 @@ embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
-from vaswani.config import ModelConfig, RunConfig, padded_vocab_size
+from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data import grammar
-from vaswani.data.batching import Seq2SeqBatch, pad, seq2seq_batch, token_buckets
+from vaswani.data.batching import Seq2SeqBatch, seq2seq_batch, token_buckets
 from vaswani.data.config import ParallelData
 from vaswani.data.readers import read_parallel, read_tsv_pairs
 from vaswani.data.splits import hold_out
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
-from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import absolute, validated
+from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
 
-TASK = "translation"
-SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
 Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
-PAPER_BEAM = DecodingConfig(beam=4)  # the paper's beam search: beam 4, GNMT length penalty alpha 0.6
 PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs")
 EXAMPLES = [
     "Tom chases Jerry",
@@ -48,7 +43,6 @@ EXAMPLES = [
     "The dog that Tom saw is eating rice",
     "Mary did not buy three books",
 ]
-T = TypeVar("T")
 
 
 @dataclass
@@ -174,124 +168,6 @@ class TranslationTask:
             "valid_bleu": bleu(hyps, refs, self.bleu_tokenize).value,
             "valid_chrf": chrf(hyps, refs).value,
         }
-
-
-class Translator:
-    """A trained translation model with its tokenizers: ``Translator.load(run_dir).translate([...])``."""
-
-    def __init__(
-        self,
-        model: Transformer,
-        src_tok: TextTokenizer,
-        tgt_tok: TextTokenizer,
-        bleu_tokenize: str = "13a",
-    ) -> None:
-        self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
-        self.bleu_tokenize = bleu_tokenize
-
-    @classmethod
-    def load(cls, run_dir: str | Path) -> Translator:
-        folder = RunDir(run_dir)
-        run = folder.read_config(TASK, ParallelData)
-        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
-        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
-        check_vocab(run.model, src_tok, tgt_tok, folder.path)
-        model = folder.load_weights(Transformer(run.model))
-        model.eval()
-        return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
-
-    def translate(
-        self,
-        sentences: Sequence[str],
-        decoding: DecodingConfig = GREEDY,
-        batch_size: int = 64,
-        progress: bool = False,
-    ) -> list[str]:
-        """Translations in input order, as ``decoding`` says: greedy (the default), beam search
-        (the best of :meth:`translate_n_best`) or sampled (from one generator seeded with
-        ``decoding.seed`` for all batches: the same seed, sentences and ``batch_size`` give the
-        same translations). A sentence gets at most ``decoding.max_new_tokens`` tokens, by
-        default ``2 * len(source) + 10`` (:meth:`DecodingConfig.target_budget`), and at most the
-        model's max_len - 1. Decoding starts from the target tokenizer's ``bos_id`` and never
-        produces its ``suppressed_ids`` (Marian's ``<pad>``, see
-        :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
-        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it."""
-        if decoding.strategy == "beam":
-            best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
-            return [hypotheses[0].text for hypotheses in best]
-        generator = decoding.generator()
-        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
-
-        def decode(src: Tensor) -> list[str]:
-            suppress = self.tgt_tok.suppressed_ids
-            result = translate_ids(self.model, src, bos, eos, decoding, generator, suppress=suppress)
-            return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
-
-        return self._in_batches(sentences, decode, batch_size, progress)
-
-    def translate_n_best(
-        self,
-        sentences: Sequence[str],
-        decoding: DecodingConfig = PAPER_BEAM,
-        batch_size: int = 64,
-        progress: bool = False,
-    ) -> list[list[Hypothesis]]:
-        """The ``decoding.n_best`` (<= ``decoding.beam``) best translations of each sentence, best
-        first, by beam search (:func:`vaswani.generation.beam.beam_search`, Hugging Face's
-        convention): score = log P(y | x) / lp(|y|). The default is the paper's: beam 4, GNMT
-        penalty alpha 0.6, one translation. No sentences give no lists (``[]``)."""
-        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
-
-        def decode(src: Tensor) -> list[list[Hypothesis]]:
-            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.tgt_tok.suppressed_ids)
-            return [
-                [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
-                for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
-            ]
-
-        return self._in_batches(sentences, decode, batch_size, progress)
-
-    @torch.no_grad()
-    def _in_batches(
-        self, sentences: Sequence[str], decode: Callable[[Tensor], list[T]], batch_size: int, progress: bool
-    ) -> list[T]:
-        """``decode(src)`` over batches of sentences of similar length; results in input order."""
-        self.model.eval()
-        max_len = self.model.config.max_len
-        ids = self.src_tok.encode_batch(list(sentences))
-        for line, row in enumerate(ids, start=1):
-            if len(row) > max_len:
-                raise DataError(f"input line {line}: {len(row)} tokens exceed the model's max_len={max_len}")
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out: dict[int, T] = {}
-        starts = range(0, len(order), batch_size)
-        bar_off = None if progress else True  # None: tqdm's own test, off when stderr is no terminal
-        for start in tqdm(starts, desc="translate", unit="batch", disable=bar_off):
-            chunk = order[start : start + batch_size]
-            src = pad([ids[i] for i in chunk], self.model.config.pad_id)
-            out.update(zip(chunk, decode(src), strict=True))
-        return [out[i] for i in range(len(ids))]
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """A translation and its beam-search score, log P(y | x) / lp(|y|)."""
-
-    text: str
-    score: float
-
-
-def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
-    """Refuse tokenizers whose vocabularies do not fit the model's embeddings."""
-    for tok, size, name in (
-        (src_tok, cfg.src_vocab_size, SRC_TOKENIZER),
-        (tgt_tok, cfg.tgt_vocab_size, TGT_TOKENIZER),
-    ):
-        if tok.vocab_size > size:
-            raise ConfigError(
-                f"{run_dir / name}: vocabulary of {tok.vocab_size} does not fit the model's "
-                f"embedding of {size}"
-            )
 
 
 def train_translation(

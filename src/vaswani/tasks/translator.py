@@ -1,0 +1,150 @@
+"""The translator that uses a translation run: ``Translator.load(run_dir).translate([...])``.
+
+Decoding is greedy by default, or as one :class:`~vaswani.generation.config.DecodingConfig` says
+(beam search, sampling); sentences are decoded in batches of similar length and returned in input
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from vaswani.config import ModelConfig
+from vaswani.data.batching import pad
+from vaswani.data.config import ParallelData
+from vaswani.errors import ConfigError, DataError
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
+from vaswani.models.transformer import Transformer
+from vaswani.rundir import RunDir
+from vaswani.tokenizer import TextTokenizer
+
+TASK = "translation"
+SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
+PAPER_BEAM = DecodingConfig(beam=4)  # the paper's beam search: beam 4, GNMT length penalty alpha 0.6
+T = TypeVar("T")
+
+
+class Translator:
+    """A trained translation model with its tokenizers: ``Translator.load(run_dir).translate([...])``."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_tok: TextTokenizer,
+        tgt_tok: TextTokenizer,
+        bleu_tokenize: str = "13a",
+    ) -> None:
+        self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
+        self.bleu_tokenize = bleu_tokenize
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Translator:
+        folder = RunDir(run_dir)
+        run = folder.read_config(TASK, ParallelData)
+        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
+        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
+        check_vocab(run.model, src_tok, tgt_tok, folder.path)
+        model = folder.load_weights(Transformer(run.model))
+        model.eval()
+        return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        decoding: DecodingConfig = GREEDY,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> list[str]:
+        """Translations in input order, as ``decoding`` says: greedy (the default), beam search
+        (the best of :meth:`translate_n_best`) or sampled (from one generator seeded with
+        ``decoding.seed`` for all batches: the same seed, sentences and ``batch_size`` give the
+        same translations). A sentence gets at most ``decoding.max_new_tokens`` tokens, by
+        default ``2 * len(source) + 10`` (:meth:`DecodingConfig.target_budget`), and at most the
+        model's max_len - 1. Decoding starts from the target tokenizer's ``bos_id`` and never
+        produces its ``suppressed_ids`` (Marian's ``<pad>``, see
+        :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
+        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it."""
+        if decoding.strategy == "beam":
+            best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
+            return [hypotheses[0].text for hypotheses in best]
+        generator = decoding.generator()
+        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
+
+        def decode(src: Tensor) -> list[str]:
+            suppress = self.tgt_tok.suppressed_ids
+            result = translate_ids(self.model, src, bos, eos, decoding, generator, suppress=suppress)
+            return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
+
+        return self._in_batches(sentences, decode, batch_size, progress)
+
+    def translate_n_best(
+        self,
+        sentences: Sequence[str],
+        decoding: DecodingConfig = PAPER_BEAM,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> list[list[Hypothesis]]:
+        """The ``decoding.n_best`` (<= ``decoding.beam``) best translations of each sentence, best
+        first, by beam search (:func:`vaswani.generation.beam.beam_search`, Hugging Face's
+        convention): score = log P(y | x) / lp(|y|). The default is the paper's: beam 4, GNMT
+        penalty alpha 0.6, one translation. No sentences give no lists (``[]``)."""
+        bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
+
+        def decode(src: Tensor) -> list[list[Hypothesis]]:
+            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.tgt_tok.suppressed_ids)
+            return [
+                [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
+                for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
+            ]
+
+        return self._in_batches(sentences, decode, batch_size, progress)
+
+    @torch.no_grad()
+    def _in_batches(
+        self, sentences: Sequence[str], decode: Callable[[Tensor], list[T]], batch_size: int, progress: bool
+    ) -> list[T]:
+        """``decode(src)`` over batches of sentences of similar length; results in input order."""
+        self.model.eval()
+        max_len = self.model.config.max_len
+        ids = self.src_tok.encode_batch(list(sentences))
+        for line, row in enumerate(ids, start=1):
+            if len(row) > max_len:
+                raise DataError(f"input line {line}: {len(row)} tokens exceed the model's max_len={max_len}")
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: dict[int, T] = {}
+        starts = range(0, len(order), batch_size)
+        bar_off = None if progress else True  # None: tqdm's own test, off when stderr is no terminal
+        for start in tqdm(starts, desc="translate", unit="batch", disable=bar_off):
+            chunk = order[start : start + batch_size]
+            src = pad([ids[i] for i in chunk], self.model.config.pad_id)
+            out.update(zip(chunk, decode(src), strict=True))
+        return [out[i] for i in range(len(ids))]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A translation and its beam-search score, log P(y | x) / lp(|y|)."""
+
+    text: str
+    score: float
+
+
+def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
+    """Refuse tokenizers whose vocabularies do not fit the model's embeddings."""
+    for tok, size, name in (
+        (src_tok, cfg.src_vocab_size, SRC_TOKENIZER),
+        (tgt_tok, cfg.tgt_vocab_size, TGT_TOKENIZER),
+    ):
+        if tok.vocab_size > size:
+            raise ConfigError(
+                f"{run_dir / name}: vocabulary of {tok.vocab_size} does not fit the model's "
+                f"embedding of {size}"
+            )
