@@ -320,7 +320,7 @@ class TrainConfig(Config):
     _section = "train"
 
     batch_tokens: int = flag(4096, "tokens per batch (translation, language models)")
-    batch_size: int = flag(32, "examples per batch (classify)")
+    batch_size: int = flag(32, "examples per batch (fine-tuning tasks, whose batches are examples)")
     max_steps: int = flag(100_000, "optimizer steps to train for")
     max_minutes: float | None = flag(None, "stop after this many minutes of training steps")
     epochs: float | None = flag(None, "stop after this many passes over the training data")

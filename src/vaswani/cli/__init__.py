@@ -16,11 +16,11 @@ from pathlib import Path
 from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, train, translation
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.tasks import registry
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Score a run with its task's evaluate hook (see :mod:`vaswani.tasks.registry`)."""
-    from vaswani.tasks import registry
     from vaswani.tasks.evaluation import Evaluation
 
     if args.batch_size < 1:
@@ -53,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser(
         "evaluate",
-        help="score a trained run: BLEU and chrF (translation), perplexity (lm, mlm), accuracy (classify)",
-        description="Translation runs: BLEU and chrF on --src/--ref, hypotheses written to --out. "
-        "Language models: loss and perplexity on --text. Masked language models: masked-token loss, "
-        "perplexity and accuracy on --text. Classifiers: accuracy and macro-F1 on --labeled.",
+        help="score a trained run, as its task does (BLEU, perplexity, accuracy...)",
+        description="Score a trained run as its task does: "
+        + "; ".join(f"{spec.name}: {spec.evaluates}" for spec in registry.TASKS.values() if spec.evaluates)
+        + ".",
     )
     evaluate.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     evaluate.add_argument(
@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--ref", type=Path, help="reference translations (translation)")
     evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
-    evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders (lm, mlm)")
-    evaluate.add_argument("--labeled", type=Path, help="labeled examples, with the run's columns (classify)")
+    evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders")
+    evaluate.add_argument("--labeled", type=Path, help="labeled examples, in the task's format")
     evaluate.add_argument(
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )

@@ -1,8 +1,7 @@
 """What ``vaswani evaluate`` hands a task's evaluate hook: the inputs of every task in one request.
 
-Each task reads the fields it scores on and refuses, in one line, a request without them:
-translation ``src``/``ref`` (or the run's own test split) with ``decoding``; language models and
-masked language models ``text``; classifiers ``labeled`` (in ``file_format``, or by extension).
+Each task reads the fields it scores on (its registry entry's ``evaluates`` says which) and
+refuses, in one line, a request without them.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ class TaskSpec:
     ``configure(sections, flags, source)`` applies the task's rules and validates
     (:mod:`vaswani.tasks.settings`), ``finish(result, run_dir, started, quiet)`` does what follows
     training and returns the report's lines; ``evaluate(run_dir, request)`` scores a run and
-    returns the lines to print (None: ``cannot_evaluate`` says why and what to do instead);
+    returns the lines to print, ``evaluates`` says what it scores and on which inputs (None:
+    ``cannot_evaluate`` says why and what to do instead);
     ``attention(wrapper, text)`` gives the
     attention maps of one input and a title; ``hf_family`` names the Hugging Face family that
     ``export-hf`` writes (:mod:`vaswani.interop`)."""
@@ -53,6 +54,7 @@ class TaskSpec:
     configure: Callable[[Sections, Sections, str], RunConfig] | None = None
     finish: Callable[[Any, Path, float, bool], list[str]] | None = None
     evaluate: Callable[[Path, Evaluation], list[str]] | None = None
+    evaluates: str = ""
     cannot_evaluate: str = ""
     attention: Callable[[Any, str], tuple[list[AttentionMap], str]] | None = None
     hf_family: str | None = None
@@ -63,19 +65,21 @@ TASKS: dict[str, TaskSpec] = {
     for spec in (
         TaskSpec(
             "lm", "train a decoder-only language model (GPT)", TextData, lm.model_of, lm.LanguageModel.load,
-            lm.train_lm, lm.recipe, lm.configure, lm.finish, lm.evaluate_run, attention=titled_lm_attention,
-            hf_family="gpt2",
+            lm.train_lm, lm.recipe, lm.configure, lm.finish, lm.evaluate_run,
+            evaluates="loss and perplexity on --text", attention=titled_lm_attention, hf_family="gpt2",
         ),
         TaskSpec(
             "translation", "train an encoder-decoder translator", ParallelData, translation.model_of,
             translator.Translator.load, translation.train_translation, translation.recipe,
             translation.configure, translation.finish, translation.evaluate_run,
-            attention=titled_translation_attention, hf_family="marian",
+            evaluates="BLEU and chrF on --src and --ref (default: its own test split), the hypotheses "
+            "written to --out", attention=titled_translation_attention, hf_family="marian",
         ),
         TaskSpec(
             "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,
             mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
-            mlm.evaluate_run, hf_family="bert",
+            mlm.evaluate_run, evaluates="masked-token loss, perplexity and accuracy on --text",
+            hf_family="bert",
         ),
         TaskSpec(
             "encoder", "a BERT encoder without a head, as imported (sentence vectors)", TextData,
@@ -88,10 +92,12 @@ TASKS: dict[str, TaskSpec] = {
             "classify", "fine-tune a BERT text classifier", LabeledData, classify.model_of,
             classify.TextClassifier.load, classify.train_classify, classify.recipe, classify.configure,
             classify.finish, classify.evaluate_run,
+            evaluates="accuracy and macro-F1 on --labeled (TSV, CSV or JSON lines, the run's columns)",
         ),
         TaskSpec(
             "tag", "train a BERT part-of-speech tagger (CoNLL-U)", tag.TagData, tag.model_of,
             tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish, tag.evaluate_run,
+            evaluates="accuracy on --labeled (CoNLL-U)",
         ),
     )
 }  # fmt: skip
