@@ -49,11 +49,12 @@ from vaswani.tasks.bert import (
 )
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.finetune import (
-    copy_encoder,
     epoch_settings,
     fine_tuning_rules,
+    init_recipe,
     length_batches,
     pretrained_bert,
+    with_encoder,
 )
 from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
@@ -234,12 +235,7 @@ def train_classify(
     check_tokenizer(run, tokenizer, run_dir)
     task = ClassifyTask(run, tokenizer, data)
 
-    def build() -> nn.Module:
-        model = model_of(run)
-        if bert is not None:
-            copy_encoder(model.bert, bert)
-        return model
-
+    build = with_encoder(lambda: model_of(run), bert)
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 
@@ -263,7 +259,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 def recipe(flags: Sections) -> str:
     """BERT's fine-tuning recipe, from scratch or (``--init``) at the pretrained learning rate."""
-    return "classify-init" if "init" in flags.get("data", {}) else "classify"
+    return init_recipe(TASK, flags)
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:

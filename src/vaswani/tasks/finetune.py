@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from vaswani import recipes
 from vaswani.config import RunConfig
@@ -102,3 +104,21 @@ def fine_tuning_rules(
             )
     one_stack(model, "encoder_only", source)
     absolute(data, FILE_FIELDS)
+
+
+def init_recipe(task: str, flags: Sections) -> str:
+    """A fine-tuning task's recipe: ``TASK`` from scratch, ``TASK-init`` from a pretrained run."""
+    return f"{task}-init" if "init" in flags.get("data", {}) else task
+
+
+def with_encoder(build: Callable[[], nn.Module], pretrained: Bert | None) -> Callable[[], nn.Module]:
+    """``build`` (a model with a ``bert`` encoder) followed, when there is one, by copying the
+    ``pretrained`` encoder into it (:func:`copy_encoder`)."""
+
+    def built() -> nn.Module:
+        model = build()
+        if pretrained is not None:
+            copy_encoder(model.bert, pretrained)  # type: ignore[arg-type]
+        return model
+
+    return built

@@ -28,7 +28,7 @@ from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation
-from vaswani.tasks.settings import absolute, one_stack, validated
+from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -309,18 +309,12 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 def recipe(flags: Sections) -> str:
     """The embedded default job, or the recipe for the user's text once ``--text`` is given."""
-    return "lm" if "text" in flags.get("data", {}) else "lm-default"
+    return text_recipe(TASK, flags)
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A language-model run: a decoder-only model; ``--text`` is stored absolute and read as the
-    source."""
-    data = sections.setdefault("data", {})
-    if "text" in flags.get("data", {}):
-        data["source"] = "text"
-    absolute(data, ("text",))
-    one_stack(sections.setdefault("model", {}), "decoder_only", source)
-    return validated(TASK, sections, TextData, source)
+    """A language-model run: a decoder-only model; ``--text`` is stored absolute and read as the source."""
+    return text_run(TASK, "decoder_only", TextData, sections, flags, source)
 
 
 def finish(

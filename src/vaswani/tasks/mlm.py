@@ -43,7 +43,7 @@ from vaswani.rundir import RunDir
 from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.lm import load_documents
-from vaswani.tasks.settings import absolute, one_stack, validated
+from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -322,18 +322,12 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 def recipe(flags: Sections) -> str:
     """The embedded default job, or the recipe for the user's text once ``--text`` is given."""
-    return "mlm" if "text" in flags.get("data", {}) else "mlm-default"
+    return text_recipe(TASK, flags)
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A masked-LM run: an encoder-only model; ``--text`` is stored absolute and read as the
-    source."""
-    data = sections.setdefault("data", {})
-    if "text" in flags.get("data", {}):
-        data["source"] = "text"
-    absolute(data, ("text",))
-    one_stack(sections.setdefault("model", {}), "encoder_only", source)
-    return validated(TASK, sections, TextData, source)
+    """A masked-LM run: an encoder-only model; ``--text`` is stored absolute and read as the source."""
+    return text_run(TASK, "encoder_only", TextData, sections, flags, source)
 
 
 def fill_mask_lines(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> list[str]:

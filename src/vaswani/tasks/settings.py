@@ -66,3 +66,22 @@ def run_config(
     sections = recipes.resolved(recipes.merge(sections, fields))
     source = str(config) if config is not None else "flags"
     return configure(sections, flags, source)
+
+
+def text_recipe(task: str, flags: Sections) -> str:
+    """A task trained on plain text: its embedded default job (``TASK-default``), or the recipe
+    for the user's text (``TASK``) once ``--text`` is given."""
+    return task if "text" in flags.get("data", {}) else f"{task}-default"
+
+
+def text_run(
+    task: str, arch: str, data_class: type, sections: Sections, flags: Sections, source: str
+) -> RunConfig:
+    """The rules of a task trained on plain text (``lm``, ``mlm``): a single-stack model of
+    ``arch``; ``--text`` is stored absolute and read as the source."""
+    data = sections.setdefault("data", {})
+    if "text" in flags.get("data", {}):
+        data["source"] = "text"
+    absolute(data, ("text",))
+    one_stack(sections.setdefault("model", {}), arch, source)
+    return validated(task, sections, data_class, source)

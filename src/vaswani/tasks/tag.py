@@ -43,11 +43,12 @@ from vaswani.rundir import RunDir
 from vaswani.tasks.bert import TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.finetune import (
-    copy_encoder,
     epoch_settings,
     fine_tuning_rules,
+    init_recipe,
     length_batches,
     pretrained_bert,
+    with_encoder,
 )
 from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
@@ -313,12 +314,7 @@ def train_tag(
     check_tokenizer(run, tokenizer, run_dir)
     task = TagTask(run, tokenizer, train, dev)
 
-    def build() -> nn.Module:
-        model = model_of(run)
-        if bert is not None:
-            copy_encoder(model.bert, bert)
-        return model
-
+    build = with_encoder(lambda: model_of(run), bert)
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, Tagger(model.eval(), tokenizer, run.data.tags)
 
@@ -340,7 +336,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 def recipe(flags: Sections) -> str:
     """The tagging recipe, from scratch or (``--init``) at the fine-tuning learning rate."""
-    return "tag-init" if "init" in flags.get("data", {}) else "tag"
+    return init_recipe(TASK, flags)
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
