@@ -1,4 +1,5 @@
-"""The command line: a real run end to end (bad input answered in one line: test_bad_inputs.py)."""
+"""The translation task from the command line: a real run end to end, ``translate`` and
+``evaluate`` with their decoding flags (bad input answered in one line: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
