@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import torch
+
 WORDS = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]
 
 
@@ -59,3 +61,17 @@ def tiny_lm_run(folder: Path, *extra: str) -> Path:
     text = write_lm_text(folder / "train.txt")
     assert main(tiny_lm_args(text, folder / "run", *extra)) == 0
     return folder / "run"
+
+
+def defined_mask(q_len: int, k_len: int, causal: bool, window: int | None) -> torch.Tensor:
+    """The attention masks' definition, one pair at a time, as a (1, 1, q_len, k_len) may-attend
+    mask: the queries are the last ``q_len`` of ``k_len`` positions; causal: a key not after the
+    query; window: a key at most ``window`` away (|i - j| <= w, or 0 <= i - j <= w when causal)."""
+    rows = [
+        [
+            (not causal or j <= i) and (window is None or abs(i - j) <= window)
+            for j in range(k_len)
+        ]
+        for i in range(k_len - q_len, k_len)
+    ]  # fmt: skip
+    return torch.tensor(rows, dtype=torch.bool).reshape(1, 1, q_len, k_len)

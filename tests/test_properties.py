@@ -1,20 +1,16 @@
-"""Properties checked on generated input (Hypothesis): the readers on arbitrary bytes, the masks
-against their definition, attention under any padding, and what the tokenizer promises."""
+"""Properties checked on generated input (Hypothesis): the readers on arbitrary bytes and what the
+tokenizer promises."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaswani.data.readers import read_lines, read_parallel
 from vaswani.errors import DataError
-from vaswani.layers.attention import MultiHeadAttention
-from vaswani.layers.masks import causal_mask, padding_mask, self_attention_mask, window_mask
-from vaswani.layers.positions import RelativePositions
 from vaswani.tokenizer import UNK_ID, TextTokenizer
 
 # Bytes that make text files interesting: line ends, spaces, multi-byte UTF-8 and its fragments.
@@ -63,92 +59,6 @@ def test_read_parallel_gives_aligned_pairs_or_a_data_error(folder, src, tgt):
         assert "\n" not in str(exc)
         return
     assert pairs == list(zip(read_lines(src_path), read_lines(tgt_path), strict=True))
-
-
-def allowed(q_len: int, k_len: int, causal: bool, window: int | None) -> torch.Tensor:
-    """The masks' definition, one pair at a time: the queries are the last ``q_len`` of ``k_len``
-    positions; causal: a key not after the query; window: a key at most ``window`` away."""
-    rows = [
-        [
-            (not causal or j <= i) and (window is None or abs(i - j) <= window)
-            for j in range(k_len)
-        ]
-        for i in range(k_len - q_len, k_len)
-    ]  # fmt: skip
-    return torch.tensor(rows, dtype=torch.bool).reshape(1, 1, q_len, k_len)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    q_len=st.integers(1, 12),
-    cached=st.integers(0, 8),
-    causal=st.booleans(),
-    window=st.none() | st.integers(1, 14),
-)
-def test_masks_agree_with_their_definition(q_len, cached, causal, window):
-    k_len = q_len + cached
-    assert torch.equal(causal_mask(q_len, k_len), allowed(q_len, k_len, True, None))
-    expected = allowed(q_len, k_len, causal, window)
-    if window is not None:
-        assert torch.equal(window_mask(q_len, window, k_len, causal=causal), expected)
-    mask = self_attention_mask(q_len, k_len, causal, window)
-    assert bool(expected.all()) if mask is None else torch.equal(mask, expected)
-
-
-D_MODEL, N_HEADS = 8, 2
-
-
-@st.composite
-def attention_cases(draw: st.DrawFn) -> dict:
-    cross = draw(st.booleans())
-    q_len = draw(st.integers(1, 7))
-    k_len = draw(st.integers(1, 7)) if cross else q_len
-    batch = draw(st.integers(1, 3))
-    return {
-        "cross": cross,
-        "causal": not cross and draw(st.booleans()),
-        "window": None if cross else draw(st.none() | st.integers(1, 4)),
-        "relative": not cross and draw(st.booleans()),
-        "fused": draw(st.booleans()),
-        "q_len": q_len,
-        # None: no mask at all; 0: a row with no key to attend
-        "lengths": draw(st.none() | st.lists(st.integers(0, k_len), min_size=batch, max_size=batch)),
-        "batch": batch,
-        "k_len": k_len,
-        "seed": draw(st.integers(0, 2**16)),
-    }
-
-
-@settings(max_examples=150, deadline=None)
-@given(case=attention_cases())
-def test_attention_paths_agree_under_any_padding_and_ignore_its_content(case):
-    torch.manual_seed(case["seed"])
-    relative = RelativePositions(D_MODEL // N_HEADS, clip=3) if case["relative"] else None
-    attn = MultiHeadAttention(
-        D_MODEL, N_HEADS, fused=case["fused"], cross=case["cross"], causal=case["causal"],
-        window=case["window"], relative=relative,
-    ).to(torch.float64).eval()  # fmt: skip
-    batch, q_len, k_len = case["batch"], case["q_len"], case["k_len"]
-    lengths = torch.tensor(case["lengths"] or [k_len] * batch)
-    real = torch.arange(k_len)[None, :] < lengths[:, None]  # (batch, k_len)
-    mask = None if case["lengths"] is None else padding_mask(torch.where(real, 5, 0), 0)
-    x = torch.randn(batch, q_len, D_MODEL, dtype=torch.float64)
-    source = torch.randn(batch, k_len, D_MODEL, dtype=torch.float64)
-
-    def both_paths(x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        memory = source if case["cross"] else None
-        fast, _ = attn(x if case["cross"] else source, memory=memory, mask=mask)
-        explicit, weights = attn(x if case["cross"] else source, memory=memory, mask=mask, need_weights=True)
-        assert torch.isfinite(fast).all() and torch.isfinite(explicit).all() and torch.isfinite(weights).all()
-        torch.testing.assert_close(fast, explicit, atol=1e-10, rtol=1e-8)
-        return fast
-
-    out = both_paths(x, source)
-    noise = 100 * torch.randn_like(source)
-    other = both_paths(x, torch.where(real[..., None], source, noise))
-    # Real queries: every query of cross-attention; the real positions of self-attention.
-    queries = torch.ones(batch, q_len, dtype=torch.bool) if case["cross"] else real
-    torch.testing.assert_close(out[queries], other[queries], atol=1e-10, rtol=1e-8)
 
 
 # Characters the tokenizer is trained on: Latin with accents, digits, ASCII punctuation (with the
