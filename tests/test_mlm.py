@@ -210,19 +210,6 @@ def test_text_windows_cover_each_document_in_order():
     assert [len(w) - 2 for w in windows] == [6] * 6 + [2, 1]  # a window never spans two documents
 
 
-def test_wordpiece_training_gives_the_same_vocabulary_every_time():
-    """The reruns and resumes of an mlm run depend on it (tokenizers' own trainer does not, #1794)."""
-    from vaswani.data.text import default_documents
-
-    texts = default_documents()[:12]
-    first = WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab()
-    for _ in range(3):
-        assert WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab() == first
-    tokenizer = WordPieceTokenizer.train(texts, 1000)
-    assert tokenizer.tokenize("zqx") == ["z", "##q", "##x"]  # single characters continue a word
-    assert tokenizer.tokenizer.get_added_tokens_decoder().keys() == {0, 1, 2, 3, 4}  # "##x" are pieces
-
-
 def test_filled_joins_continuation_pieces():
     assert filled("The [MASK] statement [MASK].", [[("for", 0.9)], [("##s", 0.5)]]) == "The for statements."
 
