@@ -1,11 +1,35 @@
-"""Small data and configs shared by the tests."""
+"""What the tests share: small data and the runs trained on it, copies of the fixture runs, and
+references the tests of several files check against."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import shutil
 from pathlib import Path
 
 import torch
+
+from vaswani.cli import main
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
+from vaswani.io import atomic_save_model
+from vaswani.models.bert import Bert
+from vaswani.rundir import RunDir
+from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training.checkpoint import MANIFEST
+
+
+def write(path: Path, text: str) -> Path:
+    """``text`` written to ``path`` in UTF-8; the path."""
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Translation and language modelling
+
 
 WORDS = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]
 
@@ -56,11 +80,128 @@ def tiny_lm_args(text: Path, out: Path, *extra: str) -> list[str]:
 
 def tiny_lm_run(folder: Path, *extra: str) -> Path:
     """Train the tiny language model of :func:`tiny_lm_args` in ``folder / "run"``."""
-    from vaswani.cli import main
-
     text = write_lm_text(folder / "train.txt")
     assert main(tiny_lm_args(text, folder / "run", *extra)) == 0
     return folder / "run"
+
+
+# ---------------------------------------------------------------------------------------------
+# Masked language modelling and classification
+
+
+COUNTING = "one two three four five six seven eight nine ten eleven twelve"
+
+
+def write_repeated_text(path: Path, lines: int = 120) -> Path:
+    """A repetitive text: line i is the i-th word of :data:`COUNTING` (cyclically) 20 times, so
+    that a masked word is the word around it."""
+    words = COUNTING.split()
+    path.write_text(
+        "".join(" ".join([words[i % len(words)]] * 20) + "\n" for i in range(lines)), encoding="utf-8"
+    )
+    return path
+
+
+def tiny_mlm_args(text: Path, out: Path, *extra: str) -> list[str]:
+    """``vaswani train mlm`` arguments for a one-layer BERT that trains in about two seconds."""
+    return [
+        "train", "mlm", "--text", str(text), "--out", str(out), "--vocab-size", "100",
+        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--max-len", "24",
+        "--batch-tokens", "384", "--max-steps", "300", "--lr", "1e-2", "--warmup", "10",
+        "--dropout", "0", "--eval-every", "1000", "--quiet", "--no-bf16", *extra,
+    ]  # fmt: skip
+
+
+def tiny_mlm_run(folder: Path, *extra: str) -> Path:
+    """Train the model of :func:`tiny_mlm_args` on the repeated words in ``folder / "mlm"``."""
+    text = write_repeated_text(folder / "repeated.txt")
+    assert main(tiny_mlm_args(text, folder / "mlm", *extra)) == 0
+    return folder / "mlm"
+
+
+def encoder_run(folder: Path) -> Path:
+    """A run of task ``encoder`` (a BERT without its MLM head, as imported from a ``BertModel``)."""
+    tokenizer = WordPieceTokenizer.train([COUNTING] * 5, vocab_size=60, min_frequency=1, max_len=24)
+    cfg = ModelConfig.preset(
+        "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=24
+    )
+    run_dir = folder / "encoder_run"
+    run_dir.mkdir()
+    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), TextData(source="default")))
+    atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
+    tokenizer.save(run_dir / "tokenizer.json")
+    return run_dir
+
+
+def write_sentiment(folder: Path, name: str, n: int, seed: int, suffix: str = "tsv") -> Path:
+    """A trivially separable task: the label says whether the sentence holds a positive word."""
+    rng = random.Random(seed)
+    positive, negative = ["great", "good", "lovely", "fine"], ["awful", "bad", "poor", "dull"]
+    filler = ["the", "a", "movie", "film", "plot", "was", "is", "very", "quite", "and", "it", "story"]
+    rows = []
+    for _ in range(n):
+        label = rng.choice(["positive", "negative"])
+        words = [rng.choice(filler) for _ in range(rng.randint(3, 8))]
+        words.insert(rng.randint(0, len(words)), rng.choice(positive if label == "positive" else negative))
+        rows.append((" ".join(words), label))
+    if suffix == "jsonl":
+        return write(
+            folder / f"{name}.jsonl", "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
+        )
+    return write(folder / f"{name}.tsv", "sentence\tlabel\n" + "".join(f"{t} \t{y}\n" for t, y in rows))
+
+
+def tiny_classify_args(train: Path, dev: Path, out: Path, *extra: str) -> list[str]:
+    """``vaswani train classify`` arguments for a one-layer model from scratch (about a second)."""
+    return [
+        "train", "classify", "--train", str(train), "--dev", str(dev), "--out", str(out),
+        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--vocab-size", "200",
+        "--epochs", "5", "--lr", "5e-3", "--quiet", "--no-bf16", *extra,
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directories
+
+
+# Run directories written by an earlier vaswani (test_old_run_dirs.py says which), their data as {DATA}.
+FIXTURES = Path(__file__).parent / "fixtures" / "run_dirs"
+
+
+def write_fixture_data(folder: Path) -> Path:
+    """The data the fixtures were trained on, written again (the helpers are seeded)."""
+    folder.mkdir()
+    write_reverse_task(folder)
+    write_lm_text(folder / "train.txt")
+    write_repeated_text(folder / "repeated.txt")
+    write_sentiment(folder, "train", 100, seed=0)
+    write_sentiment(folder, "dev", 40, seed=1)
+    return folder
+
+
+def copied_run(task: str, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the fixture run of ``task`` in ``tmp_path``, pointed at its data written again there;
+    the run and the data folder."""
+    data = write_fixture_data(tmp_path / "data")
+    run = tmp_path / task
+    shutil.copytree(FIXTURES / task, run)
+    config = run / "config.json"
+    config.write_text(config.read_text(encoding="utf-8").replace("{DATA}", str(data)), encoding="utf-8")
+    return run, data
+
+
+def resign(checkpoint: Path) -> None:
+    """Update the checkpoint's manifest to the files now there, as an attacker would."""
+    manifest = {
+        f.name: {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(), "size": f.stat().st_size}
+        for f in checkpoint.iterdir()
+        if f.name != MANIFEST
+    }
+    (checkpoint / MANIFEST).write_text(json.dumps(manifest))
+
+
+# ---------------------------------------------------------------------------------------------
+# References
 
 
 def defined_mask(q_len: int, k_len: int, causal: bool, window: int | None) -> torch.Tensor:

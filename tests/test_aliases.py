@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from tests.helpers import FIXTURES
 from vaswani import recipes
 from vaswani.cli import build_parser, main, parse
 from vaswani.cli.train import flags_of
@@ -25,7 +26,6 @@ from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 
-FIXTURES = Path(__file__).parent / "fixtures" / "run_dirs"
 SIDES = ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers")
 SMALL = {"d_model": 16, "n_heads": 2, "d_ff": 32}
 UNTIED = {**SMALL, "tie_embeddings": "output"}  # an encoder-decoder whose vocabularies may differ

@@ -37,10 +37,18 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.helpers import tiny_args, tiny_lm_args, write_lm_text, write_reverse_task
-from tests.test_classify import tiny_classify_args, write_sentiment
-from tests.test_mlm import encoder_run, tiny_mlm_args, write_repeated_text
-from tests.test_safe_loading import resign
+from tests.helpers import (
+    encoder_run,
+    resign,
+    tiny_args,
+    tiny_classify_args,
+    tiny_lm_args,
+    tiny_mlm_args,
+    write_lm_text,
+    write_repeated_text,
+    write_reverse_task,
+    write_sentiment,
+)
 from vaswani.cli import main
 from vaswani.config import ModelConfig, TrainConfig
 from vaswani.data.labeled import read_labeled

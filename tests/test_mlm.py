@@ -16,13 +16,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
+from tests.helpers import COUNTING, tiny_mlm_run, write_repeated_text
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import TrainingInterrupted
-from vaswani.io import atomic_save_model
-from vaswani.models.bert import Bert, MaskedLM
-from vaswani.rundir import RunDir
+from vaswani.models.bert import MaskedLM
 from vaswani.tasks import registry
 from vaswani.tasks.mlm import (
     MaskedLanguageModel,
@@ -34,50 +33,6 @@ from vaswani.tasks.mlm import (
     train_mlm,
 )
 from vaswani.tokenizer import WordPieceTokenizer
-
-COUNTING = "one two three four five six seven eight nine ten eleven twelve"
-
-
-def write_repeated_text(path: Path, lines: int = 120) -> Path:
-    """A repetitive text: line i is the i-th word of :data:`COUNTING` (cyclically) 20 times, so
-    that a masked word is the word around it."""
-    words = COUNTING.split()
-    path.write_text(
-        "".join(" ".join([words[i % len(words)]] * 20) + "\n" for i in range(lines)), encoding="utf-8"
-    )
-    return path
-
-
-def tiny_mlm_args(text: Path, out: Path, *extra: str) -> list[str]:
-    """``vaswani train mlm`` arguments for a one-layer BERT that trains in about two seconds."""
-    return [
-        "train", "mlm", "--text", str(text), "--out", str(out), "--vocab-size", "100",
-        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--max-len", "24",
-        "--batch-tokens", "384", "--max-steps", "300", "--lr", "1e-2", "--warmup", "10",
-        "--dropout", "0", "--eval-every", "1000", "--quiet", "--no-bf16", *extra,
-    ]  # fmt: skip
-
-
-def tiny_mlm_run(folder: Path, *extra: str) -> Path:
-    """Train the model of :func:`tiny_mlm_args` on the repeated words in ``folder / "mlm"``."""
-    text = write_repeated_text(folder / "repeated.txt")
-    assert main(tiny_mlm_args(text, folder / "mlm", *extra)) == 0
-    return folder / "mlm"
-
-
-def encoder_run(folder: Path) -> Path:
-    """A run of task ``encoder`` (a BERT without its MLM head, as imported from a ``BertModel``)."""
-    tokenizer = WordPieceTokenizer.train([COUNTING] * 5, vocab_size=60, min_frequency=1, max_len=24)
-    cfg = ModelConfig.preset(
-        "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=24
-    )
-    run_dir = folder / "encoder_run"
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
-    return run_dir
-
 
 # ---------------------------------------------------------------------------------------------
 # The masking recipe

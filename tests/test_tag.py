@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.test_mlm import tiny_mlm_run
+from tests.helpers import tiny_mlm_run, write
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import DataError
@@ -27,11 +27,6 @@ from vaswani.training import trainer as trainer_module
 
 # ---------------------------------------------------------------------------------------------
 # Reading CoNLL-U
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def word_line(ident: str, form: str, upos: str) -> str:
