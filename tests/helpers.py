@@ -9,11 +9,13 @@ import random
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
+from vaswani.errors import VaswaniError
 from vaswani.io import atomic_save_model
 from vaswani.models.bert import Bert
 from vaswani.rundir import RunDir
@@ -202,6 +204,13 @@ def resign(checkpoint: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # References
+
+
+def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:
+    """The message of a caught error, checked to be one line."""
+    message = str(exc.value)
+    assert message and "\n" not in message
+    return message
 
 
 def defined_mask(q_len: int, k_len: int, causal: bool, window: int | None) -> torch.Tensor:

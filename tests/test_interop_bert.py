@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 import torch
 
+from tests.helpers import one_line
+from tests.hf import hf_folder, randomise
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
-from vaswani.errors import ConfigError, RunDirError, VaswaniError
+from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf, config_to_hf
 from vaswani.interop.bert_folder import state_from_hf, state_to_hf
@@ -31,8 +33,6 @@ from vaswani.tasks.bert import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")
-transformers.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 
 CORPUS = ["play plays played playing, walk walks walked walking!", "jump jumped jumping. talk talked"] * 10
 # Three shapes: each activation, tied and untied heads, one to three segments, two LayerNorm eps.
@@ -56,12 +56,6 @@ SHAPES = ["gelu-tied", "gelu_new-untied-3segments", "relu-1segment"]
 KINDS = {"BertModel": ENCODER_TASK, "BertForMaskedLM": MLM_TASK, "BertForPreTraining": MLM_TASK}
 
 
-def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:
-    message = str(exc.value)
-    assert message and "\n" not in message
-    return message
-
-
 @pytest.fixture(scope="module")
 def wordpiece() -> WordPieceTokenizer:
     return WordPieceTokenizer.train(CORPUS, vocab_size=54, min_frequency=1)
@@ -70,20 +64,7 @@ def wordpiece() -> WordPieceTokenizer:
 def hf_model(kind: str, seed: int, **config: Any) -> Any:
     """A ``transformers`` BERT of class ``kind``, every weight random (biases, norms too), in eval mode."""
     torch.manual_seed(seed)
-    model = getattr(transformers, kind)(transformers.BertConfig(**config))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name:  # gains near 1, biases near 0
-                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if name.endswith("weight") else 0.0))
-            else:
-                p.copy_(torch.randn_like(p) * 0.3)
-    return model.eval()
-
-
-def hf_folder(folder: Path, model: Any, tokenizer: WordPieceTokenizer) -> Path:
-    model.save_pretrained(folder)
-    tokenizer.save(folder / "tokenizer.json")
-    return folder
+    return randomise(getattr(transformers, kind)(transformers.BertConfig(**config)), "LayerNorm").eval()
 
 
 def inputs(config: dict[str, Any], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
