@@ -8,19 +8,22 @@ import json
 import random
 import shutil
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import torch
+from torch import nn
 
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_save_model
 from vaswani.models.bert import Bert
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.checkpoint import MANIFEST
+
+M = TypeVar("M", bound=nn.Module)
 
 
 def write(path: Path, text: str) -> Path:
@@ -127,12 +130,8 @@ def encoder_run(folder: Path) -> Path:
     cfg = ModelConfig.preset(
         "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=24
     )
-    run_dir = folder / "encoder_run"
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
-    return run_dir
+    run = RunConfig("encoder", cfg, TrainConfig(), TextData(source="default"))
+    return write_run_dir(folder / "encoder_run", run, Bert(cfg), {"tokenizer.json": tokenizer})
 
 
 def write_sentiment(folder: Path, name: str, n: int, seed: int, suffix: str = "tsv") -> Path:
@@ -190,6 +189,27 @@ def copied_run(task: str, tmp_path: Path) -> tuple[Path, Path]:
     config = run / "config.json"
     config.write_text(config.read_text(encoding="utf-8").replace("{DATA}", str(data)), encoding="utf-8")
     return run, data
+
+
+def write_run_dir(run_dir: Path, run: RunConfig, model: nn.Module, tokenizers: dict[str, Any]) -> Path:
+    """A run directory as training leaves one, for a model that was not trained: ``config.json``
+    of ``run``, the model's weights and each tokenizer under its file name."""
+    run_dir.mkdir()
+    folder = RunDir(run_dir)
+    folder.write_config(run)
+    folder.save_weights(model)
+    for name, tokenizer in tokenizers.items():
+        tokenizer.save(run_dir / name)
+    return run_dir
+
+
+def perturb(model: M, scale: float) -> M:
+    """``model`` with N(0, scale²) noise added to every parameter (biases and norms too), so that no
+    weight keeps its initial value (a LayerNorm's ones and zeros would hide a misplaced norm)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return model
 
 
 def resign(checkpoint: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import one_line
+from tests.helpers import one_line, perturb, write_run_dir
 from tests.hf import hf_folder, randomise
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
@@ -25,7 +25,7 @@ from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf, config_to_hf
 from vaswani.interop.bert_folder import state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model, load_weights
+from vaswani.io import load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
@@ -146,14 +146,9 @@ def test_old_names_buffers_and_prefixes_are_read(tmp_path, wordpiece):
 def write_run(run_dir: Path, task: str, cfg: ModelConfig, tokenizer: WordPieceTokenizer, seed: int) -> Any:
     """A vaswani BERT run directory with random weights (biases and norms too)."""
     torch.manual_seed(seed)
-    model = (MaskedLM(cfg) if task == MLM_TASK else Bert(cfg)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig(task, cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(model, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
+    model = perturb((MaskedLM(cfg) if task == MLM_TASK else Bert(cfg)).eval(), 0.1)
+    run = RunConfig(task, cfg, TrainConfig(), TextData(source="default"))
+    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
     return model
 
 

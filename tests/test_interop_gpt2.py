@@ -13,7 +13,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tests.helpers import one_line
+from tests.helpers import one_line, perturb, write_run_dir
 from tests.hf import hf_folder, randomise
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
@@ -24,7 +24,6 @@ from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks.lm import LanguageModel
@@ -64,14 +63,9 @@ def hf_model(seed: int, eos_id: int, **config: Any) -> Any:
 def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int) -> GPT:
     """A vaswani lm run directory holding a GPT with random weights (biases and norms too)."""
     torch.manual_seed(seed)
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("lm", cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(model, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
+    model = perturb(GPT(cfg).eval(), 0.1)
+    run = RunConfig("lm", cfg, TrainConfig(), TextData(source="default"))
+    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
     return model
 
 

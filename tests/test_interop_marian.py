@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import one_line
+from tests.helpers import one_line, perturb, write_run_dir
 from tests.hf import (
     MARIAN_CONFIGS,
     MARIAN_EOS,
@@ -32,10 +32,8 @@ from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf
 from vaswani.interop.marian_folder import state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import RunDir
 from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
 
@@ -195,16 +193,9 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
     texts = ["the cat sat on the mat", "a dog ran in the park", "le chat est sur le tapis"] * 3
     tokenizer = TextTokenizer.train_bpe(texts, 60, min_frequency=1)
     torch.manual_seed(5)
-    ours = Transformer(cfg).eval()
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("translation", cfg, TrainConfig(), ParallelData(source="default")))
-    atomic_save_model(ours, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / SRC_TOKENIZER)
-    tokenizer.save(run_dir / TGT_TOKENIZER)
+    ours = perturb(Transformer(cfg).eval(), 0.3)
+    run = RunConfig("translation", cfg, TrainConfig(), ParallelData(source="default"))
+    run_dir = write_run_dir(tmp_path / "run", run, ours, {SRC_TOKENIZER: tokenizer, TGT_TOKENIZER: tokenizer})
     out = export_hf(run_dir, tmp_path / "hf")
     hf, info = transformers.MarianMTModel.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info
