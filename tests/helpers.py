@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from vaswani.cli import main
@@ -21,6 +22,7 @@ from vaswani.errors import VaswaniError
 from vaswani.models.bert import Bert
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training import trainer as trainer_module
 from vaswani.training.checkpoint import MANIFEST
 
 M = TypeVar("M", bound=nn.Module)
@@ -224,6 +226,33 @@ def resign(checkpoint: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # References
+
+
+def assert_resumed_like_whole(
+    whole: Path, parts: Path, first_leg: dict[str, torch.Tensor], steps: int
+) -> None:
+    """The run ``parts``, trained in two legs (``first_leg``: its weights after the first), ends with
+    the weights of the uninterrupted run ``whole`` bit for bit, after ``steps`` steps."""
+    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
+    assert json.loads((parts / "metrics.json").read_text())["steps"] == steps
+
+
+def record_initial_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
+    """The state dict of the model that the trainer fits next, as it is before the first step
+    (filled in when ``fit`` starts)."""
+    seen: dict[str, torch.Tensor] = {}
+
+    class Recording(trainer_module.Trainer):
+        def fit(self, quiet: bool = False) -> dict[str, Any]:
+            seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
+            return super().fit(quiet)
+
+    monkeypatch.setattr(trainer_module, "Trainer", Recording)
+    return seen
 
 
 def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:

@@ -16,7 +16,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import encoder_run, tiny_classify_args, tiny_mlm_run, write, write_sentiment
+from tests.helpers import (
+    encoder_run,
+    record_initial_state,
+    tiny_classify_args,
+    tiny_mlm_run,
+    write,
+    write_sentiment,
+)
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
@@ -26,7 +33,6 @@ from vaswani.tasks.bert import encode_texts, text_batch
 from vaswani.tasks.classify import TextClassifier
 from vaswani.tasks.encoder import SentenceEncoder
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training import trainer as trainer_module
 
 # ---------------------------------------------------------------------------------------------
 # Reading labeled files
@@ -250,14 +256,7 @@ def test_evaluate_a_classifier_on_labeled_examples(run, data, capsys, tmp_path):
 def test_init_from_an_mlm_run_starts_from_its_encoder(mlm_run, data, tmp_path, monkeypatch):
     """The classifier's encoder equals the mlm run's before the first step; the pooler the mlm run
     lacks is new; the tokenizer and model config are the mlm run's."""
-    seen: dict[str, torch.Tensor] = {}
-
-    class Recording(trainer_module.Trainer):
-        def fit(self, quiet: bool = False):
-            seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
-            return super().fit(quiet)
-
-    monkeypatch.setattr(trainer_module, "Trainer", Recording)
+    seen = record_initial_state(monkeypatch)
     out = tmp_path / "run"
     args = [
         "train", "classify", "--train", str(data / "train.tsv"), "--dev", str(data / "dev.tsv"),

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from tests.helpers import COUNTING, tiny_mlm_run, write_repeated_text
+from tests.helpers import COUNTING, assert_resumed_like_whole, tiny_mlm_run, write_repeated_text
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
@@ -211,12 +211,7 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monke
         json.loads((parts / "checkpoints" / "step_00000010" / "trainer_state.json").read_text())["step"] == 10
     )
     registry.resume(parts, quiet=True)
-    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
-    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
-    assert json.loads((parts / "metrics.json").read_text())["steps"] == 15
+    assert_resumed_like_whole(whole, parts, first_leg, 15)
 
 
 @pytest.fixture(scope="module")

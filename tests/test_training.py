@@ -4,7 +4,6 @@ tiny Transformer that learns to copy and to reverse sequences exactly."""
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import write_reverse_task
+from tests.helpers import assert_resumed_like_whole, write_reverse_task
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad, seq2seq_batch
 from vaswani.data.config import ParallelData
@@ -46,12 +45,7 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     first_leg = load_file(parts / "model.safetensors")
     registry.resume(parts, quiet=True, max_steps=15)
 
-    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
-    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
-    assert json.loads((parts / "metrics.json").read_text())["steps"] == 15
+    assert_resumed_like_whole(whole, parts, first_leg, 15)
 
 
 def test_checkpoints_are_complete_and_pruned(tmp_path):
