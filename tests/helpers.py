@@ -1,5 +1,5 @@
-"""What the tests share: small data and the runs trained on it, copies of the fixture runs, and
-references the tests of several files check against."""
+"""What the tests share: small data and the runs trained on it, copies of the fixture runs, the
+checks and references the tests of several files use, and a task for the trainer."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import hashlib
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
@@ -19,6 +21,7 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import VaswaniError
+from vaswani.layers.linear import ACTIVATIONS, Linear
 from vaswani.models.bert import Bert
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
@@ -225,7 +228,7 @@ def resign(checkpoint: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# References
+# Checks and references
 
 
 def assert_resumed_like_whole(
@@ -274,3 +277,49 @@ def defined_mask(q_len: int, k_len: int, causal: bool, window: int | None) -> to
         for i in range(k_len - q_len, k_len)
     ]  # fmt: skip
     return torch.tensor(rows, dtype=torch.bool).reshape(1, 1, q_len, k_len)
+
+
+def linear_reference(layer: Linear, x: torch.Tensor, activation: str) -> torch.Tensor:
+    """What ``layer(x, activation)`` computes, by PyTorch's own path: activation(x Wᵀ + b)."""
+    return ACTIVATIONS[activation](F.linear(x, layer.weight, layer.bias))
+
+
+# ---------------------------------------------------------------------------------------------
+# A task for the trainer
+
+
+class LineTask:
+    """The smallest task the trainer can run: fit y = 2x. Loss calls (counted from 1) listed in
+    ``nan_loss`` give a NaN loss, those in ``nan_grad`` a finite loss with NaN gradients; ``on_call``
+    runs a function at a given call."""
+
+    def __init__(
+        self,
+        nan_loss: frozenset[int] = frozenset(),
+        nan_grad: frozenset[int] = frozenset(),
+        on_call: dict[int, Callable[[], object]] | None = None,
+    ) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.batches = [torch.randn(4, 3, generator=generator) for _ in range(5)]
+        self.nan_loss, self.nan_grad, self.on_call = nan_loss, nan_grad, on_call or {}
+        self.calls = 0
+
+    def train_batches(self) -> list[torch.Tensor]:
+        return self.batches
+
+    def loss(self, model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
+        self.calls += 1
+        self.on_call.get(self.calls, lambda: None)()
+        pred = model(batch)
+        loss = ((pred - 2 * batch) ** 2).sum()
+        if self.calls in self.nan_loss:
+            loss = loss * float("nan")
+        if self.calls in self.nan_grad:
+            loss = loss + torch.sqrt(pred.sum() * 0.0)  # sqrt'(0) = inf: finite loss, NaN gradient
+        return loss, batch.shape[0]
+
+    def batch_tokens(self, batch: torch.Tensor) -> int:
+        return batch.shape[0]
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {}
