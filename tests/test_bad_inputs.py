@@ -701,6 +701,7 @@ def test_the_catalogue_covers_every_family():
         assert len(names) == len(set(names))  # one row per bad input (the same one may be in CLI and API)
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     """The command in its own process: one line and status 2, and with --debug the traceback."""
     argv = [sys.executable, "-m", "vaswani.cli", "translate", str(tmp_path), "hello"]

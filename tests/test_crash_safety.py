@@ -127,6 +127,7 @@ def start(tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
             _kill(proc)
 
 
+@pytest.mark.slow
 def test_killed_at_any_moment_then_resumed_ends_bit_identical(data, reference, start, tmp_path):
     run = tmp_path / "run"
     # Killed as soon as the first checkpoint exists.
@@ -162,6 +163,7 @@ def test_killed_at_any_moment_then_resumed_ends_bit_identical(data, reference, s
     assert not list(run.glob("checkpoints/.tmp_*")), "a temporary folder was left behind"
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_is_reported_and_the_previous_one_used(data, reference, start, tmp_path):
     run = tmp_path / "run"
     _finish(start(*tiny_args(*data, run), *FLAGS, "--max-steps", str(STEPS // 2)))
@@ -176,6 +178,7 @@ def test_a_truncated_checkpoint_is_reported_and_the_previous_one_used(data, refe
     assert (run / "model.safetensors").read_bytes() == reference()
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(data, start, tmp_path):
     run = tmp_path / "run"
     proc = start(*tiny_args(*data, run), *FLAGS, "--max-steps", "10000")

@@ -113,6 +113,7 @@ def test_no_closing_note_when_training_reaches_max_steps(tmp_path, capsys, budge
     assert "training stopped" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_printed_command_trains_on_to_max_steps(tmp_path, capsys):
     src, tgt = write_reverse_task(tmp_path)
     run = tmp_path / "run"
