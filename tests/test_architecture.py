@@ -106,6 +106,8 @@ def test_the_layer_check_sees_an_upward_import(tmp_path, monkeypatch):
     assert offender == ("vaswani.layers.bad", "vaswani.tasks", 2)
     with pytest.raises(AssertionError, match="layers is below tasks"):
         test_imports_run_down_the_layers()
+
+
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_source_files_stay_small(path):
     lines = len(path.read_text(encoding="utf-8").splitlines())

@@ -37,10 +37,18 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.helpers import tiny_args, tiny_lm_args, write_lm_text, write_reverse_task
-from tests.test_classify import tiny_classify_args, write_sentiment
-from tests.test_mlm import encoder_run, tiny_mlm_args, write_repeated_text
-from tests.test_safe_loading import resign
+from tests.helpers import (
+    encoder_run,
+    resign,
+    tiny_args,
+    tiny_classify_args,
+    tiny_lm_args,
+    tiny_mlm_args,
+    write_lm_text,
+    write_repeated_text,
+    write_reverse_task,
+    write_sentiment,
+)
 from vaswani.cli import main
 from vaswani.config import ModelConfig, TrainConfig
 from vaswani.data.labeled import read_labeled
@@ -693,6 +701,7 @@ def test_the_catalogue_covers_every_family():
         assert len(names) == len(set(names))  # one row per bad input (the same one may be in CLI and API)
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     """The command in its own process: one line and status 2, and with --debug the traceback."""
     argv = [sys.executable, "-m", "vaswani.cli", "translate", str(tmp_path), "hello"]

@@ -1,14 +1,13 @@
-"""BERT's core: the bidirectional encoder, its embeddings and heads, and the WordPiece tokenizer."""
+"""BERT's core: the bidirectional encoder, its embeddings and heads (its WordPiece tokenizer:
+test_tokenizer.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.errors import ConfigError, RunDirError
+from vaswani.errors import ConfigError
 from vaswani.models.bert import (
     Bert,
     MaskedLM,
@@ -17,7 +16,6 @@ from vaswani.models.bert import (
     TokenClassifier,
     mean_pool,
 )
-from vaswani.tokenizer import WP_SPECIALS, WordPieceTokenizer
 
 VOCAB = 40
 
@@ -173,97 +171,3 @@ def test_encoder_only_config_is_validated():
     bert_config(pad_id=VOCAB - 1, tgt_vocab_size=8)  # the decoder's vocabulary is not BERT's
     with pytest.raises(ValueError, match="encoder_only"):
         Bert(ModelConfig.preset("tiny"))
-
-
-CORPUS = [
-    "play plays played playing",
-    "walk walks walked walking",
-    "jump jumps jumped jumping",
-    "talk talked talking",
-    "sing sings singer ring rings, walk! talk.",
-] * 10
-
-
-@pytest.fixture(scope="module")
-def wordpiece() -> WordPieceTokenizer:
-    return WordPieceTokenizer.train(CORPUS, vocab_size=54, min_frequency=1)
-
-
-def test_wordpiece_learns_continuation_pieces(wordpiece):
-    assert wordpiece.tokenize("playing") == ["play", "##ing"]
-    assert wordpiece.tokenize("Jumped walks") == ["jump", "##ed", "walk", "##s"]
-    assert [wordpiece.tokenizer.token_to_id(t) for t in WP_SPECIALS] == [0, 1, 2, 3, 4]
-    ids = (wordpiece.pad_id, wordpiece.unk_id, wordpiece.cls_id, wordpiece.sep_id, wordpiece.mask_id)
-    assert ids == (0, 1, 2, 3, 4)
-    assert wordpiece.encode("play xyz") == [2, *wordpiece.encode_batch(["play"])[0][1:-1], 1, 3]
-    assert wordpiece.decode(wordpiece.encode("Playing, walked!")) == "playing, walked!"
-    assert wordpiece.mask_id not in wordpiece.encode("[MASK]")  # typed text is never a special token
-
-
-def test_pair_layout_and_segments(wordpiece):
-    a, b = wordpiece.tokenize("play walks"), wordpiece.tokenize("singing")
-    ids, segments = wordpiece.encode_segments("play walks", "singing")
-    pieces = [wordpiece.tokenizer.id_to_token(i) for i in ids]
-    assert pieces == ["[CLS]", *a, "[SEP]", *b, "[SEP]"]
-    assert segments == [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    single_ids, single_segments = wordpiece.encode_segments("play walks")
-    assert single_ids == wordpiece.encode("play walks") and single_segments == [0] * (len(a) + 2)
-    batch = wordpiece.encode_segments_batch(["play walks", "sing"], ["singing", "rings"])
-    assert batch[0] == (ids, segments)
-    with pytest.raises(ValueError, match="pairs"):
-        wordpiece.encode_segments_batch(["a", "b"], ["c"])
-
-
-def test_truncation_keeps_the_specials():
-    long_text = " ".join(["walking"] * 10)  # 20 pieces
-    tok = WordPieceTokenizer.train(CORPUS, vocab_size=54, min_frequency=1, max_len=8)
-    ids = tok.encode(long_text)
-    assert len(ids) == 8 and ids[0] == tok.cls_id and ids[-1] == tok.sep_id
-    ids, segments = tok.encode_segments(long_text, "play")  # the longer text is cut first
-    assert len(ids) == 8 and ids[-3:] == [tok.sep_id, tok.tokenizer.token_to_id("play"), tok.sep_id]
-    assert segments == [0] * 6 + [1] * 2
-    tok.max_len = 512
-    assert len(tok.encode(long_text)) == 22
-    with pytest.raises(ValueError, match="max_len"):
-        tok.max_len = 2
-
-
-@pytest.mark.parametrize(
-    "lowercase,strip_accents,same,different",
-    [
-        (True, None, [("HÉLLO", "hello")], []),
-        (True, False, [("HÉLLO", "héllo")], [("héllo", "hello")]),
-        (False, None, [("Héllo", "Héllo")], [("Héllo", "héllo"), ("héllo", "hello")]),
-        (False, True, [("héllo", "hello")], [("Hello", "hello")]),
-    ],
-)
-def test_lowercase_and_accent_options(lowercase, strip_accents, same, different):
-    texts = ["Héllo héllo hello HELLO Hello wörld world"] * 5
-    tok = WordPieceTokenizer.train(
-        texts, 60, lowercase=lowercase, strip_accents=strip_accents, min_frequency=1
-    )
-    assert (tok.lowercase, tok.strip_accents) == (lowercase, strip_accents)
-    for a, b in same:
-        assert tok.encode(a) == tok.encode(b)
-    for a, b in different:
-        assert tok.encode(a) != tok.encode(b)
-
-
-def test_save_load_and_vocab_txt(wordpiece, tmp_path: Path):
-    texts = ["Playing, walked!", "sings jumped rings", "an unknown word"]
-    wordpiece.save(tmp_path / "tokenizer.json")
-    loaded = WordPieceTokenizer.load(tmp_path / "tokenizer.json", max_len=6)
-    assert loaded.max_len == 6 and len(loaded.encode(" ".join(texts))) == 6
-    loaded.max_len = 512
-    (tmp_path / "vocab.txt").write_text(wordpiece.vocab_text(), encoding="utf-8")
-    from_vocab = WordPieceTokenizer.from_vocab(tmp_path / "vocab.txt")
-    for tok in (loaded, from_vocab):
-        assert tok.encode_batch(texts) == wordpiece.encode_batch(texts)
-        assert tok.decode(tok.encode(texts[0])) == "playing, walked!"
-
-
-def test_a_tokenizer_without_bert_specials_is_refused(tmp_path: Path):
-    path = tmp_path / "vocab.txt"
-    path.write_text("[PAD]\n[UNK]\n[CLS]\nplay\n", encoding="utf-8")
-    with pytest.raises(RunDirError, match=r"\[SEP\]"):
-        WordPieceTokenizer.from_vocab(path)

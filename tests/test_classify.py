@@ -16,7 +16,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.test_mlm import encoder_run, tiny_mlm_run
+from tests.helpers import (
+    encoder_run,
+    record_initial_state,
+    tiny_classify_args,
+    tiny_mlm_run,
+    write,
+    write_sentiment,
+)
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
@@ -26,15 +33,9 @@ from vaswani.tasks.bert import encode_texts, text_batch
 from vaswani.tasks.classify import TextClassifier
 from vaswani.tasks.encoder import SentenceEncoder
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training import trainer as trainer_module
 
 # ---------------------------------------------------------------------------------------------
 # Reading labeled files
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_tsv_with_a_header_as_sst2(tmp_path):
@@ -187,33 +188,6 @@ def test_a_padded_batch_gives_each_text_its_own_logits(pool, pairs):
             torch.testing.assert_close(together[i], model(alone.tokens, alone.segments, alone.mask)[0])
 
 
-def write_sentiment(folder: Path, name: str, n: int, seed: int, suffix: str = "tsv") -> Path:
-    """A trivially separable task: the label says whether the sentence holds a positive word."""
-    rng = random.Random(seed)
-    positive, negative = ["great", "good", "lovely", "fine"], ["awful", "bad", "poor", "dull"]
-    filler = ["the", "a", "movie", "film", "plot", "was", "is", "very", "quite", "and", "it", "story"]
-    rows = []
-    for _ in range(n):
-        label = rng.choice(["positive", "negative"])
-        words = [rng.choice(filler) for _ in range(rng.randint(3, 8))]
-        words.insert(rng.randint(0, len(words)), rng.choice(positive if label == "positive" else negative))
-        rows.append((" ".join(words), label))
-    if suffix == "jsonl":
-        return write(
-            folder / f"{name}.jsonl", "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
-        )
-    return write(folder / f"{name}.tsv", "sentence\tlabel\n" + "".join(f"{t} \t{y}\n" for t, y in rows))
-
-
-def tiny_classify_args(train: Path, dev: Path, out: Path, *extra: str) -> list[str]:
-    """``vaswani train classify`` arguments for a one-layer model from scratch (about a second)."""
-    return [
-        "train", "classify", "--train", str(train), "--dev", str(dev), "--out", str(out),
-        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--vocab-size", "200",
-        "--epochs", "5", "--lr", "5e-3", "--quiet", "--no-bf16", *extra,
-    ]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("sentiment")
@@ -282,14 +256,7 @@ def test_evaluate_a_classifier_on_labeled_examples(run, data, capsys, tmp_path):
 def test_init_from_an_mlm_run_starts_from_its_encoder(mlm_run, data, tmp_path, monkeypatch):
     """The classifier's encoder equals the mlm run's before the first step; the pooler the mlm run
     lacks is new; the tokenizer and model config are the mlm run's."""
-    seen: dict[str, torch.Tensor] = {}
-
-    class Recording(trainer_module.Trainer):
-        def fit(self, quiet: bool = False):
-            seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
-            return super().fit(quiet)
-
-    monkeypatch.setattr(trainer_module, "Trainer", Recording)
+    seen = record_initial_state(monkeypatch)
     out = tmp_path / "run"
     args = [
         "train", "classify", "--train", str(data / "train.tsv"), "--dev", str(data / "dev.tsv"),

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import tiny_args, write_reverse_task
+from tests.helpers import LineTask, tiny_args, write_reverse_task
 from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.io import load_weights
@@ -127,6 +127,7 @@ def start(tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
             _kill(proc)
 
 
+@pytest.mark.slow
 def test_killed_at_any_moment_then_resumed_ends_bit_identical(data, reference, start, tmp_path):
     run = tmp_path / "run"
     # Killed as soon as the first checkpoint exists.
@@ -162,6 +163,7 @@ def test_killed_at_any_moment_then_resumed_ends_bit_identical(data, reference, s
     assert not list(run.glob("checkpoints/.tmp_*")), "a temporary folder was left behind"
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_is_reported_and_the_previous_one_used(data, reference, start, tmp_path):
     run = tmp_path / "run"
     _finish(start(*tiny_args(*data, run), *FLAGS, "--max-steps", str(STEPS // 2)))
@@ -176,6 +178,7 @@ def test_a_truncated_checkpoint_is_reported_and_the_previous_one_used(data, refe
     assert (run / "model.safetensors").read_bytes() == reference()
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(data, start, tmp_path):
     run = tmp_path / "run"
     proc = start(*tiny_args(*data, run), *FLAGS, "--max-steps", "10000")
@@ -196,43 +199,7 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(da
     assert json.loads((run / "metrics.json").read_text())["steps"] == step + 3
 
 
-class _Line:
-    """Fit y = 2x. Loss calls (counted from 1) listed in ``nan_loss`` give a NaN loss, those in
-    ``nan_grad`` a finite loss with NaN gradients; ``on_call`` runs a function at a given call."""
-
-    def __init__(
-        self,
-        nan_loss: frozenset[int] = frozenset(),
-        nan_grad: frozenset[int] = frozenset(),
-        on_call: dict[int, Callable[[], object]] | None = None,
-    ) -> None:
-        generator = torch.Generator().manual_seed(0)
-        self.batches = [torch.randn(4, 3, generator=generator) for _ in range(5)]
-        self.nan_loss, self.nan_grad, self.on_call = nan_loss, nan_grad, on_call or {}
-        self.calls = 0
-
-    def train_batches(self) -> list[torch.Tensor]:
-        return self.batches
-
-    def loss(self, model, batch):
-        self.calls += 1
-        self.on_call.get(self.calls, lambda: None)()
-        pred = model(batch)
-        loss = ((pred - 2 * batch) ** 2).sum()
-        if self.calls in self.nan_loss:
-            loss = loss * float("nan")
-        if self.calls in self.nan_grad:
-            loss = loss + torch.sqrt(pred.sum() * 0.0)  # sqrt'(0) = inf: finite loss, NaN gradient
-        return loss, batch.shape[0]
-
-    def batch_tokens(self, batch) -> int:
-        return batch.shape[0]
-
-    def evaluate(self, model) -> dict[str, float]:
-        return {}
-
-
-def _trainer(folder: Path, task: _Line, **changes) -> Trainer:
+def _trainer(folder: Path, task: LineTask, **changes) -> Trainer:
     cfg = TrainConfig(
         max_steps=6, lr=0.01, warmup_steps=0, schedule="constant", clip_norm=None, checkpoint_every=1,
         eval_every=100, max_bad_steps=3,
@@ -243,7 +210,7 @@ def _trainer(folder: Path, task: _Line, **changes) -> Trainer:
 
 def test_non_finite_steps_are_skipped_counted_and_stop_training(tmp_path, capsys):
     # calls: 1 good, 2 NaN loss, 3 and 4 good, then 5, 6, 7 bad in a row.
-    task = _Line(nan_loss=frozenset({2, 6}), nan_grad=frozenset({5, 7}))
+    task = LineTask(nan_loss=frozenset({2, 6}), nan_grad=frozenset({5, 7}))
     trainer = _trainer(tmp_path, task)
     with pytest.raises(VaswaniError) as info:
         trainer.fit(quiet=True)
@@ -257,7 +224,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_training(tmp_path, capsys
     assert _steps(tmp_path) == [1, 2, 3]
     last = list_checkpoints(tmp_path)[-1]
     assert json.loads((last / "trainer_state.json").read_text())["skipped_steps"] == 1
-    saved = _trainer(tmp_path, _Line()).model
+    saved = _trainer(tmp_path, LineTask()).model
     load_weights(saved, last / "model.safetensors")
     for a, b in zip(saved.parameters(), trainer.model.parameters(), strict=True):
         assert torch.equal(a, b), "a skipped step changed the weights"
@@ -265,7 +232,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_training(tmp_path, capsys
 
 def test_sigint_finishes_the_step_writes_a_checkpoint_and_restores_the_handlers(tmp_path):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    task = _Line(on_call={3: lambda: os.kill(os.getpid(), signal.SIGINT)})
+    task = LineTask(on_call={3: lambda: os.kill(os.getpid(), signal.SIGINT)})
     trainer = _trainer(tmp_path, task, checkpoint_every=None, max_steps=100)
     with pytest.raises(TrainingInterrupted) as info:
         trainer.fit(quiet=True)
@@ -282,7 +249,7 @@ def test_a_second_signal_stops_at_once(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
 
     before = signal.getsignal(signal.SIGTERM)
-    trainer = _trainer(tmp_path, _Line(on_call={3: twice}), checkpoint_every=None, max_steps=100)
+    trainer = _trainer(tmp_path, LineTask(on_call={3: twice}), checkpoint_every=None, max_steps=100)
     with pytest.raises(KeyboardInterrupt):
         trainer.fit(quiet=True)
     assert _steps(tmp_path) == []
@@ -299,7 +266,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_leaves_no_temporary_folde
 
     monkeypatch.setattr(checkpoint, "write_file", full_at_step_2)
     with pytest.raises(VaswaniError) as info:
-        _trainer(tmp_path, _Line(), keep_checkpoints=1).fit(quiet=True)
+        _trainer(tmp_path, LineTask(), keep_checkpoints=1).fit(quiet=True)
     message = str(info.value)
     assert "\n" not in message
     assert str(tmp_path / "checkpoints" / "step_00000002") in message
@@ -307,12 +274,12 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_leaves_no_temporary_folde
     assert not list(tmp_path.glob("checkpoints/.tmp_*"))
     assert _steps(tmp_path) == [1]
     assert checkpoint_problem(list_checkpoints(tmp_path)[0]) is None
-    fresh = _trainer(tmp_path, _Line())
+    fresh = _trainer(tmp_path, LineTask())
     assert load_checkpoint(list_checkpoints(tmp_path)[0], fresh.model, fresh.optimizer)["step"] == 1
 
 
 def test_damaged_checkpoints_are_reported_in_one_line_each_and_skipped(tmp_path, capsys):
-    _trainer(tmp_path, _Line(), max_steps=3).fit(quiet=True)
+    _trainer(tmp_path, LineTask(), max_steps=3).fit(quiet=True)
     first, second, third = list_checkpoints(tmp_path)
     optimizer = third / "optimizer.pt"
     flipped = bytearray(optimizer.read_bytes())

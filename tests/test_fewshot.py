@@ -25,6 +25,8 @@ from vaswani.data.config import TextData
 from vaswani.generation.config import DecodingConfig
 from vaswani.tasks.lm import LanguageModel, train_lm
 
+pytestmark = pytest.mark.slow  # both tests read a model that trains for 10-20 s
+
 FRENCH = {
     "cat": "chat", "dog": "chien", "sea": "mer", "sun": "soleil", "red": "rouge", "bread": "pain",
     "house": "maison", "water": "eau", "tree": "arbre", "book": "livre", "milk": "lait", "cheese": "fromage",

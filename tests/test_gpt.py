@@ -26,7 +26,7 @@ POSITIONS = ("learned", "sinusoidal", "relative")
 
 def _gpt(position="learned", norm="pre_ln", window=None, max_len=16, tie="none", layers=2) -> GPT:
     """A small random GPT in float64 whose greedy outputs are varied: the output head roughly maps
-    token y to y + 1 (as in test_core_decoding), on top of small random weights (larger ones make the
+    token y to y + 1 (as in test_decoding.py), on top of small random weights (larger ones make the
     generations repeat one token)."""
     cfg = ModelConfig(
         arch="decoder_only", tgt_vocab_size=VOCAB, d_model=16, n_heads=2, d_ff=32,

@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 import torch
 
+from tests.helpers import one_line, perturb, write_run_dir
+from tests.hf import hf_folder, randomise
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
-from vaswani.errors import ConfigError, RunDirError, VaswaniError
+from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf, config_to_hf
 from vaswani.interop.bert_folder import state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model, load_weights
+from vaswani.io import load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
@@ -31,8 +33,6 @@ from vaswani.tasks.bert import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")
-transformers.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 
 CORPUS = ["play plays played playing, walk walks walked walking!", "jump jumped jumping. talk talked"] * 10
 # Three shapes: each activation, tied and untied heads, one to three segments, two LayerNorm eps.
@@ -56,12 +56,6 @@ SHAPES = ["gelu-tied", "gelu_new-untied-3segments", "relu-1segment"]
 KINDS = {"BertModel": ENCODER_TASK, "BertForMaskedLM": MLM_TASK, "BertForPreTraining": MLM_TASK}
 
 
-def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:
-    message = str(exc.value)
-    assert message and "\n" not in message
-    return message
-
-
 @pytest.fixture(scope="module")
 def wordpiece() -> WordPieceTokenizer:
     return WordPieceTokenizer.train(CORPUS, vocab_size=54, min_frequency=1)
@@ -70,20 +64,7 @@ def wordpiece() -> WordPieceTokenizer:
 def hf_model(kind: str, seed: int, **config: Any) -> Any:
     """A ``transformers`` BERT of class ``kind``, every weight random (biases, norms too), in eval mode."""
     torch.manual_seed(seed)
-    model = getattr(transformers, kind)(transformers.BertConfig(**config))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name:  # gains near 1, biases near 0
-                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if name.endswith("weight") else 0.0))
-            else:
-                p.copy_(torch.randn_like(p) * 0.3)
-    return model.eval()
-
-
-def hf_folder(folder: Path, model: Any, tokenizer: WordPieceTokenizer) -> Path:
-    model.save_pretrained(folder)
-    tokenizer.save(folder / "tokenizer.json")
-    return folder
+    return randomise(getattr(transformers, kind)(transformers.BertConfig(**config)), "LayerNorm").eval()
 
 
 def inputs(config: dict[str, Any], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,14 +146,9 @@ def test_old_names_buffers_and_prefixes_are_read(tmp_path, wordpiece):
 def write_run(run_dir: Path, task: str, cfg: ModelConfig, tokenizer: WordPieceTokenizer, seed: int) -> Any:
     """A vaswani BERT run directory with random weights (biases and norms too)."""
     torch.manual_seed(seed)
-    model = (MaskedLM(cfg) if task == MLM_TASK else Bert(cfg)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig(task, cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(model, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
+    model = perturb((MaskedLM(cfg) if task == MLM_TASK else Bert(cfg)).eval(), 0.1)
+    run = RunConfig(task, cfg, TrainConfig(), TextData(source="default"))
+    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
     return model
 
 

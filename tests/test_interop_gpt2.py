@@ -13,24 +13,23 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from tests.helpers import one_line, perturb, write_run_dir
+from tests.hf import hf_folder, randomise
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
-from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
+from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tokenizer import END_OF_TEXT, LMTokenizer
 
 transformers = pytest.importorskip("transformers")
-transformers.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 
 TEXT = ["the cat sat on the mat", "a dog ran in the park", "héllo wörld, ça va?"]
 # Three shapes: tied and untied heads, each activation, n_inner set or not.
@@ -47,12 +46,6 @@ HF_CONFIGS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:
-    message = str(exc.value)
-    assert message and "\n" not in message
-    return message
-
-
 @pytest.fixture(scope="module")
 def char_tokenizer() -> LMTokenizer:
     return LMTokenizer.train(TEXT, "char", 0)
@@ -64,32 +57,15 @@ def hf_model(seed: int, eos_id: int, **config: Any) -> Any:
     model = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(bos_token_id=eos_id, eos_token_id=eos_id, **config)
     )
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".ln_" in name:  # LayerNorm: gains near 1, biases near 0
-                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if name.endswith("weight") else 0.0))
-            else:
-                p.copy_(torch.randn_like(p) * 0.3)
-    return model.eval()
-
-
-def hf_folder(folder: Path, model: Any, tokenizer: LMTokenizer) -> Path:
-    model.save_pretrained(folder)
-    tokenizer.save(folder / "tokenizer.json")
-    return folder
+    return randomise(model, ".ln_").eval()  # the LayerNorms' names hold ".ln_"
 
 
 def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int) -> GPT:
     """A vaswani lm run directory holding a GPT with random weights (biases and norms too)."""
     torch.manual_seed(seed)
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("lm", cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(model, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
+    model = perturb(GPT(cfg).eval(), 0.1)
+    run = RunConfig("lm", cfg, TrainConfig(), TextData(source="default"))
+    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
     return model
 
 

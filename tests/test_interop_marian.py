@@ -10,159 +10,55 @@ from typing import Any
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
+from tests.helpers import one_line, perturb, write_run_dir
+from tests.hf import (
+    MARIAN_CONFIGS,
+    MARIAN_EOS,
+    marian_folder,
+    marian_generation_settings,
+    marian_model,
+    marian_pad,
+    marian_sources,
+    marian_tokenizer,
+)
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import ParallelData
-from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
+from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.marian import config_from_hf, config_to_hf
 from vaswani.interop.marian_folder import state_from_hf, state_to_hf
-from vaswani.io import atomic_save_model
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
-from vaswani.rundir import RunDir
 from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
 
 transformers = pytest.importorskip("transformers")
-transformers.logging.set_verbosity_error()
-transformers.utils.logging.disable_progress_bar()
 
-# Three shapes: a shared vocabulary with SiLU ("swish", OPUS-MT's) and scaled embeddings, separate
-# vocabularies with a tied head and GELU, and separate untied ones; deeper decoders and encoders.
-HF_CONFIGS: list[dict[str, Any]] = [
-    {
-        "d_model": 32, "encoder_layers": 1, "decoder_layers": 2, "encoder_attention_heads": 2,
-        "decoder_attention_heads": 2, "encoder_ffn_dim": 48, "decoder_ffn_dim": 48, "vocab_size": 50,
-        "activation_function": "swish", "scale_embedding": True,
-    },
-    {
-        "d_model": 48, "encoder_layers": 2, "decoder_layers": 1, "encoder_attention_heads": 4,
-        "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "vocab_size": 80,
-        "decoder_vocab_size": 70, "activation_function": "gelu", "share_encoder_decoder_embeddings": False,
-    },
-    {
-        "d_model": 64, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
-        "decoder_attention_heads": 4, "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "vocab_size": 120,
-        "decoder_vocab_size": 100, "activation_function": "swish", "scale_embedding": True,
-        "share_encoder_decoder_embeddings": False, "tie_word_embeddings": False,
-    },
-]  # fmt: skip
 IDS = ["swish-shared", "gelu-separate-tied", "swish-separate-untied"]
-EOS, UNK = 0, 1  # Marian's </s> and <unk>; <pad> is the last id of the target vocabulary
-
-
-def one_line(exc: pytest.ExceptionInfo[VaswaniError]) -> str:
-    message = str(exc.value)
-    assert message and "\n" not in message
-    return message
-
-
-def pad_of(config: dict[str, Any]) -> int:
-    return config.get("decoder_vocab_size", config["vocab_size"]) - 1
-
-
-def marian_tokenizer(vocab_size: int, pad: int, source: bool) -> Tokenizer:
-    """A word-level tokenizer with Marian's special ids (</s> 0, <unk> 1, <pad> ``pad``) and the
-    words w2, w3, … at the other ids; the source side appends </s>, as MarianTokenizer does."""
-    vocab = {f"w{i}": i for i in range(vocab_size)}
-    vocab.update({"</s>": EOS, "<unk>": UNK, "<pad>": pad})
-    del vocab[f"w{pad}"], vocab["w0"], vocab["w1"]
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.add_special_tokens(["</s>", "<unk>", "<pad>"])
-    if source:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="$A </s>", special_tokens=[("</s>", EOS)]
-        )
-    return tokenizer
-
-
-def hf_model(seed: int, **config: Any) -> Any:
-    """A ``MarianMTModel`` with every weight random (biases, LayerNorms and final_logits_bias too;
-    the fixed position tables are kept), in eval mode.
-
-    Random models repeat one token with a wide margin, so </s> and <pad> are pushed up by their
-    distance to the best token at the 0.3 and 0.7 quantiles: hypotheses end at many lengths, and
-    <pad> would often win if it were not suppressed.
-    """
-    pad = pad_of(config)
-    torch.manual_seed(seed)
-    hf_config = transformers.MarianConfig(
-        max_position_embeddings=64, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=EOS,
-        forced_eos_token_id=None, **config,
-    )  # fmt: skip
-    model = transformers.MarianMTModel(hf_config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "embed_positions" in name:
-                continue
-            if "layer_norm" in name:  # gains near 1, biases near 0
-                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if name.endswith("weight") else 0.0))
-            else:
-                p.copy_(torch.randn_like(p) * (0.1 if name.endswith("bias") else 0.3))
-        model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias) * 0.05)
-        src, _ = sources(config, seed=seed + 100)
-        logits = model(input_ids=src, decoder_input_ids=src.clamp(max=pad - 1)).logits
-        best = logits.max(dim=-1).values
-        for token, quantile in ((EOS, 0.3), (pad, 0.7)):
-            model.final_logits_bias[0, token] += (best - logits[..., token]).quantile(quantile)
-    return model
-
-
-def hf_folder(folder: Path, model: Any, config: dict[str, Any]) -> Path:
-    """``model`` saved with tokenizers of Marian's special ids (a target one for separate vocabularies)."""
-    model.save_pretrained(folder)
-    pad = pad_of(config)
-    marian_tokenizer(config["vocab_size"], pad, source=True).save(str(folder / "tokenizer.json"))
-    if "decoder_vocab_size" in config:
-        marian_tokenizer(config["decoder_vocab_size"], pad, source=False).save(
-            str(folder / "target_tokenizer.json")
-        )
-    return folder
-
-
-def sources(config: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Three source rows of lengths 9, 5 and 2 (each ending in </s>), right-padded, and their mask."""
-    pad = pad_of(config)
-    src = torch.randint(2, pad, (3, 9), generator=torch.Generator().manual_seed(seed))
-    for row, length in enumerate((9, 5, 2)):
-        src[row, length - 1] = EOS
-        src[row, length:] = pad
-    return src, src != pad
-
-
-def generation_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``generate`` settings that apply what vaswani applies (Marian's <pad> is never generated)
-    and nothing else."""
-    return {
-        "bad_words_ids": [[pad_of(config)]], "forced_eos_token_id": None, "no_repeat_ngram_size": 0,
-        "repetition_penalty": 1.0, "min_length": 0, "do_sample": False,
-    }  # fmt: skip
 
 
 @torch.no_grad()
 def assert_same_logits(hf: Any, ours: Transformer, config: dict[str, Any]) -> None:
-    src, mask = sources(config, seed=1)
-    pad = pad_of(config)
+    src, mask = marian_sources(config, seed=1)
+    pad = marian_pad(config)
     tgt_in = torch.randint(0, pad, (3, 7), generator=torch.Generator().manual_seed(2))
     tgt_in[:, 0] = pad  # decoding starts from <pad>
     expected = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt_in).logits
     assert (ours(src, tgt_in) - expected).abs().max() < 1e-4
 
 
-@pytest.fixture(scope="module", params=range(len(HF_CONFIGS)), ids=IDS)
+@pytest.fixture(scope="module", params=range(len(MARIAN_CONFIGS)), ids=IDS)
 def imported(request, tmp_path_factory) -> tuple[Any, Translator, dict[str, Any]]:
     """A random Marian model, its folder imported as a run, and its config."""
-    config = HF_CONFIGS[request.param]
-    hf = hf_model(request.param, **config)
+    config = MARIAN_CONFIGS[request.param]
+    hf = marian_model(request.param, **config)
     tmp = tmp_path_factory.mktemp("marian")
-    run = import_hf(hf_folder(tmp / "hf", hf, config), tmp / "run")
+    run = import_hf(marian_folder(tmp / "hf", hf, config), tmp / "run")
     return hf, Translator.load(run), config
 
 
@@ -174,13 +70,13 @@ def test_imported_model_gives_the_logits_of_transformers(imported):
         "share_encoder_decoder_embeddings", True
     )
     assert (model.output.weight is model.tgt_embed.token.weight) == config.get("tie_word_embeddings", True)
-    assert translator.tgt_tok.bos_id == translator.tgt_tok.pad_id == pad_of(config)
-    assert translator.tgt_tok.eos_id == EOS
+    assert translator.tgt_tok.bos_id == translator.tgt_tok.pad_id == marian_pad(config)
+    assert translator.tgt_tok.eos_id == MARIAN_EOS
 
 
 def test_greedy_decoding_matches_transformers_token_for_token(imported):
     hf, translator, config = imported
-    src, mask = sources(config, seed=3)
+    src, mask = marian_sources(config, seed=3)
     tok = translator.tgt_tok
     ours = translate_ids(
         translator.model,
@@ -191,7 +87,11 @@ def test_greedy_decoding_matches_transformers_token_for_token(imported):
         suppress=tok.suppressed_ids,
     ).tokens
     theirs = hf.generate(
-        input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
+        input_ids=src,
+        attention_mask=mask,
+        num_beams=1,
+        max_new_tokens=20,
+        **marian_generation_settings(config),
     )
     assert torch.equal(ours, theirs[:, 1:])
 
@@ -200,7 +100,7 @@ def test_greedy_decoding_matches_transformers_token_for_token(imported):
 def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     """All four hypotheses of each sentence, in order, with their scores."""
     hf, translator, config = imported
-    src, mask = sources(config, seed=4)
+    src, mask = marian_sources(config, seed=4)
     tok = translator.tgt_tok
     decoding = DecodingConfig(
         beam=4,
@@ -214,7 +114,7 @@ def test_beam_search_matches_transformers_token_for_token(imported, alpha):
     theirs = hf.generate(
         input_ids=src, attention_mask=mask, num_beams=4, num_return_sequences=4, length_penalty=alpha,
         early_stopping=True, max_new_tokens=12, output_scores=True, return_dict_in_generate=True,
-        **generation_settings(config),
+        **marian_generation_settings(config),
     )  # fmt: skip
     assert torch.equal(ours.tokens.flatten(0, 1), theirs.sequences[:, 1:])
     assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4)
@@ -233,7 +133,7 @@ def test_beam_search_stopping_rules_match_transformers(imported):
     tok = translator.tgt_tok
     differ = {"True/False": False, "False/never": False}
     for seed, beams, alpha in STOPPING_CASES:
-        src, mask = sources(config, seed=seed)
+        src, mask = marian_sources(config, seed=seed)
         found = {}
         for rule in (True, False, "never"):
             decoding = DecodingConfig(
@@ -246,7 +146,7 @@ def test_beam_search_stopping_rules_match_transformers(imported):
             theirs = hf.generate(
                 input_ids=src, attention_mask=mask, num_beams=beams, num_return_sequences=beams,
                 length_penalty=alpha, early_stopping=rule, max_new_tokens=20, output_scores=True,
-                return_dict_in_generate=True, **generation_settings(config),
+                return_dict_in_generate=True, **marian_generation_settings(config),
             )  # fmt: skip
             assert torch.equal(ours.tokens.flatten(0, 1), theirs.sequences[:, 1:]), (seed, rule)
             assert torch.allclose(ours.scores.flatten(), theirs.sequences_scores, atol=1e-4), (seed, rule)
@@ -260,13 +160,13 @@ def test_beam_search_stopping_rules_match_transformers(imported):
 def test_translator_encodes_and_decodes_with_marians_special_ids(imported):
     """Sources get </s> appended; translations start from <pad>, stop at </s> and never hold <pad>."""
     hf, translator, config = imported
-    assert translator.src_tok.encode("w5 w7 w2") == [5, 7, 2, EOS]
+    assert translator.src_tok.encode("w5 w7 w2") == [5, 7, 2, MARIAN_EOS]
     text = ["w5 w7 w2 w9", "w3"]
     src = [translator.src_tok.encode(t) for t in text]
     ids = hf.generate(
-        input_ids=torch.tensor([src[0], src[1] + [pad_of(config)] * 3]),
+        input_ids=torch.tensor([src[0], src[1] + [marian_pad(config)] * 3]),
         attention_mask=torch.tensor([[1] * 5, [1, 1, 0, 0, 0]]), num_beams=1, max_new_tokens=20,
-        **generation_settings(config),
+        **marian_generation_settings(config),
     )  # fmt: skip
     expected = [translator.tgt_tok.decode(row[1:]) for row in ids.tolist()]
     assert translator.translate(text, DecodingConfig(max_len_a=0, max_len_b=20)) == expected
@@ -293,16 +193,9 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
     texts = ["the cat sat on the mat", "a dog ran in the park", "le chat est sur le tapis"] * 3
     tokenizer = TextTokenizer.train_bpe(texts, 60, min_frequency=1)
     torch.manual_seed(5)
-    ours = Transformer(cfg).eval()
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("translation", cfg, TrainConfig(), ParallelData(source="default")))
-    atomic_save_model(ours, run_dir / "model.safetensors")
-    tokenizer.save(run_dir / SRC_TOKENIZER)
-    tokenizer.save(run_dir / TGT_TOKENIZER)
+    ours = perturb(Transformer(cfg).eval(), 0.3)
+    run = RunConfig("translation", cfg, TrainConfig(), ParallelData(source="default"))
+    run_dir = write_run_dir(tmp_path / "run", run, ours, {SRC_TOKENIZER: tokenizer, TGT_TOKENIZER: tokenizer})
     out = export_hf(run_dir, tmp_path / "hf")
     hf, info = transformers.MarianMTModel.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info
@@ -329,10 +222,10 @@ def test_exported_run_loads_in_transformers_with_the_same_logits_and_tokens(tmp_
 
 def test_configs_convert_both_ways_and_state_conversion_is_its_own_inverse():
     tokenizer = TextTokenizer(marian_tokenizer(70, 69, source=False))
-    for config in HF_CONFIGS:
-        hf = {"model_type": "marian", **config, "pad_token_id": pad_of(config)}
+    for config in MARIAN_CONFIGS:
+        hf = {"model_type": "marian", **config, "pad_token_id": marian_pad(config)}
         cfg = config_from_hf(hf)
-        if pad_of(config) == 69:
+        if marian_pad(config) == 69:
             assert config_from_hf(config_to_hf(cfg, tokenizer)) == cfg
         model = Transformer(cfg)
         state = state_from_hf(state_to_hf(model.state_dict(), cfg), cfg)
@@ -356,9 +249,9 @@ def test_marians_position_table_is_ours_in_halves():
 def test_pickled_weights_with_every_tied_copy_are_imported(tmp_path):
     """pytorch_model.bin as older OPUS-MT checkpoints hold it: every embedding copy, the head and the
     position tables stored, read with ``weights_only=True``."""
-    config = HF_CONFIGS[0]
-    hf = hf_model(6, **config)
-    src = hf_folder(tmp_path / "hf", hf, config)
+    config = MARIAN_CONFIGS[0]
+    hf = marian_model(6, **config)
+    src = marian_folder(tmp_path / "hf", hf, config)
     (src / "model.safetensors").unlink()
     torch.save({k: v.clone() for k, v in hf.state_dict().items()}, src / "pytorch_model.bin")
     assert "model.encoder.embed_positions.weight" in hf.state_dict()
@@ -400,7 +293,7 @@ BAD_FOLDERS = {
 @pytest.mark.parametrize("case", BAD_FOLDERS)
 def test_bad_folders_are_refused_in_one_line_and_nothing_is_written(tmp_path, case):
     damage, error, words = BAD_FOLDERS[case]
-    src = hf_folder(tmp_path / "hf", hf_model(7, **HF_CONFIGS[0]), HF_CONFIGS[0])
+    src = marian_folder(tmp_path / "hf", marian_model(7, **MARIAN_CONFIGS[0]), MARIAN_CONFIGS[0])
     damage(src)
     with pytest.raises(error) as exc:
         import_hf(src, tmp_path / "run")
@@ -409,7 +302,7 @@ def test_bad_folders_are_refused_in_one_line_and_nothing_is_written(tmp_path, ca
 
 
 def test_an_existing_output_folder_is_never_overwritten(tmp_path):
-    src = hf_folder(tmp_path / "hf", hf_model(8, **HF_CONFIGS[0]), HF_CONFIGS[0])
+    src = marian_folder(tmp_path / "hf", marian_model(8, **MARIAN_CONFIGS[0]), MARIAN_CONFIGS[0])
     out = tmp_path / "run"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -439,8 +332,8 @@ def test_configs_marian_cannot_express_are_refused(changes, field):
 
 
 def test_cli_imports_translates_and_exports(tmp_path, capsys):
-    config = HF_CONFIGS[0]
-    src = hf_folder(tmp_path / "hf", hf_model(9, **config), config)
+    config = MARIAN_CONFIGS[0]
+    src = marian_folder(tmp_path / "hf", marian_model(9, **config), config)
     run, out = tmp_path / "run", tmp_path / "out"
     assert main(["import-hf", str(src), str(run)]) == 0
     assert main(["translate", str(run), "w5 w7 w9", "--beam", "2"]) == 0
@@ -448,4 +341,4 @@ def test_cli_imports_translates_and_exports(tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"wrote run directory {run} (from {src})"
     assert printed[-1] == f"wrote Hugging Face model folder {out} (from {run})"
-    assert json.loads((out / "generation_config.json").read_text())["bad_words_ids"] == [[pad_of(config)]]
+    assert json.loads((out / "generation_config.json").read_text())["bad_words_ids"] == [[marian_pad(config)]]

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.helpers import one_line
+from tests.hf import MARIAN_CONFIGS, marian_generation_settings, marian_model
 from vaswani.data.batching import pad
 from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
@@ -25,7 +27,6 @@ spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("google.protobuf")
 
-from tests.test_interop_marian import HF_CONFIGS, generation_settings, hf_model, one_line  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"  # ../shared beside the clone
 LINES = 400
@@ -108,8 +109,8 @@ def opus(tmp_path_factory) -> tuple[Any, Any, Translator, dict[str, Any], Path]:
     vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
     vocab["<pad>"] = len(vocab)
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    config = {**HF_CONFIGS[0], "vocab_size": len(vocab)}
-    hf = hf_model(11, **config)
+    config = {**MARIAN_CONFIGS[0], "vocab_size": len(vocab)}
+    hf = marian_model(11, **config)
     hf.save_pretrained(folder)
     marian = transformers.MarianTokenizer(
         str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json")
@@ -157,7 +158,11 @@ def test_greedy_translation_equals_generate(opus):
     src = pad(tok.encode_batch(texts), tok.pad_id)
     mask = src != tok.pad_id
     theirs = hf.generate(
-        input_ids=src, attention_mask=mask, num_beams=1, max_new_tokens=20, **generation_settings(config)
+        input_ids=src,
+        attention_mask=mask,
+        num_beams=1,
+        max_new_tokens=20,
+        **marian_generation_settings(config),
     )
     tgt = translator.tgt_tok
     decoding = DecodingConfig(max_new_tokens=20)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.helpers import linear_reference
 from vaswani.layers import attention, kernels
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
@@ -86,10 +87,6 @@ def test_a_decoding_step_of_many_rows_takes_the_explicit_path_and_batch_1_sdpa(m
 # oneDNN's linear or F.linear
 
 
-def _reference(layer: Linear, x: torch.Tensor, activation: str) -> torch.Tensor:
-    return ACTIVATIONS[activation](F.linear(x, layer.weight, layer.bias))
-
-
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_without_the_onednn_op_linear_is_f_linear_and_agrees_with_the_normal_path(activation, monkeypatch):
     torch.manual_seed(2)
@@ -99,7 +96,7 @@ def test_without_the_onednn_op_linear_is_f_linear_and_agrees_with_the_normal_pat
         monkeypatch.setattr(kernels, "ONEDNN_LINEAR", None)
         assert not kernels.onednn_applies(x, layer.weight)
         fallback = layer(x, activation)
-    assert torch.equal(fallback, _reference(layer, x, activation))
+    assert torch.equal(fallback, linear_reference(layer, x, activation))
     torch.testing.assert_close(fallback, normal, atol=1e-5, rtol=1e-5)
 
 
@@ -114,7 +111,7 @@ def test_an_onednn_op_that_fails_is_turned_off_once_with_a_warning(monkeypatch):
     torch.manual_seed(3)
     ffn, x = FeedForward(16, 32, "gelu"), torch.randn(4, 16)
     with torch.no_grad():
-        expected = _reference(ffn.linear2, _reference(ffn.linear1, x, "gelu"), "none")
+        expected = linear_reference(ffn.linear2, linear_reference(ffn.linear1, x, "gelu"), "none")
         with pytest.warns(RuntimeWarning, match=r"oneDNN's linear failed \(mkldnn: unsupported\)"):
             first = ffn(x)
         with warnings.catch_warnings():

@@ -1,5 +1,5 @@
-"""Language modelling around the GPT: its tokenizers, its data (documents, the held-out tail,
-next-token windows, the streamed loss) and the commands ``train lm``, ``generate`` and
+"""Language modelling around the GPT: its data (documents, the held-out tail, next-token
+windows, the streamed loss) and the commands ``train lm``, ``generate`` and
 ``evaluate --text`` (their bad input is in test_bad_inputs.py)."""
 
 from __future__ import annotations
@@ -25,60 +25,7 @@ from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.models.gpt import GPT
 from vaswani.tasks.lm import LanguageModel, LMTask, next_token_loss, stream_loss, windows
-from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
-
-TEXTS = ["the cat sat on the mat.\nThe dog <ran> | away!", "a second document, with 12 digits"]
-UNICODE = "naïve café 汤 😀 — \x00\t\r\n ' <|endoftext|> trailing  "
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizers
-
-
-def test_char_tokenizer_round_trips_seen_characters():
-    tok = LMTokenizer.train(TEXTS, "char", vocab_size=1000)
-    assert tok.vocab_size == len(set("".join(TEXTS))) + 2  # each character, <|endoftext|>, <unk>
-    for text in [*TEXTS, "cat dog 12!", ""]:
-        ids = tok.encode(text)
-        assert len(ids) == len(text)  # one token per character
-        assert tok.decode(ids) == text
-
-
-def test_char_tokenizer_maps_an_unseen_character_to_unk_and_decoding_drops_it():
-    tok = LMTokenizer.train(TEXTS, "char", vocab_size=1000)
-    unk = tok.tokenizer.token_to_id(LM_UNK)
-    ids = tok.encode("cat汤z")  # neither 汤 nor z is in the training text
-    assert ids[:3] == tok.encode("cat") and ids[3:] == [unk, unk]
-    assert tok.decode(ids) == "cat"
-
-
-@pytest.mark.parametrize("kind", ["char", "bpe"])
-def test_typed_end_of_text_is_text_not_the_special_token(kind):
-    tok = LMTokenizer.train([*TEXTS, "<|endoftext|> as text"] * 3, kind, vocab_size=300)
-    ids = tok.encode(f"a {END_OF_TEXT} c")
-    assert tok.eos_id not in ids
-    assert tok.decode(ids) == f"a {END_OF_TEXT} c"
-    assert tok.decode([*tok.encode("a"), tok.eos_id, *tok.encode("c")]) == "ac"  # the real one is left out
-
-
-def test_byte_level_bpe_round_trips_any_text_exactly():
-    tok = LMTokenizer.train(TEXTS * 20, "bpe", vocab_size=300)
-    assert tok.vocab_size > 257  # 256 bytes, <|endoftext|> and some merges were learned
-    for text in [*TEXTS, UNICODE, " leading space", "\n\nblank lines\n", "ÿ\ufeff\u200b"]:
-        ids = tok.encode(text)
-        assert tok.decode(ids) == text
-    assert len(tok.encode("the cat sat on the mat")) < len("the cat sat on the mat")  # merges apply
-
-
-@pytest.mark.parametrize("kind", ["char", "bpe"])
-def test_saved_tokenizer_loads_with_identical_ids(tmp_path, kind):
-    tok = LMTokenizer.train(TEXTS * 5, kind, vocab_size=300)
-    tok.save(tmp_path / "tokenizer.json")
-    loaded = LMTokenizer.load(tmp_path / "tokenizer.json")
-    assert loaded.vocab_size == tok.vocab_size and loaded.eos_id == tok.eos_id
-    for text in [*TEXTS, UNICODE, f"x{END_OF_TEXT}y"]:
-        assert loaded.encode(text) == tok.encode(text)
-        assert loaded.decode(tok.encode(text)) == tok.decode(tok.encode(text))
-
+from vaswani.tokenizer import LMTokenizer
 
 # ---------------------------------------------------------------------------------------------
 # Documents and the held-out split

@@ -16,13 +16,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
+from tests.helpers import COUNTING, assert_resumed_like_whole, tiny_mlm_run, write_repeated_text
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import TrainingInterrupted
-from vaswani.io import atomic_save_model
-from vaswani.models.bert import Bert, MaskedLM
-from vaswani.rundir import RunDir
+from vaswani.models.bert import MaskedLM
 from vaswani.tasks import registry
 from vaswani.tasks.mlm import (
     MaskedLanguageModel,
@@ -34,50 +33,6 @@ from vaswani.tasks.mlm import (
     train_mlm,
 )
 from vaswani.tokenizer import WordPieceTokenizer
-
-COUNTING = "one two three four five six seven eight nine ten eleven twelve"
-
-
-def write_repeated_text(path: Path, lines: int = 120) -> Path:
-    """A repetitive text: line i is the i-th word of :data:`COUNTING` (cyclically) 20 times, so
-    that a masked word is the word around it."""
-    words = COUNTING.split()
-    path.write_text(
-        "".join(" ".join([words[i % len(words)]] * 20) + "\n" for i in range(lines)), encoding="utf-8"
-    )
-    return path
-
-
-def tiny_mlm_args(text: Path, out: Path, *extra: str) -> list[str]:
-    """``vaswani train mlm`` arguments for a one-layer BERT that trains in about two seconds."""
-    return [
-        "train", "mlm", "--text", str(text), "--out", str(out), "--vocab-size", "100",
-        "--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--max-len", "24",
-        "--batch-tokens", "384", "--max-steps", "300", "--lr", "1e-2", "--warmup", "10",
-        "--dropout", "0", "--eval-every", "1000", "--quiet", "--no-bf16", *extra,
-    ]  # fmt: skip
-
-
-def tiny_mlm_run(folder: Path, *extra: str) -> Path:
-    """Train the model of :func:`tiny_mlm_args` on the repeated words in ``folder / "mlm"``."""
-    text = write_repeated_text(folder / "repeated.txt")
-    assert main(tiny_mlm_args(text, folder / "mlm", *extra)) == 0
-    return folder / "mlm"
-
-
-def encoder_run(folder: Path) -> Path:
-    """A run of task ``encoder`` (a BERT without its MLM head, as imported from a ``BertModel``)."""
-    tokenizer = WordPieceTokenizer.train([COUNTING] * 5, vocab_size=60, min_frequency=1, max_len=24)
-    cfg = ModelConfig.preset(
-        "bert-base", src_vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, max_len=24
-    )
-    run_dir = folder / "encoder_run"
-    run_dir.mkdir()
-    RunDir(run_dir).write_config(RunConfig("encoder", cfg, TrainConfig(), TextData(source="default")))
-    atomic_save_model(Bert(cfg), run_dir / "model.safetensors")
-    tokenizer.save(run_dir / "tokenizer.json")
-    return run_dir
-
 
 # ---------------------------------------------------------------------------------------------
 # The masking recipe
@@ -210,19 +165,6 @@ def test_text_windows_cover_each_document_in_order():
     assert [len(w) - 2 for w in windows] == [6] * 6 + [2, 1]  # a window never spans two documents
 
 
-def test_wordpiece_training_gives_the_same_vocabulary_every_time():
-    """The reruns and resumes of an mlm run depend on it (tokenizers' own trainer does not, #1794)."""
-    from vaswani.data.text import default_documents
-
-    texts = default_documents()[:12]
-    first = WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab()
-    for _ in range(3):
-        assert WordPieceTokenizer.train(texts, 1000).tokenizer.get_vocab() == first
-    tokenizer = WordPieceTokenizer.train(texts, 1000)
-    assert tokenizer.tokenize("zqx") == ["z", "##q", "##x"]  # single characters continue a word
-    assert tokenizer.tokenizer.get_added_tokens_decoder().keys() == {0, 1, 2, 3, 4}  # "##x" are pieces
-
-
 def test_filled_joins_continuation_pieces():
     assert filled("The [MASK] statement [MASK].", [[("for", 0.9)], [("##s", 0.5)]]) == "The for statements."
 
@@ -269,12 +211,7 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monke
         json.loads((parts / "checkpoints" / "step_00000010" / "trainer_state.json").read_text())["step"] == 10
     )
     registry.resume(parts, quiet=True)
-    a, b = load_file(whole / "model.safetensors"), load_file(parts / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
-    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
-    assert json.loads((parts / "metrics.json").read_text())["steps"] == 15
+    assert_resumed_like_whole(whole, parts, first_leg, 15)
 
 
 @pytest.fixture(scope="module")

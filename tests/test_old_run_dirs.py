@@ -3,24 +3,21 @@ before the layer above the core was restructured) still load, decode, evaluate a
 give the outputs that version printed (``tests/fixtures/run_dirs/expected.json``).
 
 Their ``config.json`` names their data files as ``{DATA}/…``: each test writes the same data
-(the helpers are seeded) into a temporary folder and points the copied run there.
+(the helpers are seeded) into a temporary folder and points the copied run there
+(``helpers.copied_run``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import write_lm_text, write_reverse_task
-from tests.test_classify import write_sentiment
-from tests.test_mlm import write_repeated_text
+from tests.helpers import FIXTURES, copied_run
 from vaswani.cli import main
 
-FIXTURES = Path(__file__).parent / "fixtures" / "run_dirs"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
 
 # Task → (commands whose standard output is compared, {RUN} and {DATA} filled in).
@@ -45,26 +42,6 @@ COMMANDS: dict[str, list[list[str]]] = {
     "encoder": [],
 }
 TRAINABLE = ("translation", "lm", "mlm", "classify")
-
-
-def write_data(folder: Path) -> Path:
-    """The data the fixtures were trained on, written again (the helpers are seeded)."""
-    folder.mkdir()
-    write_reverse_task(folder)
-    write_lm_text(folder / "train.txt")
-    write_repeated_text(folder / "repeated.txt")
-    write_sentiment(folder, "train", 100, seed=0)
-    write_sentiment(folder, "dev", 40, seed=1)
-    return folder
-
-
-def copied_run(task: str, tmp_path: Path) -> tuple[Path, Path]:
-    data = write_data(tmp_path / "data")
-    run = tmp_path / task
-    shutil.copytree(FIXTURES / task, run)
-    config = run / "config.json"
-    config.write_text(config.read_text(encoding="utf-8").replace("{DATA}", str(data)), encoding="utf-8")
-    return run, data
 
 
 def filled(command: list[str], run: Path, data: Path) -> list[str]:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.helpers import tiny_args, write_reverse_task
+from tests.helpers import LineTask, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import TrainConfig
 from vaswani.training import progress
@@ -27,32 +27,12 @@ PLAIN_LINE = re.compile(
 )
 
 
-class _Line:
-    """Fit y = 2x: the smallest task the trainer can run."""
-
-    def __init__(self) -> None:
-        generator = torch.Generator().manual_seed(0)
-        self.batches = [torch.randn(4, 3, generator=generator) for _ in range(5)]
-
-    def train_batches(self) -> list[torch.Tensor]:
-        return self.batches
-
-    def loss(self, model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
-        return ((model(batch) - 2 * batch) ** 2).sum(), batch.shape[0]
-
-    def batch_tokens(self, batch: torch.Tensor) -> int:
-        return batch.shape[0]
-
-    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        return {}
-
-
 def _trainer(folder: Path, **changes: object) -> Trainer:
     cfg = TrainConfig(
         max_steps=12, lr=0.01, warmup_steps=0, schedule="constant", checkpoint_every=None, eval_every=100,
     ).replace(**changes)  # fmt: skip
     torch.manual_seed(0)
-    return Trainer(torch.nn.Linear(3, 3), _Line(), cfg, folder, "translation")
+    return Trainer(torch.nn.Linear(3, 3), LineTask(), cfg, folder, "translation")
 
 
 class _Terminal(io.StringIO):
@@ -133,6 +113,7 @@ def test_no_closing_note_when_training_reaches_max_steps(tmp_path, capsys, budge
     assert "training stopped" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_printed_command_trains_on_to_max_steps(tmp_path, capsys):
     src, tgt = write_reverse_task(tmp_path)
     run = tmp_path / "run"

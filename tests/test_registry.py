@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_old_run_dirs import FIXTURES
+from tests.helpers import FIXTURES, copied_run
 from vaswani import recipes
 from vaswani.cli import main
 from vaswani.cli.flags import add_fields, given
@@ -79,8 +79,6 @@ def test_a_run_of_an_unknown_task_gets_one_clear_line(tmp_path, capsys):
      ("classify", "TextClassifier"), ("encoder", "SentenceEncoder")],
 )  # fmt: skip
 def test_load_gives_each_tasks_wrapper(task, wrapper, tmp_path):
-    from tests.test_old_run_dirs import copied_run
-
     run, _ = copied_run(task, tmp_path)
     assert type(registry.load(run)).__name__ == wrapper
 

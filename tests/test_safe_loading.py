@@ -4,7 +4,6 @@ user's own, each refusal one line naming the file or the field."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import pickle
@@ -17,13 +16,13 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models
 
-from tests.helpers import tiny_args, write_reverse_task
+from tests.helpers import resign, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import MANIFEST, list_checkpoints, load_checkpoint
+from vaswani.training.checkpoint import list_checkpoints, load_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +64,6 @@ def assert_really_malicious(kind: str, data: bytes, marker: Path) -> None:
         pickle.loads(data)
     assert marker.exists()
     marker.unlink()
-
-
-def resign(checkpoint: Path) -> None:
-    """Update the checkpoint's manifest to the files now there, as an attacker would."""
-    manifest = {
-        f.name: {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(), "size": f.stat().st_size}
-        for f in checkpoint.iterdir()
-        if f.name != MANIFEST
-    }
-    (checkpoint / MANIFEST).write_text(json.dumps(manifest))
 
 
 def cli_error(argv: list[str], capsys) -> str:

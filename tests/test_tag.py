@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.test_mlm import tiny_mlm_run
+from tests.helpers import assert_resumed_like_whole, record_initial_state, tiny_mlm_run, write
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import DataError
@@ -23,15 +23,9 @@ from vaswani.models.tagger import BertTagger
 from vaswani.tasks import registry
 from vaswani.tasks.tag import Sentence, Tagger, encode_words, read_conllu, tag_batch, tagging_loss
 from vaswani.tokenizer import WordPieceTokenizer
-from vaswani.training import trainer as trainer_module
 
 # ---------------------------------------------------------------------------------------------
 # Reading CoNLL-U
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def word_line(ident: str, form: str, upos: str) -> str:
@@ -252,12 +246,7 @@ def test_a_resumed_run_ends_with_the_same_weights(data, tmp_path):
     assert main(tiny_tag_args(data, parts, "--max-steps", "6", *steps)) == 0
     first_leg = load_file(parts / "model.safetensors")
     assert main(["train", "tag", "--resume", str(parts), "--max-steps", "12", "--quiet"]) == 0
-    a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(parts / "model.safetensors")
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
-    assert any(not torch.equal(first_leg[k], b[k]) for k in b), "resume did not train"
-    assert json.loads((parts / "metrics.json").read_text())["steps"] == 12
+    assert_resumed_like_whole(tmp_path / "whole", parts, first_leg, 12)
 
 
 def test_init_from_an_mlm_run_starts_from_its_encoder(data, tmp_path, monkeypatch, capsys):
@@ -265,14 +254,7 @@ def test_init_from_an_mlm_run_starts_from_its_encoder(data, tmp_path, monkeypatc
     config (but dropout) are the mlm run's, the learning rate the fine-tuning one; the model of
     an --init run cannot be changed."""
     mlm_run = tiny_mlm_run(tmp_path)
-    seen: dict[str, torch.Tensor] = {}
-
-    class Recording(trainer_module.Trainer):
-        def fit(self, quiet: bool = False):
-            seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
-            return super().fit(quiet)
-
-    monkeypatch.setattr(trainer_module, "Trainer", Recording)
+    seen = record_initial_state(monkeypatch)
     out = tmp_path / "run"
     files = ["--train", str(data / "train.conllu"), "--dev", str(data / "dev.conllu")]
     args = ["train", "tag", *files, "--init", str(mlm_run), "--out", str(out), "--max-steps", "3"]

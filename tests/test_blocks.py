@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from tests.helpers import FIXTURES
 from vaswani.aliases import COMBINED_NORMS
 from vaswani.config import NORM_PLACEMENTS, ModelConfig
 from vaswani.config import NORMS as KINDS
@@ -238,7 +238,7 @@ def test_bad_norm_fields_are_refused_by_name(field, value):
 
 def test_run_directories_written_with_the_old_norm_values_read_as_two_fields():
     """The config.json of every fixture run has an old combined value; each reads as its two."""
-    for config in sorted((Path(__file__).parent / "fixtures" / "run_dirs").glob("*/config.json")):
+    for config in sorted(FIXTURES.glob("*/config.json")):
         saved = json.loads(config.read_text(encoding="utf-8"))["model"]
         assert saved["norm"] in COMBINED_NORMS and "norm_placement" not in saved, config
         cfg = ModelConfig.from_dict(saved, source=str(config))

@@ -1,26 +1,16 @@
-"""The loss, and end to end: a tiny Transformer learns to copy and to reverse sequences."""
+"""The label-smoothed loss: its formula by hand, padding that contributes nothing (not even a
+gradient), cross-entropy without smoothing, float32 under bf16 logits, an all-padding batch."""
 
 from __future__ import annotations
-
-import random
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from vaswani.config import ModelConfig
-from vaswani.data.batching import pad, seq2seq_batch
-from vaswani.generation.config import DecodingConfig
-from vaswani.generation.seq2seq import translate_ids
-from vaswani.models.transformer import Transformer
 from vaswani.training.losses import label_smoothed_nll
 
 DT = torch.float64
-PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
-
-
-# ----------------------------------------------------------------------------------------------
-# Label-smoothed loss
+PAD, VOCAB = 0, 12
 
 
 def _reference_loss(logits, target, pad_id, eps):
@@ -101,56 +91,3 @@ def test_all_padding_batch_gives_zero_not_nan():
     target = torch.full((2, 3), PAD)
     loss = label_smoothed_nll(logits, target, PAD, 0.1)
     assert torch.isfinite(loss) and float(loss) == 0.0
-
-
-# ----------------------------------------------------------------------------------------------
-# A tiny model learns copy and reverse
-
-
-def _train_and_eval(task, steps=400, seed=0):
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-
-    def examples(n):
-        out = []
-        for _ in range(n):
-            s = [rng.randrange(3, VOCAB) for _ in range(rng.randint(3, 8))]
-            out.append((s, list(s) if task == "copy" else s[::-1]))
-        return out
-
-    cfg = ModelConfig(
-        src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=64, n_heads=4, d_ff=128,
-        n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, norm="pre_ln", max_len=16, pad_id=PAD,
-    )  # fmt: skip
-    model = Transformer(cfg)
-    peak = 3e-3
-    opt = torch.optim.Adam(model.parameters(), lr=peak, betas=(0.9, 0.98))
-    model.train()
-    for step in range(steps):
-        # Warm up over 30 steps, hold, then decay linearly over the second half.
-        for group in opt.param_groups:
-            group["lr"] = peak * min((step + 1) / 30, 1.0, max(0.02, (steps - step) / (0.5 * steps)))
-        batch = seq2seq_batch(examples(64), BOS, EOS, PAD)
-        logits = model(batch.src, batch.tgt_in)
-        loss = label_smoothed_nll(logits, batch.tgt_out, PAD, 0.0) / batch.n_tokens
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert loss.item() < 0.05
-
-    test = examples(200)
-    src = pad([s for s, _ in test], PAD)  # a padded batch of every length
-    out = translate_ids(model, src, BOS, EOS, DecodingConfig(max_new_tokens=10)).tokens.tolist()
-    wrong = []
-    for (s, expected), row in zip(test, out, strict=True):
-        produced = row[: row.index(EOS)] if EOS in row else row
-        if produced != expected:
-            wrong.append((s, expected, produced))
-    return wrong
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("task,steps", [("copy", 300), ("reverse", 400)])
-def test_tiny_model_learns_task_exactly(task, steps):
-    wrong = _train_and_eval(task, steps)
-    assert not wrong, f"{len(wrong)}/200 wrong, e.g. {wrong[:3]}"

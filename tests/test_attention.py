@@ -1,21 +1,24 @@
 """MultiHeadAttention: agreement with torch.nn.MultiheadAttention, fast path = explicit path,
-truncated (windowed) attention = full attention under an explicit band mask, empty rows."""
+truncated (windowed) attention = full attention under an explicit band mask, empty rows, and both
+paths under any generated padding (Hypothesis). The masks themselves: test_masks.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
+from tests.helpers import defined_mask
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.layers.masks import (
     causal_mask,
     combine,
     from_key_padding_mask,
     padding_mask,
-    self_attention_mask,
-    window_mask,
 )
+from vaswani.layers.positions import RelativePositions
 
 D_MODEL, N_HEADS = 16, 4
 DT = torch.float64
@@ -226,47 +229,6 @@ def test_empty_rows_give_zero_context_not_nan(need_weights, causal):
     _assert_close(out[:1], alone)
 
 
-def _band(q_len, k_len, window, causal):
-    """The band mask written out by hand: |i - j| <= w, or 0 <= i - j <= w when causal."""
-    offset = k_len - q_len
-    allowed = torch.zeros(q_len, k_len, dtype=torch.bool)
-    for i in range(q_len):
-        for j in range(k_len):
-            d = (i + offset) - j
-            allowed[i, j] = (0 <= d <= window) if causal else (abs(d) <= window)
-    return allowed[None, None]
-
-
-@pytest.mark.parametrize("q_len,k_len", [(6, 6), (1, 6), (3, 8)])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("window", [1, 2, 5])
-def test_window_mask_is_the_band(q_len, k_len, causal, window):
-    assert torch.equal(window_mask(q_len, window, k_len, causal=causal), _band(q_len, k_len, window, causal))
-    assert torch.equal(self_attention_mask(q_len, k_len, causal, window), _band(q_len, k_len, window, causal))
-
-
-def test_causal_mask_with_offset():
-    for q_len, k_len in [(5, 5), (1, 5), (2, 6)]:
-        expected = _band(q_len, k_len, k_len, causal=True)  # a window as long as the sequence
-        assert torch.equal(causal_mask(q_len, k_len), expected)
-    assert self_attention_mask(4, 4, causal=False, window=None) is None
-
-
-@pytest.mark.parametrize("window", [0, -1, -3])
-def test_window_mask_refuses_non_positive_window(window):
-    with pytest.raises(ValueError, match="window"):
-        window_mask(4, window)
-
-
-def test_combine_is_logical_and():
-    a = torch.tensor([[True, False, True]])
-    b = torch.tensor([[True, True, False]])
-    assert combine() is None
-    assert combine(None, None) is None
-    assert torch.equal(combine(a, None), a)
-    assert torch.equal(combine(a, b), a & b)
-
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [1, 2, 4])
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -278,7 +240,7 @@ def test_window_equals_full_attention_with_band_mask(causal, window, need_weight
     full.load_state_dict(windowed.state_dict())
     x = torch.randn(2, 8, D_MODEL, dtype=DT)
     pad = padding_mask(torch.tensor([[3] * 8, [3] * 5 + [0] * 3]), 0) if padded else None
-    band = _band(8, 8, window, causal)
+    band = defined_mask(8, 8, causal, window)
     out, w = windowed(x, mask=pad, need_weights=need_weights)
     expected, expected_w = full(x, mask=combine(pad, band), need_weights=need_weights)
     _assert_close(out, expected)
@@ -290,3 +252,63 @@ def test_window_equals_full_attention_with_band_mask(causal, window, need_weight
     # And the window really restricts: it differs from unrestricted attention.
     unrestricted, _ = full(x, mask=combine(pad, causal_mask(8) if causal else None))
     assert not torch.allclose(out, unrestricted)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated cases (Hypothesis): both paths under any padding
+
+
+CASE_D_MODEL, CASE_N_HEADS = 8, 2
+
+
+@st.composite
+def attention_cases(draw: st.DrawFn) -> dict:
+    cross = draw(st.booleans())
+    q_len = draw(st.integers(1, 7))
+    k_len = draw(st.integers(1, 7)) if cross else q_len
+    batch = draw(st.integers(1, 3))
+    return {
+        "cross": cross,
+        "causal": not cross and draw(st.booleans()),
+        "window": None if cross else draw(st.none() | st.integers(1, 4)),
+        "relative": not cross and draw(st.booleans()),
+        "fused": draw(st.booleans()),
+        "q_len": q_len,
+        # None: no mask at all; 0: a row with no key to attend
+        "lengths": draw(st.none() | st.lists(st.integers(0, k_len), min_size=batch, max_size=batch)),
+        "batch": batch,
+        "k_len": k_len,
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=attention_cases())
+def test_attention_paths_agree_under_any_padding_and_ignore_its_content(case):
+    torch.manual_seed(case["seed"])
+    relative = RelativePositions(CASE_D_MODEL // CASE_N_HEADS, clip=3) if case["relative"] else None
+    attn = MultiHeadAttention(
+        CASE_D_MODEL, CASE_N_HEADS, fused=case["fused"], cross=case["cross"], causal=case["causal"],
+        window=case["window"], relative=relative,
+    ).to(torch.float64).eval()  # fmt: skip
+    batch, q_len, k_len = case["batch"], case["q_len"], case["k_len"]
+    lengths = torch.tensor(case["lengths"] or [k_len] * batch)
+    real = torch.arange(k_len)[None, :] < lengths[:, None]  # (batch, k_len)
+    mask = None if case["lengths"] is None else padding_mask(torch.where(real, 5, 0), 0)
+    x = torch.randn(batch, q_len, CASE_D_MODEL, dtype=torch.float64)
+    source = torch.randn(batch, k_len, CASE_D_MODEL, dtype=torch.float64)
+
+    def both_paths(x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        memory = source if case["cross"] else None
+        fast, _ = attn(x if case["cross"] else source, memory=memory, mask=mask)
+        explicit, weights = attn(x if case["cross"] else source, memory=memory, mask=mask, need_weights=True)
+        assert torch.isfinite(fast).all() and torch.isfinite(explicit).all() and torch.isfinite(weights).all()
+        torch.testing.assert_close(fast, explicit, atol=1e-10, rtol=1e-8)
+        return fast
+
+    out = both_paths(x, source)
+    noise = 100 * torch.randn_like(source)
+    other = both_paths(x, torch.where(real[..., None], source, noise))
+    # Real queries: every query of cross-attention; the real positions of self-attention.
+    queries = torch.ones(batch, q_len, dtype=torch.bool) if case["cross"] else real
+    torch.testing.assert_close(out[queries], other[queries], atol=1e-10, rtol=1e-8)

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from tests.helpers import linear_reference
 from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applies
 
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
-
-
-def _reference(layer: Linear, x: torch.Tensor, activation: str) -> torch.Tensor:
-    return ACTIVATIONS[activation](F.linear(x, layer.weight, layer.bias))
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -27,7 +23,7 @@ def test_inference_equals_linear_then_activation(shape, activation, bias):
     with torch.no_grad():
         out = layer(x, activation)
     assert out.shape == (*shape[:-1], 24)
-    torch.testing.assert_close(out, _reference(layer, x, activation), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, linear_reference(layer, x, activation), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("make", [lambda: torch.randn(4, 7, 16)[:, -1:], lambda: torch.randn(16, 5).t()])
@@ -37,7 +33,7 @@ def test_inference_on_strided_inputs(make):
     layer, x = Linear(16, 24), make()
     assert not x.is_contiguous()
     with torch.inference_mode():
-        torch.testing.assert_close(layer(x, "gelu"), _reference(layer, x, "gelu"), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer(x, "gelu"), linear_reference(layer, x, "gelu"), atol=1e-5, rtol=1e-5)
 
 
 def test_training_takes_pytorchs_path_and_gradients_flow():
@@ -49,8 +45,8 @@ def test_training_takes_pytorchs_path_and_gradients_flow():
     ref = Linear(16, 24)
     ref.load_state_dict(layer.state_dict())
     x_ref = x.detach().clone().requires_grad_()
-    _reference(ref, x_ref, "silu").sum().backward()
-    torch.testing.assert_close(out, _reference(ref, x_ref, "silu"))
+    linear_reference(ref, x_ref, "silu").sum().backward()
+    torch.testing.assert_close(out, linear_reference(ref, x_ref, "silu"))
     torch.testing.assert_close(layer.weight.grad, ref.weight.grad)
     torch.testing.assert_close(x.grad, x_ref.grad)
 

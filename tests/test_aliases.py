@@ -2,7 +2,8 @@
 per-side fields as overrides, and a single-stack model's old names (a GPT's ``tgt_vocab_size`` and
 ``n_decoder_layers``, a BERT's ``src_vocab_size`` and ``n_encoder_layers``) read as aliases from
 every source: the constructor, ``replace``, ``from_dict``, YAML recipes and ``--config`` files,
-presets, flags and the ``config.json`` of run directories already written."""
+presets, flags and the ``config.json`` of run directories already written; and the old combined
+``norm`` values (``pre_ln``: a kind and a placement) in flags and config files."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from tests.helpers import FIXTURES
 from vaswani import recipes
-from vaswani.cli import build_parser, parse
+from vaswani.cli import build_parser, main, parse
 from vaswani.cli.train import flags_of
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
@@ -24,7 +26,6 @@ from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 
-FIXTURES = Path(__file__).parent / "fixtures" / "run_dirs"
 SIDES = ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers")
 SMALL = {"d_model": 16, "n_heads": 2, "d_ff": 32}
 UNTIED = {**SMALL, "tie_embeddings": "output"}  # an encoder-decoder whose vocabularies may differ
@@ -210,6 +211,40 @@ def test_flags_set_the_depth_of_every_stack_or_of_one(tmp_path):
 def test_the_model_vocabulary_has_no_flag_and_vocab_size_stays_the_tokenizers():
     args = parse(build_parser(), ["train", "lm", "--vocab-size", "300"])
     assert flags_of(args) == {"model": {}, "train": {}, "data": {"vocab_size": 300}}
+
+
+# ---------------------------------------------------------------------------------------------
+# The old combined norm values in flags and config files (in Python and run directories: test_blocks.py)
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (["--norm", "pre_rmsnorm"], ("rmsnorm", "pre")),
+        (["--norm", "rmsnorm", "--norm-placement", "post"], ("rmsnorm", "post")),
+        (["--norm-placement", "post"], ("layernorm", "post")),
+        (["--preset", "gpt-mini", "--norm", "post_ln"], ("layernorm", "post")),  # the old value sets both
+        (["--preset", "gpt-mini", "--norm", "rmsnorm"], ("rmsnorm", "pre")),  # the kind alone keeps pre
+        (["--config", "{old}"], ("rmsnorm", "pre")),
+        (["--config", "{old}", "--norm", "post_ln"], ("layernorm", "post")),
+        (["--config", "{old}", "--norm-placement", "post"], ("rmsnorm", "post")),
+    ],
+)
+def test_norm_flags_and_config_files_old_and_new(tmp_path, flags, expected):
+    """``--norm`` takes the kinds and the old combined values, ``--norm-placement`` the placement;
+    a YAML file's old value is read too; each source replaces what the one before it set."""
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  norm: pre_rmsnorm\n", encoding="utf-8")
+    argv = [flag.replace("{old}", str(old)) for flag in flags]
+    args = build_parser().parse_args(["train", "lm", *argv])
+    run = registry.configure("lm", flags_of(args), config=args.config)
+    assert (run.model.norm, run.model.norm_placement) == expected
+
+
+def test_an_old_norm_with_a_contradicting_placement_flag_is_one_error(capsys):
+    assert main(["train", "lm", "--norm", "pre_ln", "--norm-placement", "post"]) != 0
+    err = capsys.readouterr().err
+    assert "model.norm_placement" in err and "pre_ln" in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------------------------

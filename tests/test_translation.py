@@ -1,4 +1,5 @@
-"""The command line: a real run end to end (bad input answered in one line: test_bad_inputs.py)."""
+"""The translation task from the command line: a real run end to end, ``translate`` and
+``evaluate`` with their decoding flags (bad input answered in one line: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -127,40 +128,6 @@ def test_an_existing_run_is_never_overwritten(trained, capsys):
     assert (trained / "model.safetensors").read_bytes() == before
 
 
-@pytest.mark.parametrize(
-    "flags,expected",
-    [
-        (["--norm", "pre_rmsnorm"], ("rmsnorm", "pre")),
-        (["--norm", "rmsnorm", "--norm-placement", "post"], ("rmsnorm", "post")),
-        (["--norm-placement", "post"], ("layernorm", "post")),
-        (["--preset", "gpt-mini", "--norm", "post_ln"], ("layernorm", "post")),  # the old value sets both
-        (["--preset", "gpt-mini", "--norm", "rmsnorm"], ("rmsnorm", "pre")),  # the kind alone keeps pre
-        (["--config", "{old}"], ("rmsnorm", "pre")),
-        (["--config", "{old}", "--norm", "post_ln"], ("layernorm", "post")),
-        (["--config", "{old}", "--norm-placement", "post"], ("rmsnorm", "post")),
-    ],
-)
-def test_norm_flags_and_config_files_old_and_new(tmp_path, flags, expected):
-    """``--norm`` takes the kinds and the old combined values, ``--norm-placement`` the placement;
-    a YAML file's old value is read too; each source replaces what the one before it set."""
-    from vaswani.cli import build_parser
-    from vaswani.cli.train import flags_of
-    from vaswani.tasks import registry
-
-    old = tmp_path / "old.yaml"
-    old.write_text("model:\n  norm: pre_rmsnorm\n", encoding="utf-8")
-    argv = [flag.replace("{old}", str(old)) for flag in flags]
-    args = build_parser().parse_args(["train", "lm", *argv])
-    run = registry.configure("lm", flags_of(args), config=args.config)
-    assert (run.model.norm, run.model.norm_placement) == expected
-
-
-def test_an_old_norm_with_a_contradicting_placement_flag_is_one_error(capsys):
-    assert main(["train", "lm", "--norm", "pre_ln", "--norm-placement", "post"]) != 0
-    err = capsys.readouterr().err
-    assert "model.norm_placement" in err and "pre_ln" in err and "Traceback" not in err
-
-
 def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     import json
 
@@ -176,18 +143,3 @@ def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", str(out), "a b c"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
-
-
-def test_interop_help_names_every_family_and_its_tokenizer_files(capsys):
-    """import-hf and export-hf say what they read and write: GPT-2, Marian (OPUS-MT's
-    SentencePiece files, which import-hf does read) and BERT."""
-    texts = {}
-    for command in ("import-hf", "export-hf"):
-        with pytest.raises(SystemExit):
-            main([command, "--help"])
-        texts[command] = " ".join(capsys.readouterr().out.split())
-    for word in ("model_type gpt2", "model_type marian", "model_type bert", "source.spm", "vocab.txt"):
-        assert word in texts["import-hf"], word
-    assert "not read" not in texts["import-hf"]
-    for word in ("as GPT-2", "as Marian", "(mlm), as BERT", "(encoder), as BERT", "SentencePiece"):
-        assert word in texts["export-hf"], word
