@@ -63,7 +63,7 @@ def run_config(config: Path, text: Path, args: argparse.Namespace) -> RunConfig:
     this script's overrides."""
     train: dict[str, Any] = {}
     if args.bf16 is not None:
-        train["bf16"] = args.bf16
+        train["precision"] = "bf16" if args.bf16 else "fp32"
     if args.threads is not None:
         train["threads"] = args.threads
     if args.steps is not None:
@@ -148,7 +148,7 @@ def markdown(result: Result, large: bool, quick: bool, threads: int) -> str:
         "| best logged valid loss | target | met |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
         f"| {result.recipe} ({model.n_layers}L/{model.d_model}d, context {model.max_len}, "
-        f"{t.batch_tokens // model.max_len}×{model.max_len}, {'bf16' if t.bf16 else 'fp32'}) "
+        f"{t.batch_tokens // model.max_len}×{model.max_len}, {t.precision}) "
         f"| {m['steps']} | {m['train_seconds']:.1f} s | {result.wall_seconds:.1f} s "
         f"| {m['tokens_per_second']:,.0f} | **{result.valid_loss:.4f}** "
         f"| {result.best[0]:.4f} (step {result.best[1]}) | {target} | {verdict} |",

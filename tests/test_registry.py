@@ -15,10 +15,11 @@ from tests.helpers import FIXTURES, copied_run
 from vaswani import recipes
 from vaswani.cli import main
 from vaswani.cli.flags import add_fields, given
-from vaswani.config import Config, ModelConfig, flag
+from vaswani.config import ModelConfig
 from vaswani.data.config import LabeledData, ParallelData, TextData
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.rundir import RunDir
+from vaswani.schema import Config, flag
 from vaswani.tasks import registry
 
 

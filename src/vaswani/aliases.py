@@ -9,6 +9,9 @@ how the model fields of several such sources merge.
   BERT's ``src_vocab_size`` and ``n_encoder_layers``). An encoder-decoder's per-side fields
   (:data:`SIDES`) are no aliases: they override the neutral fields for one side.
 
+- ``bf16`` (true, false or a recipe's ``auto``): the training's precision before fp16 came, read
+  as ``precision`` (:func:`precision_of_bf16`).
+
 Each source is read on its own (:func:`split_combined_norm`, :func:`check_aliases`), then laid
 over the earlier ones (:func:`merged_model`); :func:`resolved_sides` gives what a built config
 holds.
@@ -102,4 +105,26 @@ def resolved_sides(fields: Mapping[str, Any]) -> dict[str, Any]:
         else:
             given = [fields[s] for s in sides if aliases.get(s) == neutral and fields[s] is not None]
             out.update({neutral: given[0] if given else fields[neutral], **dict.fromkeys(sides)})
+    return out
+
+
+def precision_of_bf16(fields: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The training fields ``fields`` of one source with an old ``bf16`` written as ``precision``
+    (true: ``bf16``, false: ``fp32``, ``auto``: ``auto``). Merge sources after reading each, so
+    that a later ``bf16`` replaces an earlier precision. A ``precision`` in the same source that
+    contradicts it is a :class:`ConfigError` naming the field."""
+    if "bf16" not in fields:
+        return dict(fields)
+    out = {k: v for k, v in fields.items() if k != "bf16"}
+    old = fields["bf16"]
+    if old == "auto" or isinstance(old, bool):
+        precision = "auto" if old == "auto" else ("bf16" if old else "fp32")
+    else:
+        raise ConfigError(f"{source}: config field 'train.bf16': expected true, false or auto, got {old!r}")
+    given = fields.get("precision")
+    if given is not None and given != precision:
+        raise ConfigError(
+            f"{source}: config field 'train.precision': {given!r} contradicts bf16: {old!r}; give one of them"
+        )
+    out["precision"] = precision
     return out

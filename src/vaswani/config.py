@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -24,12 +22,13 @@ from vaswani.aliases import (
     SIDES,
     check_aliases,
     merged_model,
+    precision_of_bf16,
     resolved_sides,
     split_combined_norm,
 )
 from vaswani.errors import ConfigError
-
-T = TypeVar("T")
+from vaswani.runtime import DEVICE_NAME, DEVICES
+from vaswani.schema import Config, flag, no_flag
 
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("layernorm", "rmsnorm")
@@ -39,111 +38,13 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
-
-
-def _matches(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` fits a simple annotation (int, float, str, bool, X | None, tuple)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
-            return isinstance(value, (tuple, list)) and all(_matches(v, args[0]) for v in value)
-        return (
-            isinstance(value, (tuple, list))
-            and len(value) == len(args)
-            and all(_matches(v, a) for v, a in zip(value, args, strict=True))
-        )
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, annotation)
-
-
-class Config:
-    """Type checks every field against its annotation, then runs ``_check``."""
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if not _matches(value, hints[f.name]):
-                raise ConfigError(
-                    f"config field '{self._section}.{f.name}': expected {_type_name(hints[f.name])}, "
-                    f"got {value!r}"
-                )
-            if hints[f.name] is float and isinstance(value, int):
-                object.__setattr__(self, f.name, float(value))
-            if isinstance(value, list):
-                object.__setattr__(self, f.name, tuple(value))
-        self._check()
-
-    _section = "config"
-
-    def _check(self) -> None:
-        """Cross-field checks; subclasses override."""
-
-    def _fail(self, name: str, message: str) -> None:
-        raise ConfigError(f"config field '{self._section}.{name}': {message}")
-
-    def _positive(self, *names: str) -> None:
-        for name in names:
-            value = getattr(self, name)
-            if value is not None and not value > 0:  # "not >" also refuses NaN
-                self._fail(name, f"must be > 0, got {value}")
-
-    def _one_of(self, name: str, choices: tuple[str, ...]) -> None:
-        if getattr(self, name) not in choices:
-            self._fail(name, f"must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
-
-    def _fraction(self, *names: str) -> None:
-        for name in names:
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                self._fail(name, f"must be in [0, 1), got {value}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
-        """Build from a mapping; unknown fields are refused with their name and ``source``."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"{source}: section '{cls._section}' must be a mapping")  # type: ignore[attr-defined]
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        for name in data:
-            if name not in known:
-                raise ConfigError(
-                    f"{source}: unknown config field '{cls._section}.{name}'"  # type: ignore[attr-defined]
-                )
-        return cls(**data)
-
-    def replace(self: T, **changes: Any) -> T:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-
-def flag(default: Any, help: str | None = None, **more: Any) -> Any:
-    """A field with what its command-line flag needs (see :mod:`vaswani.cli.flags`)."""
-    return field(default=default, metadata={"help": help, **more})
-
-
-def no_flag(default: Any) -> Any:
-    """A field that the task derives, with no command-line flag."""
-    return field(default=default, metadata={"flag": None})
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
     """The embedding rows for a vocabulary of ``n``: ``n`` rounded up to a ``multiple`` (aligned
     matrix shapes; the extra rows are never targets, see the tasks' losses)."""
     return -(-n // multiple) * multiple
-
-
-def _type_name(annotation: Any) -> str:
-    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
 @dataclass(frozen=True)
@@ -311,6 +212,15 @@ class TrainConfig(Config):
     ``inverse_sqrt`` schedule is the paper's d_model^-0.5 · min(step^-0.5,
     step · warmup^-1.5) rescaled to that peak.
 
+    ``device`` is where training runs (``auto``: CUDA, else MPS, else the CPU; ``cpu``, ``cuda``,
+    ``cuda:N``, ``mps``); under several processes each takes its own GPU. ``precision`` is fp32,
+    bf16 autocast, or fp16 autocast with a gradient scaler (CUDA only); a recipe's ``auto`` (bf16
+    where the device computes it natively) is decided before the config is built. ``tf32`` lets
+    CUDA's fp32 matmuls use TF32. ``compile`` trains through ``torch.compile``,
+    ``grad_checkpointing`` recomputes each block's activations in the backward pass, ``fsdp``
+    shards parameters, gradients and optimizer state across processes (FSDP2). None of these
+    changes what a run is: a run directory trained on one device decodes and resumes on another.
+
     ``checkpoint_every`` (steps) writes a checkpoint, keeping the newest ``keep_checkpoints``;
     ``deterministic`` makes torch use deterministic algorithms on one thread, so that a run,
     stopped and resumed or not, gives bit-identical weights on the CPU. A step whose loss or
@@ -341,7 +251,16 @@ class TrainConfig(Config):
     keep_checkpoints: int = flag(
         3, "keep the newest N checkpoints (5 or 20 to average them with vaswani average)", metavar="N"
     )
-    bf16: bool = flag(False, "bf16 autocast")
+    device: str = flag("auto", "auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps")
+    precision: str = flag(
+        "fp32",
+        "fp32, bf16 autocast, fp16 autocast with a gradient scaler (CUDA)",
+        choices=(*PRECISIONS, "auto"),
+    )
+    tf32: bool = flag(False, "TF32 matmuls on CUDA (fp32 inputs, 10-bit mantissa products)")
+    compile: bool = flag(False, "train through torch.compile (falls back to eager, saying why)")
+    grad_checkpointing: bool = flag(False, "recompute each block's activations in the backward pass")
+    fsdp: bool = flag(False, "shard parameters, gradients and optimizer state across processes (FSDP2)")
     seed: int = flag(0)
     max_bad_steps: int = flag(10, "stop after N steps in a row with a non-finite loss", metavar="N")
     threads: int | None = flag(None)
@@ -352,6 +271,9 @@ class TrainConfig(Config):
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
         self._one_of("optimizer", OPTIMIZERS)
+        self._one_of("precision", PRECISIONS)
+        if not DEVICE_NAME.fullmatch(self.device):
+            self._fail("device", f"expected {DEVICES}; got {self.device!r}")
         self._positive(
             "batch_tokens", "batch_size", "max_steps", "epochs", "max_minutes", "lr", "accumulate",
             "eval_every", "eval_sentences", "checkpoint_every", "keep_checkpoints", "clip_norm",
@@ -368,6 +290,13 @@ class TrainConfig(Config):
             self._fail("betas", f"must be two numbers in [0, 1), got {self.betas}")
         if self.deterministic and self.threads not in (None, 1):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
+        """Build from a mapping; the old ``bf16`` (true/false) is read as ``precision``."""
+        if isinstance(data, dict):
+            data = precision_of_bf16(data, source)
+        return super().from_dict(data, source)
 
 
 @dataclass(frozen=True)

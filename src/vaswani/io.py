@@ -78,7 +78,7 @@ def model_bytes(model: nn.Module) -> bytes:
     for name, tensor in model.state_dict(keep_vars=True).items():
         if id(tensor) not in seen:
             seen.add(id(tensor))
-            tensors[name] = tensor.detach().contiguous()
+            tensors[name] = tensor.detach().cpu().contiguous()
     return save(tensors)
 
 

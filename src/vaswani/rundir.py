@@ -26,9 +26,10 @@ from typing import Any
 
 from torch import nn
 
-from vaswani.config import Config, ModelConfig, RunConfig, TrainConfig
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.io import WEIGHTS, atomic_save_model, atomic_write_text, load_weights
+from vaswani.schema import Config
 
 FORMAT_VERSION = 1
 SECTIONS = ("format_version", "task", "model", "train", "data")

@@ -1,16 +1,69 @@
-"""What the process runs on and how: native bf16 support, seeding, threads and deterministic mode.
+"""What the process runs on and how: the device, native bf16 support, seeding, threads and
+deterministic mode.
 
-Each is a small function that the trainer (or a benchmark) calls once, before building a model;
-nothing here depends on a model or a task. The device (CPU, CUDA, several processes) will be
-chosen here as well.
+Each is a small function that the trainer, a wrapper's ``load`` (or a benchmark) calls once, before
+building a model; nothing here depends on a model or a task.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import torch
+
+from vaswani.errors import ConfigError
+
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(?::(\d+))?")
+
+
+def resolve_device(name: str | torch.device = "auto") -> torch.device:
+    """The device ``name`` stands for: ``auto`` is CUDA where a GPU is visible, else MPS (Apple
+    silicon), else the CPU; ``cuda`` is the current CUDA device, ``cuda:N`` the N-th. A device
+    this machine lacks is a one-line :class:`ConfigError` (the CLI exits 2 on it)."""
+    name = str(name)
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("mps" if mps_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not mps_available():
+            raise ConfigError("device 'mps': no Apple MPS device is available here; use --device cpu or auto")
+        return torch.device("mps")
+    found = DEVICE_NAME.fullmatch(name)
+    if found is None:
+        raise ConfigError(f"device {name!r}: expected {DEVICES}")
+    if not torch.cuda.is_available():
+        why = "this torch is built for the CPU only" if torch.version.cuda is None else "no GPU is visible"
+        raise ConfigError(f"device {name!r}: CUDA is not available here ({why}); use --device cpu or auto")
+    index = torch.cuda.current_device() if found.group(1) is None else int(found.group(1))
+    if index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1}"
+        )
+    return torch.device("cuda", index)
+
+
+def mps_available() -> bool:
+    """Whether an Apple MPS device can be used (False where this torch has no MPS backend)."""
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def auto_precision(device: str | torch.device = "auto") -> str:
+    """A recipe's ``precision: auto``: ``bf16`` where ``device`` computes bf16 natively (a CUDA GPU
+    with bf16 support, a CPU with AVX512-BF16 or AMX), else ``fp32``."""
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if resolved.type == "cpu":
+        return "bf16" if native_bf16() else "fp32"
+    return "fp32"
 
 
 def native_bf16() -> bool:

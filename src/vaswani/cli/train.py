@@ -42,7 +42,12 @@ def add_parsers(commands: Any) -> None:
         run.add_argument("--preset", choices=sorted(presets()), help="model architecture preset")
         run.add_argument("--quiet", action="store_true", help="no progress bar")
         add_fields(p.add_argument_group("model"), ModelConfig)
-        add_fields(p.add_argument_group("training"), TrainConfig)
+        training = p.add_argument_group("training")
+        add_fields(training, TrainConfig)
+        training.add_argument(
+            "--bf16", action=argparse.BooleanOptionalAction, dest="train.bf16", default=None,
+            help="the old spelling of --precision bf16 (--no-bf16: --precision fp32)",
+        )  # fmt: skip
         add_fields(p.add_argument_group("data"), spec.data)
         p.set_defaults(handler=cmd_train)
 
@@ -55,6 +60,8 @@ def flags_of(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
     if args.preset is not None:
         flags["model"]["preset"] = args.preset
+    if getattr(args, "train.bf16") is not None:
+        flags["train"]["bf16"] = getattr(args, "train.bf16")
     return flags
 
 
@@ -78,8 +85,8 @@ def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -
 
 def spelling(args: argparse.Namespace, section: str, name: str) -> str:
     """The flag the user typed for ``section.name`` (its first spelling when unknown)."""
-    if name == "preset":
-        return "--preset"
+    if name in ("preset", "bf16"):
+        return f"--{name}"
     spec = registry.get(args.task)
     cls = {"model": ModelConfig, "train": TrainConfig, "data": spec.data}[section]
     names = next(flag_names(f) for f in cls.__dataclass_fields__.values() if f.name == name)  # type: ignore[attr-defined]

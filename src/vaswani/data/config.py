@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vaswani.config import Config, flag, no_flag
+from vaswani.schema import Config, flag, no_flag
 
 BLEU_TOKENIZERS = (
     "13a", "zh", "intl", "char", "none", "ja-mecab", "ko-mecab", "spm", "flores101", "flores200",

@@ -4,8 +4,9 @@ Python API share.
 A recipe has up to three sections, ``model:``, ``train:`` and ``data:``, holding fields of
 :class:`~vaswani.config.ModelConfig`, :class:`~vaswani.config.TrainConfig` and the task's data
 config. Two more keys are read here: ``base: NAME`` starts from another recipe of this folder, and
-``model: {preset: NAME}`` from a named architecture of ``presets.yaml``. ``bf16: auto`` turns bf16
-autocast on where the CPU computes bf16 natively (:func:`vaswani.runtime.native_bf16`).
+``model: {preset: NAME}`` from a named architecture of ``presets.yaml``. ``precision: auto`` is
+bf16 autocast where the training device computes bf16 natively, else fp32
+(:func:`vaswani.runtime.auto_precision`).
 
 The recipes of this folder are the embedded default jobs and the settings each task starts from
 (``translation.yaml`` is what ``vaswani train translation`` runs); ``configs/`` in the repository
@@ -19,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from vaswani.aliases import merged_model
+from vaswani.aliases import merged_model, precision_of_bf16
 from vaswani.config import presets
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
-from vaswani.runtime import native_bf16
+from vaswani.runtime import auto_precision
 
 FOLDER = Path(__file__).parent
 SECTIONS = ("model", "train", "data")
@@ -64,7 +65,7 @@ def read(path: str | Path, base: Sections | None = None) -> Sections:
     model = dict(loaded.get("model") or {})
     if "preset" in model:
         out = merge(out, {"model": preset(str(model.pop("preset")))})
-    return merge(out, {**loaded, "model": model})
+    return merge(out, {**loaded, "model": model}, source=str(path))
 
 
 def packaged(name: str) -> Sections:
@@ -76,22 +77,26 @@ def packaged(name: str) -> Sections:
     return read(path)
 
 
-def merge(base: Sections, over: Sections) -> Sections:
-    """``over``'s fields over ``base``'s, section by section (new dicts); the model's merge as
-    :func:`vaswani.aliases.merged_model` does (an old combined ``norm`` of ``over`` replaces both
-    norm fields, its ``n_layers`` every stack's depth, a GPT's ``n_decoder_layers`` the ``n_layers``)."""
+def merge(base: Sections, over: Sections, source: str = "flags") -> Sections:
+    """``over``'s fields (read from ``source``) over ``base``'s, section by section (new dicts); the
+    model's merge as :func:`vaswani.aliases.merged_model` does (an old combined ``norm`` of ``over``
+    replaces both norm fields, its ``n_layers`` every stack's depth, a GPT's ``n_decoder_layers`` the
+    ``n_layers``), and an old ``bf16`` of ``over`` replaces the precision."""
     out = {s: dict(base.get(s, {})) for s in SECTIONS if s in base or s in over}
     for section, fields in over.items():
         if section == "model":
             out[section] = merged_model(out[section], fields or {})
+        elif section == "train":
+            out[section].update(precision_of_bf16(fields or {}, source))
         else:
             out[section].update(fields or {})
     return out
 
 
 def resolved(sections: Sections) -> Sections:
-    """``sections`` with ``bf16: auto`` decided for this machine."""
+    """``sections`` with ``precision: auto`` decided for the training device of this machine."""
     out = {s: dict(v) for s, v in sections.items()}
-    if out.get("train", {}).get("bf16") == "auto":
-        out["train"]["bf16"] = native_bf16()
+    train = out.get("train", {})
+    if train.get("precision") == "auto":
+        train["precision"] = auto_precision(str(train.get("device", "auto")))
     return out

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import RunConfig, TrainConfig, flag, no_flag, padded_vocab_size
+from vaswani.config import RunConfig, TrainConfig, padded_vocab_size
 from vaswani.data.batching import pad
 from vaswani.data.config import DataConfig
 from vaswani.data.readers import read_lines
@@ -40,6 +40,7 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.models.tagger import BertTagger
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.schema import flag, no_flag
 from vaswani.tasks.bert import TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.finetune import (

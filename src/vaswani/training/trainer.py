@@ -31,8 +31,10 @@ from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.rundir import RunDir
-from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
+from vaswani.runtime import resolve_device, seed_everything, set_threads, use_deterministic_mode
+from vaswani.training.batches import to_device
 from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
+from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
 from vaswani.training.schedules import learning_rate
 
@@ -120,7 +122,9 @@ class Trainer:
             use_deterministic_mode()
         elif cfg.threads is not None:
             set_threads(cfg.threads)
-        self.model = model
+        self.device = resolve_device(cfg.device)
+        self.precision = Precision(cfg.precision, self.device, cfg.tf32)
+        self.model = model.to(self.device)
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
@@ -154,12 +158,6 @@ class Trainer:
                 self.state.epoch, self.state.position = self.state.epoch + 1, 0
         return out
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if not self.cfg.bf16:
-            return contextlib.nullcontext()
-        device = next(self.model.parameters()).device.type
-        return torch.autocast(device, dtype=torch.bfloat16)
-
     def _step(self) -> tuple[float, int, bool]:
         """One optimizer step over ``accumulate`` batches: (mean loss, tokens, applied).
 
@@ -170,9 +168,9 @@ class Trainer:
         self.model.train()
         loss_total, count = 0.0, 0
         for batch in micro:
-            with self._autocast():
-                loss_sum, items = self.task.loss(self.model, batch)
-            loss_sum.backward()
+            with self.precision.autocast():
+                loss_sum, items = self.task.loss(self.model, to_device(batch, self.device))
+            self.precision.backward(loss_sum)
             loss_total += float(loss_sum.detach())
             count += items
         count = max(1, count)
@@ -180,6 +178,7 @@ class Trainer:
             if p.grad is not None:
                 p.grad.div_(count)
         loss_value = loss_total / count
+        self.precision.unscale(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
         grad_ok = bool(torch.isfinite(norm))
         tokens = sum(self.task.batch_tokens(b) for b in micro)
@@ -192,7 +191,7 @@ class Trainer:
         )  # fmt: skip
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.step()
+        self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, tokens, True
 
@@ -208,7 +207,7 @@ class Trainer:
 
     def _evaluate(self) -> dict[str, float]:
         self.model.eval()
-        with torch.no_grad(), self._autocast():
+        with torch.no_grad(), self.precision.autocast():
             metrics = self.task.evaluate(self.model)
         self.model.train()
         return metrics
