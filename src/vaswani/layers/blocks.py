@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from vaswani.config import ModelConfig
 from vaswani.layers.attention import KVCache, MultiHeadAttention
@@ -119,6 +121,7 @@ class BlockStack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
         self.final_norm = final_norm(cfg)
+        self.checkpointing = False  # set by set_grad_checkpointing
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache() for _ in self.layers]
@@ -140,10 +143,13 @@ class BlockStack(nn.Module):
         left-padded rows (:func:`~vaswani.layers.positions.positions_from_mask`); None means
         0, 1, … after the cache."""
         all_weights = []
+        recompute = self.checkpointing and self.training and torch.is_grad_enabled() and not cache
         for i, layer in enumerate(self.layers):
-            x, weights = layer(
-                x, mask, memory, memory_mask, cache[i] if cache else None, need_weights, positions
-            )
+            args = (x, mask, memory, memory_mask, cache[i] if cache else None, need_weights, positions)
+            if recompute:
+                x, weights = checkpoint(layer, *args, use_reentrant=False)
+            else:
+                x, weights = layer(*args)
             all_weights.append(weights)
         return self.final_norm(x), all_weights
 
@@ -160,3 +166,12 @@ class Decoder(BlockStack):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg, cfg.n_decoder_layers, causal=True, cross=True)
+
+
+def set_grad_checkpointing(model: nn.Module, on: bool = True) -> None:
+    """Recompute each block's activations in the backward pass instead of keeping them
+    (``torch.utils.checkpoint``, non-reentrant, the dropout masks replayed), in every stack of
+    ``model``: activation memory falls from O(layers) blocks' to about one block's."""
+    for module in model.modules():
+        if isinstance(module, BlockStack):
+            module.checkpointing = on

@@ -30,10 +30,12 @@ from torch import Tensor, nn
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.layers.blocks import set_grad_checkpointing
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device, seed_everything, set_threads, use_deterministic_mode
 from vaswani.training.batches import to_device
 from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
+from vaswani.training.compilation import compile_for_training
 from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
 from vaswani.training.schedules import learning_rate
@@ -125,6 +127,9 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         self.precision = Precision(cfg.precision, self.device, cfg.tf32)
         self.model = model.to(self.device)
+        if cfg.grad_checkpointing:
+            set_grad_checkpointing(self.model)
+        self.train_model = compile_for_training(self.model) if cfg.compile else self.model
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
@@ -169,7 +174,7 @@ class Trainer:
         loss_total, count = 0.0, 0
         for batch in micro:
             with self.precision.autocast():
-                loss_sum, items = self.task.loss(self.model, to_device(batch, self.device))
+                loss_sum, items = self.task.loss(self.train_model, to_device(batch, self.device))
             self.precision.backward(loss_sum)
             loss_total += float(loss_sum.detach())
             count += items
