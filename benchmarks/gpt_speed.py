@@ -52,7 +52,7 @@ from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.interop.gpt2 import config_from_hf, state_from_hf
 from vaswani.models.gpt import GPT
-from vaswani.training.trainer import make_optimizer
+from vaswani.training.optimizer import make_optimizer
 
 FULL = {"n_layer": 6, "n_head": 6, "n_embd": 384, "n_positions": 256, "vocab_size": 65}
 QUICK = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64, "vocab_size": 65}

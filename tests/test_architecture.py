@@ -24,7 +24,7 @@ LAYERS = [
     ["generation", "training"],
     ["tasks"],
     ["interop", "plots"],
-    ["cli"],
+    ["cli", "__main__"],
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 MAX_LINES = 400

@@ -37,7 +37,8 @@ from vaswani.training.checkpoint import (
     newest_intact_checkpoint,
     save_checkpoint,
 )
-from vaswani.training.trainer import Trainer, TrainingInterrupted, make_optimizer
+from vaswani.training.optimizer import make_optimizer
+from vaswani.training.trainer import Trainer, TrainingInterrupted
 
 STEPS = 60
 # Dropout makes the result depend on the restored torch RNG state, not only on the weights.

@@ -72,13 +72,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def model_bytes(model: nn.Module) -> bytes:
     """The weights as safetensors bytes; a parameter shared by several names (tied embeddings)
-    is stored once, under its first name, and :func:`load_weights` restores the ties."""
+    is stored once, under its first name, and :func:`load_weights` restores the ties. A sharded
+    parameter (a DTensor, under FSDP) is gathered whole first: every process must call this then."""
     tensors: dict[str, Tensor] = {}
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
         if id(tensor) not in seen:
             seen.add(id(tensor))
-            tensors[name] = tensor.detach().cpu().contiguous()
+            whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            tensors[name] = whole.detach().cpu().contiguous()
     return save(tensors)
 
 

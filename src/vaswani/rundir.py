@@ -18,6 +18,7 @@ the user) and writes them atomically. Turning a run directory into a usable mode
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import time
@@ -28,7 +29,7 @@ from torch import nn
 
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.io import WEIGHTS, atomic_save_model, atomic_write_text, load_weights
+from vaswani.io import WEIGHTS, atomic_save_model, atomic_write, atomic_write_text, load_weights
 from vaswani.schema import Config
 
 FORMAT_VERSION = 1
@@ -188,6 +189,15 @@ class RunDir:
             raise RunDirError(f"{self.metrics_path}: expected a JSON object")
         return loaded
 
+    def append_log(self, row: dict[str, Any]) -> None:
+        """One row of ``train_log.csv`` (the header first, in a new log)."""
+        new = not self.log.exists()
+        with self.log.open("a", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         atomic_write_text(self.metrics_path, json.dumps(metrics, indent=2) + "\n")
 
@@ -198,3 +208,7 @@ class RunDir:
 
     def save_weights(self, model: nn.Module) -> None:
         atomic_save_model(model, self.weights)
+
+    def write_weights(self, data: bytes) -> None:
+        """Write ``model.safetensors`` atomically from safetensors bytes (:func:`vaswani.io.model_bytes`)."""
+        atomic_write(self.weights, data)

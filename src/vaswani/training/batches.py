@@ -11,6 +11,7 @@ the trainer its own ``take_rows``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +37,18 @@ def take_rows(batch: Any, start: int, stop: int) -> Any:
 def share(rows: int, rank: int, world: int) -> tuple[int, int]:
     """The rows ``(start, stop)`` of process ``rank`` of ``world`` in a batch of ``rows``."""
     return rank * rows // world, (rank + 1) * rows // world
+
+
+def rows_of_process(
+    batch: Any, rank: int, world: int, take: Callable[[Any, int, int], Any]
+) -> tuple[Any, bool]:
+    """Process ``rank``'s rows of a global batch (cut by ``take``), and whether it has any: one
+    with none gets the first row, to run with weight 0 (every process must run a forward and
+    backward pass each step)."""
+    if world == 1:
+        return batch, True
+    start, stop = share(batch_rows(batch), rank, world)
+    return (take(batch, start, stop), True) if stop > start else (take(batch, 0, 1), False)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -5,12 +5,14 @@ Layout under a run directory::
 
     checkpoints/step_00001000/
         model.safetensors     weights (safetensors: never unpickled)
-        optimizer.pt          optimizer state and RNG states (Python, NumPy, torch),
-                              read back with weights_only=True
+        optimizer.pt          optimizer state, RNG states (Python, NumPy, torch, CUDA; the
+                              main process's, and each process's under several) and the
+                              fp16 scaler's state, read back with weights_only=True
         trainer_state.json    step, data position (epoch, position), elapsed time, counters
         manifest.json         sha256 and size of each file above; written last
 
-There is no scheduler state: the learning-rate schedules are pure functions of the
+The weights and the optimizer state are whole (not one process's shard), so that a run resumes
+on any number of processes. There is no scheduler state: the learning-rate schedules are pure functions of the
 step (:mod:`vaswani.training.schedules`), so the saved step restores them.
 
 Every file is serialized in memory, hashed, then written and fsynced into a
@@ -47,22 +49,28 @@ MANIFEST = "manifest.json"
 FILES = (WEIGHTS, "optimizer.pt", "trainer_state.json")
 
 
-def rng_state() -> dict[str, Any]:
-    """The global generators' states in types that ``torch.load(weights_only=True)`` reads."""
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """The global generators' states in types that ``torch.load(weights_only=True)`` reads (with
+    the CUDA generator's of ``device``, where training runs on a GPU)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {
+    out = {
         "python": random.getstate(),
         "numpy": (kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)),
         "torch": torch.get_rng_state(),
     }
+    if device is not None and device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def save_checkpoint(
@@ -72,8 +80,19 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write ``checkpoints/step_N`` atomically, with its manifest, and keep the newest ``keep``
-    up to it (newer ones are damaged leftovers that a resume skipped)."""
+    """Write ``checkpoints/step_N`` of a model and optimizer in this process, with this process's
+    RNG states (see :func:`write_checkpoint`)."""
+    extra = {"optimizer": optimizer.state_dict(), "rng": rng_state()}
+    return write_checkpoint(run_dir, model_bytes(model), extra, state, keep)
+
+
+def write_checkpoint(
+    run_dir: Path, weights: bytes, extra: dict[str, Any], state: dict[str, Any], keep: int
+) -> Path:
+    """Write ``checkpoints/step_N`` atomically: ``weights`` (safetensors bytes), ``extra`` (the
+    optimizer state under ``optimizer``, the RNG states under ``rng``, …: plain tensors and
+    Python values) and the trainer ``state``, with its manifest; then keep the newest ``keep`` up
+    to it (newer ones are damaged leftovers that a resume skipped)."""
     root = run_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp_*"):  # left by a crash or a kill during an earlier write
@@ -81,8 +100,8 @@ def save_checkpoint(
     final = root / f"step_{state['step']:08d}"
     tmp = root / f".tmp_{final.name}"
     optimizer_file = io.BytesIO()
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state()}, optimizer_file)
-    data = (model_bytes(model), optimizer_file.getvalue(), json.dumps(state, indent=2).encode())
+    torch.save(extra, optimizer_file)
+    data = (weights, optimizer_file.getvalue(), json.dumps(state, indent=2).encode())
     contents = dict(zip(FILES, data, strict=True))
     manifest = {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in contents.items()}
     try:
@@ -160,8 +179,17 @@ def newest_intact_checkpoint(run_dir: Path) -> Path:
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer and RNG states; return the trainer state."""
+    """Restore weights, optimizer and RNG states in this process; return the trainer state."""
     load_weights(model, path / WEIGHTS)
+    extra, state = read_checkpoint(path)
+    optimizer.load_state_dict(extra["optimizer"])
+    set_rng_state(extra["rng"])
+    return state
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What ``optimizer.pt`` holds (see :func:`write_checkpoint`) and the trainer state, read
+    without unpickling code (one-line :class:`~vaswani.errors.RunDirError` otherwise)."""
     try:
         extra = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -174,6 +202,4 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
         state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RunDirError(f"{path / 'trainer_state.json'}: unreadable ({first_line(exc)})") from None
-    optimizer.load_state_dict(extra["optimizer"])
-    set_rng_state(extra["rng"])
-    return state
+    return extra, state

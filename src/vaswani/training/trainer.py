@@ -1,26 +1,27 @@
 """The one training loop that every task uses.
 
 A task is a thin adapter (:class:`Task`): it owns the data, the loss and the
-metrics; the trainer owns the rest: optimizer, schedule, accumulation,
-clipping, autocast, logging, evaluation, checkpoints and exact resume.
+metrics; the trainer owns the rest: the device, optimizer, schedule, accumulation,
+clipping, precision, processes, logging, evaluation, checkpoints and exact resume.
 
 Nothing is lost when training is stopped: SIGINT or SIGTERM finishes the current
 step, writes a checkpoint and raises :class:`TrainingInterrupted`; a step with a
 non-finite loss or gradient is skipped (and after ``max_bad_steps`` in a row
 training stops, keeping the last good checkpoint); with ``deterministic`` a
 resumed run ends bit-identical to an uninterrupted one on the CPU.
+
+Under several processes (:mod:`vaswani.training.distributed`) each takes its rows of every global
+batch; the loss is summed over all of them and the gradients divided by the items of the global
+batch, so that every token weighs the same as in one process. All processes agree each step on
+whether to stop (a signal to any of them) and on the time spent (the slowest's); the main one
+evaluates, logs and writes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,23 +30,37 @@ from torch import Tensor, nn
 
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
-from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.errors import TrainingInterrupted, VaswaniError
+from vaswani.io import WEIGHTS, load_weights, model_bytes
 from vaswani.layers.blocks import set_grad_checkpointing
 from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device, seed_everything, set_threads, use_deterministic_mode
-from vaswani.training.batches import to_device
-from vaswani.training.checkpoint import load_checkpoint, newest_intact_checkpoint, save_checkpoint
+from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
+from vaswani.training import distributed
+from vaswani.training.batches import rows_of_process, take_rows, to_device
+from vaswani.training.checkpoint import (
+    newest_intact_checkpoint,
+    read_checkpoint,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
 from vaswani.training.compilation import compile_for_training
+from vaswani.training.distributed import World
+from vaswani.training.optimizer import make_optimizer
 from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
 from vaswani.training.schedules import learning_rate
+from vaswani.training.signals import stop_requests
+from vaswani.training.state import TrainerState, restored_state
 
 
 class Task(Protocol):
     """What the trainer needs from a task."""
 
-    def train_batches(self) -> list[Any]:
-        """The fixed list of training batches; the trainer decides their order."""
+    def train_batches(self) -> Sequence[Any]:
+        """The fixed training batches (a list, or a sequence that builds each when read); the
+        trainer orders them and cuts each into the processes' rows (``batches.take_rows``, or the
+        task's own ``take_rows(batch, start, stop)`` where its batches are not cut that way)."""
         ...
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
@@ -61,99 +76,75 @@ class Task(Protocol):
         ...
 
 
-@dataclass
-class TrainerState:
-    """Where training stands; saved in each checkpoint."""
-
-    step: int = 0
-    epoch: int = 0
-    position: int = 0
-    train_seconds: float = 0.0
-    tokens: int = 0
-    bad_steps: int = 0  # in a row, up to now
-    skipped_steps: int = 0  # in all
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-STATE_TYPES: dict[str, type | tuple[type, ...]] = {
-    "int": int,
-    "float": (int, float),
-    "dict[str, float]": dict,
-}
-"""The annotation of each :class:`TrainerState` field → the JSON values it accepts."""
-
-
-def restored_state(saved: Any, path: Path) -> TrainerState:
-    """The :class:`TrainerState` read from ``path`` (a checkpoint's ``trainer_state.json``), checked
-    like a config: a field this vaswani does not know, or a value of another type, is a one-line
-    :class:`~vaswani.errors.RunDirError`."""
-    if not isinstance(saved, dict):
-        raise RunDirError(f"{path}: expected a JSON object")
-    annotations = {f.name: str(f.type) for f in fields(TrainerState)}
-    for name, value in saved.items():
-        if name not in annotations:
-            raise RunDirError(f"{path}: unknown field '{name}' (written by a newer vaswani? upgrade vaswani)")
-        if isinstance(value, bool) or not isinstance(value, STATE_TYPES[annotations[name]]):
-            raise RunDirError(f"{path}: field '{name}' must be {annotations[name]}, got {value!r}")
-    return TrainerState(**saved)
-
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam or AdamW; weight decay applies to matrices only, never to biases, norms or
-    (1-d) gains."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    fused = all(p.device.type in ("cpu", "cuda") for p in params)
-    return kind(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused)
-
-
 class Trainer:
     """Trains ``model`` on ``task`` with ``cfg`` into ``run_dir``; ``task_name`` (a registered task,
-    such as ``translation``) names it in the command printed to train on after a time budget."""
+    such as ``translation``) names it in the command printed to train on after a time budget.
+    ``place`` and ``device`` are this process's (:func:`vaswani.training.distributed.start`; one
+    process on ``cfg.device`` by default); ``resume_from`` is a checkpoint to continue from."""
 
     def __init__(
-        self, model: nn.Module, task: Task, cfg: TrainConfig, run_dir: Path, task_name: str = "TASK"
+        self,
+        model: nn.Module,
+        task: Task,
+        cfg: TrainConfig,
+        run_dir: Path,
+        task_name: str = "TASK",
+        place: World | None = None,
+        device: torch.device | None = None,
+        resume_from: Path | None = None,
     ) -> None:
         if cfg.deterministic:
             use_deterministic_mode()
         elif cfg.threads is not None:
             set_threads(cfg.threads)
-        self.device = resolve_device(cfg.device)
+        self.place = place or World()
+        self.device = device or distributed.process_device(cfg.device, self.place)
         self.precision = Precision(cfg.precision, self.device, cfg.tf32)
+        saved = None
+        if resume_from is not None:  # the weights go into the whole model, before any sharding
+            load_weights(model, resume_from / WEIGHTS)
+            saved = read_checkpoint(resume_from)
         self.model = model.to(self.device)
         if cfg.grad_checkpointing:
             set_grad_checkpointing(self.model)
-        self.train_model = compile_for_training(self.model) if cfg.compile else self.model
+        self.train_model = distributed.wrap(self.model, self.place, self.device, cfg.fsdp)
+        self.sharded = distributed.is_sharded(self.model)
+        if cfg.compile:
+            self.train_model = compile_for_training(self.train_model)
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
         self.files = RunDir(run_dir)
         self.task_name = task_name
-        self.optimizer = make_optimizer(model, cfg)
+        self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainerState()
         self.stop_signal: int | None = None
         self.batches = task.train_batches()
+        self.take_rows = getattr(task, "take_rows", take_rows)
         if not self.batches:
             raise VaswaniError("no training batches: the training data is empty")
         if cfg.epochs is not None:  # the steps of that many passes, at most max_steps
             per_epoch = math.ceil(len(self.batches) / cfg.accumulate)
             self.cfg = cfg.replace(max_steps=min(cfg.max_steps, max(1, math.ceil(cfg.epochs * per_epoch))))
+        if saved is not None and resume_from is not None:
+            self._restore(*saved, resume_from)
 
-    def resume(self) -> None:
-        """Continue from the newest intact checkpoint of the run directory (damaged newer ones
-        are reported on stderr and skipped)."""
-        checkpoint = newest_intact_checkpoint(self.run_dir)
-        saved = load_checkpoint(checkpoint, self.model, self.optimizer)
-        self.state = restored_state(saved, checkpoint / "trainer_state.json")
+    def _restore(self, extra: dict[str, Any], state: dict[str, Any], path: Path) -> None:
+        """The optimizer, scaler and RNG states and the trainer state of a checkpoint; each process
+        takes its own RNG states where the checkpoint has them (written by as many processes), else
+        the main process's."""
+        distributed.load_optimizer_state(self.optimizer, extra["optimizer"])
+        self.precision.load_state_dict(extra.get("scaler", {}))
+        by_rank = extra.get("rng_by_rank")
+        own = by_rank[self.place.rank] if by_rank and len(by_rank) == self.place.size else None
+        if own is None and self.place.rank > 0:  # more processes than wrote it: a fresh stream each
+            torch.manual_seed(self.cfg.seed + 1000 * self.place.rank + int(state.get("step", 0)))
+        else:
+            set_rng_state(own or extra["rng"], self.device)
+        self.state = restored_state(state, path / "trainer_state.json")
 
     def _next_batches(self) -> list[Any]:
-        """The next ``accumulate`` batches; the position is part of the saved state."""
+        """The next ``accumulate`` global batches; the position is part of the saved state."""
         out = []
         for _ in range(self.cfg.accumulate):
             order = epoch_order(len(self.batches), self.cfg.seed, self.state.epoch)
@@ -163,33 +154,44 @@ class Trainer:
                 self.state.epoch, self.state.position = self.state.epoch + 1, 0
         return out
 
-    def _step(self) -> tuple[float, int, bool]:
-        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, applied).
+    def _step(self) -> tuple[float, int, str]:
+        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, what happened:
+        ``applied``, ``skipped`` (a non-finite loss or gradient) or ``overflow`` (fp16's scaler
+        lowered its scale)).
 
         Each batch's summed loss is backpropagated at once (freeing its graph) and the
         gradients are divided by the item count of all of them at the end, so every token
-        weighs the same however the batches are split."""
+        weighs the same however the batches are split (and across processes: those are
+        reduced only on the last batch's backward pass)."""
         micro = self._next_batches()
-        self.model.train()
-        loss_total, count = 0.0, 0
-        for batch in micro:
-            with self.precision.autocast():
-                loss_sum, items = self.task.loss(self.train_model, to_device(batch, self.device))
-            self.precision.backward(loss_sum)
+        self.train_model.train()
+        loss_total, count, tokens = 0.0, 0, 0
+        for i, batch in enumerate(micro):
+            rows, real = rows_of_process(batch, self.place.rank, self.place.size, self.take_rows)
+            with distributed.gradient_sync(self.train_model, i == len(micro) - 1):
+                with self.precision.autocast():
+                    loss_sum, items = self.task.loss(self.train_model, to_device(rows, self.device))
+                if not real:
+                    loss_sum, items = loss_sum * 0.0, 0
+                self.precision.backward(loss_sum)
             loss_total += float(loss_sum.detach())
             count += items
-        count = max(1, count)
+            tokens += self.task.batch_tokens(rows) if real else 0
+        loss_total, total, tokens_all = distributed.sums(self.place, [loss_total, count, tokens], self.device)
+        count, tokens = max(1, int(total)), int(tokens_all)
         for p in self.model.parameters():
             if p.grad is not None:
+                if self.place.many:  # DDP and FSDP average over processes: back to the sum
+                    p.grad.mul_(self.place.size)
                 p.grad.div_(count)
         loss_value = loss_total / count
         self.precision.unscale(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
-        grad_ok = bool(torch.isfinite(norm))
-        tokens = sum(self.task.batch_tokens(b) for b in micro)
+        grad_ok = bool(torch.isfinite(distributed.local(norm)))
         if not (math.isfinite(loss_value) and grad_ok):
             self.optimizer.zero_grad(set_to_none=True)
-            return loss_value, tokens, False
+            overflow = math.isfinite(loss_value) and self.precision.overflowed()
+            return loss_value, tokens, "overflow" if overflow else "skipped"
         lr = learning_rate(
             self.cfg.schedule, self.state.step + 1, self.cfg.lr, self.cfg.warmup_steps,
             self._expected_steps(), self.cfg.min_lr,
@@ -198,7 +200,7 @@ class Trainer:
             group["lr"] = lr
         self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_value, tokens, True
+        return loss_value, tokens, "applied"
 
     def _expected_steps(self) -> int:
         """Where a decaying schedule should end: ``max_steps``, or sooner when ``max_minutes``
@@ -211,50 +213,37 @@ class Trainer:
         return max(self.state.step + 1, min(self.cfg.max_steps, int(pace * self.cfg.max_minutes * 60)))
 
     def _evaluate(self) -> dict[str, float]:
-        self.model.eval()
-        with torch.no_grad(), self.precision.autocast():
-            metrics = self.task.evaluate(self.model)
-        self.model.train()
-        return metrics
-
-    def _log(self, row: dict[str, Any]) -> None:
-        path = self.files.log
-        new = not path.exists()
-        with path.open("a", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        """Validation metrics, on every process: computed by the main one (by all of them when
+        the model is sharded, as each forward pass needs every shard)."""
+        metrics: dict[str, float] = {}
+        if self.place.main or self.sharded:
+            self.model.eval()
+            with torch.no_grad(), self.precision.autocast():
+                metrics = self.task.evaluate(self.model)
+            self.model.train()
+        return distributed.from_main(self.place, metrics)
 
     def _checkpoint(self) -> None:
-        state = self.state.__dict__.copy()
-        save_checkpoint(self.run_dir, self.model, self.optimizer, state, self.cfg.keep_checkpoints)
+        """Every process's part of a checkpoint (the whole weights and optimizer state, each one's
+        RNG states), written by the main process; the others wait until it is in place."""
+        whole = self.place.main or self.sharded  # gathering a sharded state needs every process
+        weights = model_bytes(self.model) if whole else b""
+        optimizer = distributed.whole_optimizer_state(self.optimizer) if whole else {}
+        rngs = distributed.gathered(self.place, rng_state(self.device))
+        if self.place.main:
+            extra = {"optimizer": optimizer, "rng": rngs[0], "scaler": self.precision.state_dict()}
+            if self.place.many:
+                extra["rng_by_rank"] = rngs
+            write_checkpoint(
+                self.run_dir, weights, extra, self.state.__dict__.copy(), self.cfg.keep_checkpoints
+            )
+        distributed.barrier(self.place)
 
-    @contextlib.contextmanager
-    def _stop_requests(self) -> Iterator[None]:
-        """While training, SIGINT and SIGTERM only set ``stop_signal`` (checked after each step);
-        a second one stops at once with KeyboardInterrupt. The previous handlers come back after.
-        An ignored signal stays ignored (a background job's SIGINT), and handlers can only be
-        installed from the main thread: elsewhere the signals keep theirs."""
-
-        def request(signum: int, frame: Any) -> None:
-            if self.stop_signal is not None:
-                raise KeyboardInterrupt
-            self.stop_signal = signum
-
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {
-            s: signal.signal(s, request)
-            for s in (signal.SIGINT, signal.SIGTERM)
-            if signal.getsignal(s) is not signal.SIG_IGN
-        }
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler or signal.SIG_DFL)  # None: a handler set outside Python
+    def _save_weights(self) -> None:
+        weights = model_bytes(self.model) if self.place.main or self.sharded else b""
+        if self.place.main:
+            self.files.write_weights(weights)
+        distributed.barrier(self.place)
 
     def _skipped(self, progress: Progress, loss: float) -> None:
         """Count a step whose loss or gradient was not finite; stop after ``max_bad_steps`` in a row."""
@@ -277,7 +266,9 @@ class Trainer:
         """Validation metrics, kept in the state and logged: a row of ``train_log.csv`` and a line."""
         state = self.state
         state.metrics = self._evaluate()
-        self._log(
+        if not self.place.main:
+            return
+        self.files.append_log(
             {
                 "step": state.step,
                 "seconds": round(state.train_seconds, 2),
@@ -288,25 +279,38 @@ class Trainer:
         )
         progress.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in state.metrics.items()))
 
+    def _agreed(self, seconds: float) -> float:
+        """The step's seconds of the slowest process, and a stop asked of any process taken by all
+        (so that every process stops at the same step)."""
+        signum, seconds = distributed.maxima(self.place, [float(self.stop_signal or 0), seconds], self.device)
+        if signum:
+            self.stop_signal = int(signum)
+        return seconds
+
     def fit(self, quiet: bool = False) -> dict[str, Any]:
         """Train until ``max_steps`` or ``max_minutes``; return the final metrics."""
         cfg, state = self.cfg, self.state
         budget = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
-        progress = Progress(cfg.max_steps, budget, state.step, quiet)
+        progress = Progress(cfg.max_steps, budget, state.step, quiet or not self.place.main)
         smoothed = None
         window_tokens, window_start = 0, time.perf_counter()
         last = time.perf_counter()
         self.stop_signal = None
-        with progress, self._stop_requests():
+        with (
+            progress,
+            stop_requests(
+                lambda: self.stop_signal is not None, lambda signum: setattr(self, "stop_signal", signum)
+            ),
+        ):
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
-                loss, tokens, applied = self._step()
+                loss, tokens, outcome = self._step()
                 now = time.perf_counter()
-                state.train_seconds += now - last
+                state.train_seconds += self._agreed(now - last)
                 last = now
                 saved = False
-                if not applied:
+                if outcome == "skipped":
                     self._skipped(progress, loss)
-                else:
+                elif outcome == "applied":
                     state.bad_steps = 0
                     state.step += 1
                     state.tokens += tokens
@@ -331,11 +335,11 @@ class Trainer:
                 if self.stop_signal is not None:
                     if not saved:
                         self._checkpoint()
-                    self.files.save_weights(self.model)
+                    self._save_weights()
                     raise TrainingInterrupted(self.stop_signal, state.step, self.run_dir)
         if not state.metrics:
             state.metrics = self._evaluate()
-        self.files.save_weights(self.model)
+        self._save_weights()
         result = {
             **state.metrics,
             "train_seconds": round(state.train_seconds, 2),
@@ -343,8 +347,9 @@ class Trainer:
             "skipped_steps": state.skipped_steps,
             "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
         }
-        self.files.write_metrics(result)
-        if cfg.max_minutes is not None and state.train_seconds >= cfg.max_minutes * 60:
+        if self.place.main:
+            self.files.write_metrics(result)
+        if self.place.main and cfg.max_minutes is not None and state.train_seconds >= cfg.max_minutes * 60:
             note = budget_note(
                 state.step, cfg.max_steps, cfg.max_minutes, state.train_seconds, self.task_name, self.run_dir
             )
@@ -365,15 +370,25 @@ def fit_run(
     """What every task's training shares once its data and tokenizers are ready: seed, build the
     model, and either write a new run directory (``save_files`` writes the task's own files, such
     as tokenizers, then ``config.json``) or continue from its newest checkpoint; then train.
-    Returns the final metrics and the trained model."""
+    Under several processes the main one writes the files, after checking that every process
+    built the same ones (:func:`vaswani.training.distributed.same_files`). Returns the final
+    metrics and the trained model."""
+    place, device = distributed.start(run.train.device)
     seed_everything(run.train.seed)
     model = build_model()
-    if not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_files(run_dir)
-        RunDir(run_dir).write_config(run)
-    trainer = Trainer(model, task, run.train, run_dir, run.task)
+    if place.rank > 0:  # each process its own dropout masks (the weights are the same: seeded above)
+        torch.manual_seed(run.train.seed + 1000 * place.rank)
+    checkpoint = None
     if resume:
-        trainer.resume()
+        checkpoint = distributed.from_main(place, newest_intact_checkpoint(run_dir) if place.main else None)
+    else:
+        distributed.same_files(place, save_files)
+        if place.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_files(run_dir)
+            RunDir(run_dir).write_config(run)
+        distributed.barrier(place)
+    trainer = Trainer(model, task, run.train, run_dir, run.task, place, device, checkpoint)
+    if resume and place.main:
         RunDir(run_dir).write_config(run)  # with the resume's changes, for the next resume
     return trainer.fit(quiet=quiet), model
