@@ -17,6 +17,7 @@ from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, tr
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.tasks import registry
+from vaswani.training.distributed import stop, world
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -80,6 +81,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     ``classify``, ``embed``) also come after its options: ``translate RUN --beam 5 "text"``, which
     argparse alone refuses once the empty list of texts has been matched before the options."""
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.argv_flags = {
         a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")
     }
@@ -94,20 +96,25 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
+    main_process = world().main  # of several training processes, only the main one prints errors
     try:
         status = args.handler(args)
     except TrainingInterrupted as exc:
-        print(
-            f"vaswani: {exc}; continue with: vaswani train {args.task} --resume {exc.run_dir}",
-            file=sys.stderr,
-        )
+        if main_process:
+            print(
+                f"vaswani: {exc}; continue with: vaswani train {args.task} --resume {exc.run_dir}",
+                file=sys.stderr,
+            )
         return exc.exit_status
     except VaswaniError as exc:
         if args.debug:
             raise
-        print(f"vaswani: error: {exc}", file=sys.stderr)
+        if main_process:
+            print(f"vaswani: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vaswani: interrupted", file=sys.stderr)
         return 130
+    finally:
+        stop()
     return status or 0

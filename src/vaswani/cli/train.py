@@ -3,8 +3,11 @@
 Its flags are generated from the config dataclasses (:mod:`vaswani.cli.flags`): the model's, the
 training's and the task's data config. Settings come from the task's packaged recipe, then
 ``--preset``, then ``--config FILE``, then the flags (:mod:`vaswani.tasks.settings`). ``--resume
-RUN_DIR`` continues a stopped run with its own settings; it takes only ``--max-steps`` and
-``--max-minutes`` and refuses any other setting rather than ignoring it.
+RUN_DIR`` continues a stopped run with its own settings; it takes only ``--max-steps``,
+``--max-minutes`` and the settings of how it runs (``--device``, ``--compile``,
+``--grad-checkpointing``, ``--fsdp``, ``--nproc``) and refuses any other setting rather than
+ignoring it. ``--nproc N`` trains on N processes of this machine (:mod:`vaswani.cli.launch`);
+under ``torchrun`` every process runs this command and only the main one prints.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli import launch
 from vaswani.cli.flags import add_fields, flag_names, given
 from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
+from vaswani.training import distributed
 
-RESUME_CHANGES = ("max_steps", "max_minutes")
+RESUME_CHANGES = ("max_steps", "max_minutes", "device", "compile", "grad_checkpointing", "fsdp")
 SECTIONS = ("model", "train", "data")
 
 
@@ -41,6 +46,9 @@ def add_parsers(commands: Any) -> None:
         run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run")
         run.add_argument("--preset", choices=sorted(presets()), help="model architecture preset")
         run.add_argument("--quiet", action="store_true", help="no progress bar")
+        run.add_argument(
+            "--nproc", type=int, metavar="N", help="train on N processes of this machine (DDP; --fsdp: FSDP2)"
+        )
         add_fields(p.add_argument_group("model"), ModelConfig)
         training = p.add_argument_group("training")
         add_fields(training, TrainConfig)
@@ -78,7 +86,8 @@ def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -
     if others or args.config is not None:
         flag = "--config" if not others else spelling(args, *others[0])
         raise ConfigError(
-            f"{flag}: a resumed run keeps its own settings; only --max-steps and --max-minutes may change"
+            f"{flag}: a resumed run keeps its own settings; only --max-steps, --max-minutes and how it "
+            "runs (--device, --compile, --grad-checkpointing, --fsdp, --nproc) may change"
         )
     return dict(flags["train"])
 
@@ -107,17 +116,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     assert spec.finish is not None
     started = time.perf_counter()
     flags = flags_of(args)
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
     if args.resume:
-        result = registry.resume(args.resume, args.quiet, spec.name, **resume_changes(args, flags))
-        run_dir = args.resume
+        changes = resume_changes(args, flags)
+        if launch.wanted(args.nproc):
+            RunDir(args.resume).read_config(spec.name)  # a bad run directory: one line, before launching
+            return launch.launch(args.argv, args.nproc)
+        result = registry.resume(args.resume, args.quiet, spec.name, **changes)
+        run_dir = Path(args.resume)
     else:
         try:
             run = registry.configure(spec.name, flags, config=args.config)
         except ConfigError as exc:
             raise named_flag(exc, args, flags) from None
-        run_dir = RunDir.new(args.out, spec.name).path
+        if launch.wanted(args.nproc):
+            RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
+            return launch.launch(args.argv, args.nproc)
+        run_dir = registry.new_run_dir(args.out, spec.name, run.train.device)
         assert spec.train is not None
         result = spec.train(run, run_dir, resume=False, quiet=args.quiet)
-    for line in spec.finish(result, Path(run_dir), started, args.quiet):
-        print(line)
+    if distributed.world().main:
+        for line in spec.finish(result, run_dir, started, args.quiet):
+            print(line)
     return 0

@@ -105,6 +105,24 @@ def stream_loss(
     return total / count
 
 
+class WindowBatches(Sequence[Tensor]):
+    """The training batches of :class:`LMTask`, each built when it is read: batch ``i`` is the
+    (batch_size, length) windows at ``starts[i·batch_size : (i+1)·batch_size]`` (overlapping
+    windows are never all held at once)."""
+
+    def __init__(self, ids: Tensor, starts: Tensor, batch_size: int, length: int, n_batches: int) -> None:
+        self.ids, self.starts, self.batch_size = ids, starts, batch_size
+        self.length, self.n = length, n_batches
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Tensor:  # type: ignore[override]
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return windows(self.ids, self.starts[i * self.batch_size : (i + 1) * self.batch_size], self.length)
+
+
 class LMTask:
     """Next-token prediction on windows of ``max_len + 1`` tokens, ``batch_tokens // max_len``
     windows a batch, the window starts shuffled once by the seed (every offset is a window)."""
@@ -125,15 +143,14 @@ class LMTask:
         self.starts = torch.randperm(n_windows, generator=generator)
         self.n_batches = max(1, n_windows // self.batch_size)
 
-    def train_batches(self) -> list[int]:
-        return list(range(self.n_batches))
+    def train_batches(self) -> WindowBatches:
+        return WindowBatches(self.train_ids, self.starts, self.batch_size, self.context + 1, self.n_batches)
 
-    def loss(self, model: nn.Module, batch: int) -> tuple[Tensor, int]:
-        starts = self.starts[batch * self.batch_size : (batch + 1) * self.batch_size]
-        return next_token_loss(model, windows(self.train_ids, starts, self.context + 1), self.vocab_size)
+    def loss(self, model: nn.Module, batch: Tensor) -> tuple[Tensor, int]:
+        return next_token_loss(model, batch, self.vocab_size)
 
-    def batch_tokens(self, batch: int) -> int:
-        return min(self.batch_size, len(self.starts) - batch * self.batch_size) * self.context
+    def batch_tokens(self, batch: Tensor) -> int:
+        return batch.shape[0] * self.context
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         assert isinstance(model, GPT)

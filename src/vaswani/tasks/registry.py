@@ -26,6 +26,7 @@ from vaswani.tasks import bert, classify, encoder, lm, mlm, tag, translation, tr
 from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
+from vaswani.training import distributed
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ def resume(
     if "max_steps" in train_changes:  # a new step budget replaces a budget of epochs
         train_changes = {"epochs": None, **train_changes}
     resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
+    distributed.start(resumed.train.device)
     return spec.train(resumed, folder.path, resume=True, quiet=quiet)
 
 
@@ -171,11 +173,28 @@ def configure(
     )
 
 
+def new_run_dir(out: str | Path | None, task: str, device: str = "auto") -> Path:
+    """The directory of a new run of ``task``: ``out`` (new or empty; default
+    ``runs/TASK-DATE-TIME``). Under several processes the main one chooses it and tells the
+    others (after joining the process group for ``device``)."""
+    place, _ = distributed.start(device)
+    chosen: tuple[str | None, str | None] = (None, None)
+    if place.main:
+        try:
+            chosen = (str(RunDir.new(Path(out) if out is not None else None, task).path), None)
+        except RunDirError as exc:
+            chosen = (None, str(exc))
+    path, error = distributed.from_main(place, chosen)
+    if error is not None or path is None:
+        raise RunDirError(error)
+    return Path(path)
+
+
 def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:
-    """Train a new run of ``run.task`` in ``out`` (new or empty; default ``runs/TASK-DATE-TIME``)
-    and return what the task's training returns (metrics first, then the trained wrapper)."""
+    """Train a new run of ``run.task`` in ``out`` (:func:`new_run_dir`) and return what the task's
+    training returns (metrics first, then the trained wrapper). Under several processes (torchrun)
+    every one calls it."""
     spec = get(run.task)
     if spec.train is None:
         raise RunDirError(f"runs of task {run.task!r} are not trained by vaswani")
-    folder = RunDir.new(Path(out) if out is not None else None, run.task)
-    return spec.train(run, folder.path, resume=False, quiet=quiet)
+    return spec.train(run, new_run_dir(out, run.task, run.train.device), resume=False, quiet=quiet)

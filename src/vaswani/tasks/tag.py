@@ -228,6 +228,14 @@ class TagTask:
     def loss(self, model: nn.Module, batch: TagBatch) -> tuple[Tensor, int]:
         return tagging_loss(model, batch)
 
+    def take_rows(self, batch: TagBatch, start: int, stop: int) -> TagBatch:
+        """Rows ``start … stop - 1`` of a batch, with the gold tags of their words (those run over
+        the words of all rows, in row-major order)."""
+        words = batch.first.sum(dim=1).cumsum(0).tolist()
+        begin, end = (words[start - 1] if start else 0), (words[stop - 1] if stop else 0)
+        tags = None if batch.tags is None else batch.tags[begin:end]
+        return TagBatch(batch.tokens[start:stop], batch.mask[start:stop], batch.first[start:stop], tags)
+
     def batch_tokens(self, batch: TagBatch) -> int:
         return int(batch.mask.sum())
 

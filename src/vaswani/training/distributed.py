@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import inspect
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -147,13 +148,17 @@ def from_main(place: World, value: Any) -> Any:
     return box[0]
 
 
-def wrap(model: nn.Module, place: World, device: torch.device, fsdp: bool) -> nn.Module:
+def wrap(
+    model: nn.Module, place: World, device: torch.device, fsdp: bool, unused_parameters: bool = False
+) -> nn.Module:
     """What the training forward runs through: ``model`` itself in one process; under several,
     DistributedDataParallel (the gradients all-reduced in buckets during the backward pass), or
     with ``fsdp`` the model sharded by FSDP2 (``fully_shard`` on each block, then on the whole:
     parameters, gradients and optimizer state split across the processes, gathered per block for
     its forward and backward). DDP's division of the summed gradients by the process count is
-    undone by the trainer, which divides by the items of the global batch."""
+    undone by the trainer, which divides by the items of the global batch. ``unused_parameters``:
+    the loss leaves some parameters out (a BERT's pooler under masked-LM), which DDP must then
+    look for each step."""
     if not place.many:
         if fsdp:
             raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
@@ -169,11 +174,15 @@ def wrap(model: nn.Module, place: World, device: torch.device, fsdp: bool) -> nn
         return fully_shard(model)
     from torch.nn.parallel import DistributedDataParallel
 
+    # The models' buffers are constants (position tables): not broadcast before each forward pass
+    # (the option's newer name where this torch has it).
+    newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    no_sync = {"forward_sync_buffers" if newer else "broadcast_buffers": False}
     return DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        broadcast_buffers=False,  # the models' buffers are constants (position tables)
-        find_unused_parameters=True,  # a head that one task does not train (BERT's pooler under MLM)
+        find_unused_parameters=unused_parameters,
+        **no_sync,
     )
 
 

@@ -107,7 +107,8 @@ class Trainer:
         self.model = model.to(self.device)
         if cfg.grad_checkpointing:
             set_grad_checkpointing(self.model)
-        self.train_model = distributed.wrap(self.model, self.place, self.device, cfg.fsdp)
+        unused = getattr(task, "unused_parameters", False)
+        self.train_model = distributed.wrap(self.model, self.place, self.device, cfg.fsdp, unused)
         self.sharded = distributed.is_sharded(self.model)
         if cfg.compile:
             self.train_model = compile_for_training(self.train_model)
