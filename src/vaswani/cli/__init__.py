@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, train, translation
+from vaswani.cli.common import add_device_flag
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.tasks import registry
@@ -32,6 +33,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     request = Evaluation(
         src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
         file_format=args.format, batch_size=args.batch_size, decoding=decoding.decoding_from_args(args),
+        device=args.device,
     )  # fmt: skip
     for line in spec.evaluate(args.run_dir, request):
         print(line)
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )
     evaluate.add_argument("--batch-size", type=int, default=64)
+    add_device_flag(evaluate)
     decoding.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.common import (
+    add_device_flag,
     read_stdin,
 )
 from vaswani.data.config import POOLS
@@ -37,6 +38,7 @@ def add_command_parsers(commands: Any) -> None:
         "text", nargs="*", metavar="TEXT", help="texts to label (default: lines of standard input)"
     )
     p.add_argument("--batch-size", type=int, default=64)
+    add_device_flag(p)
     p.set_defaults(handler=cmd_classify, texts_field="text")
     p = commands.add_parser(
         "embed",
@@ -58,6 +60,7 @@ def add_command_parsers(commands: Any) -> None:
     p.add_argument("--dims", type=int, default=6, help="dimensions shown of each vector (default 6)")
     p.add_argument("--out", type=Path, help="write the vectors to FILE.npy or FILE.safetensors")
     p.add_argument("--batch-size", type=int, default=64)
+    add_device_flag(p)
     p.set_defaults(handler=cmd_embed, texts_field="text")
 
 
@@ -95,7 +98,7 @@ def cmd_classify(args: argparse.Namespace) -> None:
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-    classifier = TextClassifier.load(args.run_dir)
+    classifier = TextClassifier.load(args.run_dir, args.device)
     texts = read_texts(args.text)
     inputs = []
     for number, text in enumerate(texts, start=1):
@@ -136,7 +139,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise ConfigError(f"--out {args.out}: write .npy or .safetensors")
     if args.dims < 0 or args.batch_size < 1:
         raise ConfigError("--dims must be >= 0 and --batch-size >= 1")
-    encoder = SentenceEncoder.load(args.run_dir)
+    encoder = SentenceEncoder.load(args.run_dir, args.device)
     texts = read_texts(args.text)
     warn_if_cut(encoder.tokenizer, [(text,) for text in texts])
     vectors = encoder.embed(texts, args.pool, args.normalize, args.batch_size)

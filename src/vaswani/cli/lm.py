@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.common import add_device_flag
 from vaswani.cli.decoding import decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
@@ -34,6 +35,7 @@ def add_generate_parser(commands: Any) -> None:
     p.add_argument("--seed", type=int, help="seed of the sampling (default: a fresh one)")
     p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end at STRING (repeatable)")
     p.add_argument("--num-samples", type=int, default=1, help="completions per prompt")
+    add_device_flag(p)
     p.set_defaults(handler=cmd_generate, texts_field="prompt")
 
 
@@ -49,7 +51,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         prompts = ["\n".join(read_lines(args.prompt_file, allow_empty_lines=True))]
     else:
         prompts = list(args.prompt) or [""]
-    lm = LanguageModel.load(args.run_dir)
+    lm = LanguageModel.load(args.run_dir, args.device)
     batch = [p for p in prompts for _ in range(args.num_samples)]
     lm.encode_prompts(batch)  # a prompt too long for the context is refused before anything is printed
     if len(batch) == 1:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.common import add_device_flag
 from vaswani.errors import ConfigError
 
 
@@ -20,6 +21,7 @@ def add_fill_mask_parser(commands: Any) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="+", metavar="TEXT", help='e.g. "The [MASK] statement exits a loop."')
     p.add_argument("--top-k", type=int, default=5, help="candidates shown for each [MASK] (default 5)")
+    add_device_flag(p)
     p.set_defaults(handler=cmd_fill_mask)
 
 
@@ -28,7 +30,7 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
 
     if args.top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")
-    mlm = MaskedLanguageModel.load(args.run_dir)
+    mlm = MaskedLanguageModel.load(args.run_dir, args.device)
     results = [mlm.fill_mask(text, args.top_k) for text in args.text]  # every text checked first
     for text, candidates in zip(args.text, results, strict=True):
         print("\n".join(fill_mask_lines(text, candidates)))

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.common import add_device_flag
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
@@ -27,6 +28,7 @@ def add_parsers(commands: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
     p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
     p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    add_device_flag(p)
     p.set_defaults(handler=cmd_attention)
 
     p = commands.add_parser(
@@ -60,7 +62,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
     with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
     spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
     assert spec.attention is not None
-    maps, title = spec.attention(spec.load(args.run_dir), args.sentence)
+    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence)
     attention_figure(maps, layers, heads, title=shorten(title), out=args.out)
     print(args.out)
 

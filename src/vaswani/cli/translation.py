@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import read_stdin
+from vaswani.cli.common import add_device_flag, read_stdin
 from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
 from vaswani.errors import ConfigError
 
@@ -25,6 +25,7 @@ def add_translate_parser(commands: Any) -> None:
     translate.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     translate.add_argument("text", nargs="*", help="sentences (default: read standard input)")
     translate.add_argument("--batch-size", type=int, default=64)
+    add_device_flag(translate)
     decoding = add_decoding_flags(translate)
     decoding.add_argument(
         "--n-best",
@@ -44,7 +45,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     decoding = decoding_from_args(args)
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
-    translator = Translator.load(args.run_dir)
+    translator = Translator.load(args.run_dir, args.device)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):

@@ -103,7 +103,7 @@ def beam_search(
     batch, start = prefix.shape
     device = prefix.device
     limits, n_steps = per_row_limits(max_new_tokens, batch, device)
-    if batch and int(limits.min()) < 1:
+    if batch and int(limits.min()) < 1:  # read once, before the search
         raise ValueError("max_new_tokens must be >= 1 for every row")
     width = 2 * beam
     # The finished hypotheses of every row: tokens after the prefix, scores, lengths, filled.
@@ -116,6 +116,7 @@ def beam_search(
     seqs = torch.full((batch, 1, start + n_steps), pad_id, dtype=torch.long, device=device)
     seqs[:, :, :start] = prefix[:, None]
     running = torch.zeros((batch, 1), device=device)
+    suppressed = torch.tensor(list(suppress), dtype=torch.long, device=device)
     for step in range(n_steps):
         if not alive.numel():
             break
@@ -124,7 +125,7 @@ def beam_search(
         vocab = logits.shape[-1]
         log_probs = logits.log_softmax(dim=-1)
         if suppress:
-            log_probs[:, list(suppress)] = -math.inf
+            log_probs.index_fill_(-1, suppressed, -math.inf)
         totals = (log_probs.view(rows, hyps, vocab) + running[:, :, None]).view(rows, hyps * vocab)
         if hyps * vocab < width:  # a tiny vocabulary: impossible candidates fill the 2·beam
             totals = F.pad(totals, (0, width - hyps * vocab), value=-math.inf)
@@ -141,18 +142,20 @@ def beam_search(
         parent = _take(origin, keep)
         # The finished hypotheses: ended candidates among the first ``beam`` compete for the slots
         # (impossible ones, of probability 0, never: they fill the 2·beam when the vocabulary is tiny).
+        # Merged at every step, on the device (asking whether any candidate joins would wait for
+        # it): a candidate that does not join comes in as an empty slot (score -inf, length 0,
+        # pad tokens), which no filled slot loses to and which equals every other empty slot.
         joins = ends & (torch.arange(width, device=device) < beam) & (cand_scores > -math.inf)
-        if bool(joins.any()):  # most steps end no hypothesis: skip the merge
-            lp = length_penalty(torch.tensor(step + 1, device=device))
-            scores = torch.where(joins, cand_scores / lp, -math.inf)
-            merged_scores = torch.cat([done_scores[alive], scores], dim=1)
-            best = merged_scores.topk(beam, dim=1).indices
-            done_scores[alive] = _take(merged_scores, best)
-            done_filled[alive] = _take(torch.cat([done_filled[alive], joins], dim=1), best)
-            new_lengths = torch.full_like(token, step + 1)
-            done_lengths[alive] = _take(torch.cat([done_lengths[alive], new_lengths], dim=1), best)
-            new_tokens = cand_seqs[:, :, start:]
-            done_tokens[alive] = _take(torch.cat([done_tokens[alive], new_tokens], dim=1), best)
+        lp = length_penalty(torch.tensor(step + 1, device=device))
+        scores = torch.where(joins, cand_scores / lp, -math.inf)
+        merged_scores = torch.cat([done_scores[alive], scores], dim=1)
+        best = merged_scores.topk(beam, dim=1).indices
+        done_scores[alive] = _take(merged_scores, best)
+        done_filled[alive] = _take(torch.cat([done_filled[alive], joins], dim=1), best)
+        new_lengths = torch.where(joins, step + 1, 0)
+        done_lengths[alive] = _take(torch.cat([done_lengths[alive], new_lengths], dim=1), best)
+        new_tokens = cand_seqs[:, :, start:].masked_fill(~joins[:, :, None], pad_id)
+        done_tokens[alive] = _take(torch.cat([done_tokens[alive], new_tokens], dim=1), best)
         finished = done_filled[alive].all(dim=1)
         if early_stopping is not True:
             if early_stopping == "never":  # lp is monotonic: its largest is at one end of the lengths left
@@ -162,9 +165,10 @@ def beam_search(
                 lp_best = length_penalty(torch.tensor(step + 1, device=device))
             finished &= running[:, 0] / lp_best <= done_scores[alive].amin(dim=1)
         finished |= at_limit
+        # The step's read of the device: the rows still searching (their number shapes the next step).
         searching = (~finished).nonzero().squeeze(1)
         alive, running, seqs = alive[searching], running[searching], seqs[searching]
         sources = searching if searching.numel() < rows else None
         state.reorder((searching[:, None] * hyps + parent[searching]).flatten(), sources)
-    length = int(done_lengths[:, :n_best].max()) if batch else 0
+    length = int(done_lengths[:, :n_best].max()) if batch else 0  # read once, after the search
     return Beams(done_tokens[:, :n_best, :length], done_scores[:, :n_best], done_lengths[:, :n_best])

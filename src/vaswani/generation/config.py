@@ -190,9 +190,10 @@ class DecodingConfig:
         """The early-stopping rule of beam search, the default filled in (``True``)."""
         return True if self.early_stopping is None else self.early_stopping
 
-    def generator(self) -> torch.Generator | None:
-        """A new generator seeded with ``seed``, or ``None`` (torch's global one) without a seed."""
-        return None if self.seed is None else torch.Generator().manual_seed(self.seed)
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
+        """A new generator on ``device`` (where the draws are made) seeded with ``seed``, or
+        ``None`` (torch's global one of that device) without a seed."""
+        return None if self.seed is None else torch.Generator(device=device).manual_seed(self.seed)
 
     def target_budget(self, src_lengths: Tensor, max_len: int) -> Tensor:
         """The most target tokens of each source of ``src_lengths`` (batch,) tokens:

@@ -44,8 +44,12 @@ def lm_next_logits(
     """
     max_len = model.config.max_len
     batch, prompt_len = prompt_mask.shape
-    columns = torch.arange(prompt_len, device=prompt_mask.device)
-    view_from = torch.where(prompt_mask, columns, prompt_len).amin(dim=1)  # first column in view
+    device = prompt_mask.device
+    columns = torch.arange(prompt_len, device=device)
+    # Each row's first column in view, and whether any row is padded, read from the device once:
+    # kept on the host, so that the steps decide when a context is full without reading it.
+    starts: list[int] = torch.where(prompt_mask, columns, prompt_len).amin(dim=1).tolist()
+    view_from = torch.tensor(starts, dtype=torch.long, device=device)
     padded = not bool(prompt_mask.all())
     cache = model.new_cache() if use_cache else None
     state = {"first": 0, "fed": 0}  # first column fed to the model, columns in the cache
@@ -53,10 +57,10 @@ def lm_next_logits(
     def next_logits(tokens: Tensor) -> Tensor:
         nonlocal cache, view_from
         length = tokens.shape[1]
-        full = length - view_from > max_len
-        if bool(full.any()):
-            view_from = torch.where(full, length - max_len // 2, view_from)
-            state["first"] = int(view_from.min())
+        if any(length - start > max_len for start in starts):
+            starts[:] = [length - max_len // 2 if length - start > max_len else start for start in starts]
+            view_from = torch.tensor(starts, dtype=torch.long, device=device)
+            state["first"] = min(starts)
             state["fed"] = state["first"]
             cache = model.new_cache() if use_cache else None
         first = state["first"]

@@ -80,12 +80,13 @@ def generate(
     tokens = prefix
     finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
     limits, n_steps = per_row_limits(max_new_tokens, prefix.shape[0], prefix.device)
+    suppressed = torch.tensor(list(suppress), dtype=torch.long, device=prefix.device)
     steps: list[Tensor] = []
     all_logits: list[Tensor] = []
     for step in range(n_steps):
         logits = next_logits(tokens).float()
         if suppress:
-            logits[:, list(suppress)] = -math.inf
+            logits.index_fill_(-1, suppressed, -math.inf)
         if keep_logits:
             all_logits.append(logits)
         choice = choose_next(logits, decoding, generator).masked_fill(finished, pad_id)
@@ -94,6 +95,7 @@ def generate(
         finished |= choice == eos_id
         finished |= limits <= step + 1
         stop = on_step(choice) if on_step is not None else False
+        # The one read of the device a step: whether every row has ended decides whether to stop.
         if stop or bool(finished.all()):
             break
     new = torch.stack(steps, dim=1) if steps else prefix.new_zeros(prefix.shape[0], 0)
@@ -101,7 +103,8 @@ def generate(
 
 
 def per_row_limits(max_new_tokens: int | Tensor, batch: int, device: torch.device) -> tuple[Tensor, int]:
-    """``max_new_tokens`` (one number or (batch,)) as a (batch,) tensor, and the steps needed."""
+    """``max_new_tokens`` (one number or (batch,)) as a (batch,) tensor, and the steps needed
+    (read once, before the first step, from a per-row budget)."""
     limits = torch.as_tensor(max_new_tokens, device=device).expand(batch)
     if isinstance(max_new_tokens, int):
         return limits, max_new_tokens

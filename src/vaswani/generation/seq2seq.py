@@ -58,12 +58,13 @@ def translate_ids(
 ) -> Generated:
     """Greedy or sampled translations (:func:`~vaswani.generation.sampling.generate`) of a padded
     batch of source ids ``src`` (batch, src_len), starting from BOS, within the budget of
-    :meth:`DecodingConfig.target_budget`. Samples are drawn from ``generator`` (default: one
-    seeded with ``decoding.seed``); the ids in ``suppress`` are never generated."""
+    :meth:`DecodingConfig.target_budget`. Samples are drawn from ``generator`` (default: one on
+    ``src``'s device seeded with ``decoding.seed``); every tensor stays on ``src``'s device; the
+    ids in ``suppress`` are never generated."""
     prefix, budget = _start(model, src, bos_id, decoding)
     return generate(
         seq2seq_next_logits(model, src, decoding.use_cache), prefix, budget, eos_id, model.config.pad_id,
-        decoding, generator or decoding.generator(), keep_logits=keep_logits, suppress=suppress,
+        decoding, generator or decoding.generator(src.device), keep_logits=keep_logits, suppress=suppress,
     )  # fmt: skip
 
 

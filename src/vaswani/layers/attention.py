@@ -71,17 +71,16 @@ class KVCache:
         return kept
 
 
-def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
+def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
     """Make rows in which no key may be attended safe for softmax.
 
     Such a row (an empty source, or padding under a causal mask) would give
     softmax over nothing, i.e. NaN. It is opened to every key here and its
-    output is zeroed by the caller with the returned ``(…, q_len, 1)`` flag;
-    ``None`` means every row has a key and nothing needs zeroing.
+    output is zeroed by the caller with the returned ``(…, q_len, 1)`` flag.
+    Both are device-side operations, done for every mask: asking first whether
+    any row is empty would wait for the device in every layer.
     """
     has_key = mask.any(dim=-1, keepdim=True)
-    if bool(has_key.all()):
-        return mask, None
     return mask | ~has_key, has_key
 
 

@@ -10,6 +10,15 @@ from torch import Tensor, nn
 from vaswani.errors import InputError
 
 
+def reads_values(t: Tensor) -> bool:
+    """Whether a check may read the values of ``t`` on the host: only where they already are
+    there (the CPU), and not while ``torch.compile`` traces (a read would break its graph). On an
+    accelerator a read would wait for the device at every call (every layer, every decoding
+    step); the embedding lookup checks its indices there itself (a device-side assert), and the
+    wrappers check the user's input before it is moved (:mod:`vaswani.tasks`)."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def check_ids(ids: Tensor, size: int, what: str, table: str) -> None:
     """Refuse ids outside ``0 … size - 1`` with :class:`InputError`, naming the first offender,
     its index and the size (an ``nn.Embedding`` would raise a bare ``IndexError`` on the CPU and
@@ -26,7 +35,8 @@ class Embeddings(nn.Module):
 
     Token ids ``(batch, seq)`` → vectors ``(batch, seq, d_model)``; a batch of no rows or of no
     tokens gives the empty result of that shape. An id outside the embedding, or a position past
-    ``max_len``, is an :class:`~vaswani.errors.InputError`.
+    ``max_len``, is an :class:`~vaswani.errors.InputError` where the ids are on the CPU (see
+    :func:`reads_values`).
 
     The sqrt(d_model) scale is the paper's (section 3.4); BERT and GPT-2 leave
     it out (``scale=False``). ``positions`` is the absolute table of
@@ -64,14 +74,15 @@ class Embeddings(nn.Module):
         """``positions`` (batch, seq) overrides the default ``offset, offset+1, …``
         (left-padded prompts take theirs from the attention mask). ``segments`` (batch, seq)
         are the segment ids (all 0 when None) of a model with segment embeddings."""
-        check_ids(tokens, self.token.num_embeddings, "token", "the vocabulary")
+        if reads_values(tokens):
+            check_ids(tokens, self.token.num_embeddings, "token", "the vocabulary")
         x = self.token(tokens) * self.scale
         if self.positions is not None:
             if positions is None:
                 last = offset + tokens.shape[1] - 1  # known without reading the tensor back
                 positions = torch.arange(offset, last + 1, device=tokens.device)
-            else:
-                last = int(positions.max()) if positions.numel() else -1
+            else:  # -1: not read here, the table lookup checks them on the device
+                last = int(positions.max()) if positions.numel() and reads_values(positions) else -1
             if last >= self.positions.max_len:
                 raise InputError(f"sequence of {last + 1} positions exceeds max_len={self.positions.max_len}")
             x = x + self.positions(positions)
@@ -79,7 +90,8 @@ class Embeddings(nn.Module):
             if segments is None:
                 x = x + self.segment.weight[0]
             else:
-                check_ids(segments, self.segment.num_embeddings, "segment", "the segment embeddings")
+                if reads_values(segments):
+                    check_ids(segments, self.segment.num_embeddings, "segment", "the segment embeddings")
                 x = x + self.segment(segments)
         elif segments is not None:
             raise InputError("segment ids given to a model without segment embeddings (type_vocab_size 0)")

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from vaswani.errors import DataError
 from vaswani.generation.seq2seq import translate_ids
+from vaswani.tasks.evaluation import model_device
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translator import Translator
 
@@ -97,8 +98,9 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
 
 
 def _stack(weights: list[dict[str, Tensor]], kind: str) -> Tensor:
-    """(layers, heads, queries, keys) of the first batch row of each layer's ``kind`` weights."""
-    return torch.stack([layer[kind][0] for layer in weights]).float()
+    """(layers, heads, queries, keys) of the first batch row of each layer's ``kind`` weights, on
+    the CPU (to be drawn)."""
+    return torch.stack([layer[kind][0] for layer in weights]).float().cpu()
 
 
 @torch.no_grad()
@@ -108,18 +110,19 @@ def translation_attention(translator: Translator, sentence: str) -> tuple[list[A
     The sentence is translated greedily (as :meth:`Translator.translate` does); the decoder then reads
     that translation teacher-forced and returns its weights. Row t is the query that predicts the
     t-th target token (so it is labelled with that token); the decoder input it reads is
-    ``<bos>`` and the target tokens before it.
+    ``<bos>`` and the target tokens before it. The model runs on its own device.
     """
     model = translator.model
+    device = model_device(model)
     model.eval()
     src_ids = _check_text(sentence, translator.src_tok.encode(sentence), model.config.max_len, "sentence")
-    src = torch.tensor([src_ids])
+    src = torch.tensor([src_ids], device=device)
     bos, eos = translator.tgt_tok.bos_id, translator.tgt_tok.eos_id
     suppress = translator.tgt_tok.suppressed_ids
     row = translate_ids(model, src, bos, eos, suppress=suppress).tokens[0].tolist()
     produced = row[: row.index(eos) + 1] if eos in row else row
     tgt_in = [bos, *produced[:-1]]
-    _, weights = model.decode(torch.tensor([tgt_in]), model.encode(src), need_weights=True)
+    _, weights = model.decode(torch.tensor([tgt_in], device=device), model.encode(src), need_weights=True)
     source = token_labels(translator.src_tok.tokenizer, src_ids)
     predicted = token_labels(translator.tgt_tok.tokenizer, produced)
     read = token_labels(translator.tgt_tok.tokenizer, tgt_in)
@@ -134,10 +137,11 @@ def translation_attention(translator: Translator, sentence: str) -> tuple[list[A
 
 @torch.no_grad()
 def lm_attention(lm: LanguageModel, text: str) -> list[AttentionMap]:
-    """The causal self-attention of a language model reading ``text`` (one map, token × token)."""
+    """The causal self-attention of a language model reading ``text`` (one map, token × token), on
+    the model's device."""
     lm.model.eval()
     ids = _check_text(text, lm.tokenizer.encode(text), lm.model.config.max_len, "text")
-    _, weights = lm.model.run(torch.tensor([ids]), need_weights=True)
+    _, weights = lm.model.run(torch.tensor([ids], device=model_device(lm.model)), need_weights=True)
     labels = token_labels(lm.tokenizer.tokenizer, ids)
     return [AttentionMap("self-attention", _stack(weights, "self"), labels, labels, "query", "key")]
 

@@ -38,6 +38,7 @@ from vaswani.metrics import accuracy_and_macro_f1
 from vaswani.models.bert import BertClassifier
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import resolve_device
 from vaswani.tasks.bert import (
     TOKENIZER,
     TextBatch,
@@ -47,7 +48,7 @@ from vaswani.tasks.bert import (
     save_tokenizer,
     text_batch,
 )
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import (
     epoch_settings,
     fine_tuning_rules,
@@ -132,13 +133,15 @@ class ClassifyTask:
 
 @torch.no_grad()
 def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> dict[str, float]:
-    """Mean cross-entropy, accuracy and macro-F1 of ``model`` on labeled ``batches``."""
+    """Mean cross-entropy, accuracy and macro-F1 of ``model`` on labeled ``batches`` (run on the
+    model's device)."""
     total, predicted, gold = 0.0, [], []
     for batch in batches:
         assert batch.labels is not None
-        logits = model(batch.tokens, batch.segments, batch.mask).float()
-        total += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
-        predicted.append(logits.argmax(dim=-1))
+        on = on_model_device(model, batch)
+        logits = model(on.tokens, on.segments, on.mask).float()
+        total += float(F.cross_entropy(logits, on.labels, reduction="sum"))
+        predicted.append(logits.argmax(dim=-1).cpu())
         gold.append(batch.labels)
     accuracy, macro_f1 = accuracy_and_macro_f1(torch.cat(predicted), torch.cat(gold))
     count = sum(len(labels) for labels in gold)
@@ -162,14 +165,18 @@ class TextClassifier:
         self.n_texts = len(data.text_columns or ("text",))
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> TextClassifier:
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> TextClassifier:
+        """The classifier of a ``classify`` run on ``device`` (auto, cpu, cuda, cuda:N, mps; the
+        weights read on the CPU, then moved)."""
+        where = resolve_device(device)
         run, tokenizer = read_bert_run(Path(run_dir), {TASK: LabeledData}, "classification")
-        model = RunDir(run_dir).load_weights(model_of(run))
+        model = RunDir(run_dir).load_weights(model_of(run)).to(where)
         return cls(model.eval(), tokenizer, run.data)
 
     def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
         """p(y | x) (n, n_classes) of each text (a 1-tuple) or sentence pair (a 2-tuple), cut to
-        the model's max_len; no texts give a (0, n_classes) tensor."""
+        the model's max_len, computed on the model's device and returned on the CPU; no texts
+        give a (0, n_classes) tensor."""
         self.model.eval()
         out = []
         with torch.no_grad():
@@ -177,7 +184,9 @@ class TextClassifier:
                 batch = text_batch(
                     encode_texts(self.tokenizer, texts[start : start + batch_size]), self.tokenizer.pad_id
                 )
-                out.append(self.model(batch.tokens, batch.segments, batch.mask).float().softmax(dim=-1))
+                batch = on_model_device(self.model, batch)
+                logits = self.model(batch.tokens, batch.segments, batch.mask)
+                out.append(logits.float().softmax(dim=-1).cpu())
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
 
     def predict(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> list[tuple[str, float]]:
@@ -244,7 +253,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     """Loss, accuracy and macro-F1 of a ``classify`` run on ``request.labeled``."""
     if request.labeled is None:
         raise ConfigError("a classifier is evaluated with --labeled FILE (TSV, CSV or JSON lines)")
-    classifier = TextClassifier.load(run_dir)
+    classifier = TextClassifier.load(run_dir, request.device)
     spec = classifier.data
     file_format = request.file_format or spec.file_format
     labeled = read_labeled(

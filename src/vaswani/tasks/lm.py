@@ -27,7 +27,8 @@ from vaswani.generation.sampling import generate
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.runtime import resolve_device
+from vaswani.tasks.evaluation import Evaluation, model_device
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
@@ -85,8 +86,10 @@ def stream_loss(
 ) -> float:
     """Mean next-token loss (nats) over ``ids``, cut into non-overlapping windows of the model's
     context, so that each token is predicted once (at most ``max_windows`` windows, spread
-    evenly over the text); ``vocab_size`` as in :func:`next_token_loss`."""
+    evenly over the text); ``vocab_size`` as in :func:`next_token_loss`. The windows are cut from
+    ``ids`` where it is and run on the model's device."""
     context = model.config.max_len
+    device = model_device(model)
     starts = torch.arange(0, max(1, len(ids) - 1), context)
     if max_windows is not None and len(starts) > max_windows:
         starts = starts[torch.linspace(0, len(starts) - 1, max_windows).long()]
@@ -95,10 +98,10 @@ def stream_loss(
         group = starts[i : i + batch_size]
         full = group[group + context + 1 <= len(ids)]
         if len(full):
-            loss, n = next_token_loss(model, windows(ids, full, context + 1), vocab_size)
+            loss, n = next_token_loss(model, windows(ids, full, context + 1).to(device), vocab_size)
             total, count = total + float(loss), count + n
         for start in group[group + context + 1 > len(ids)].tolist():  # the short last window
-            loss, n = next_token_loss(model, ids[start:][None], vocab_size)
+            loss, n = next_token_loss(model, ids[start:][None].to(device), vocab_size)
             total, count = total + float(loss), count + n
     if count == 0:
         raise DataError("the text has fewer than two tokens: nothing to predict")
@@ -159,24 +162,30 @@ class LMTask:
 
 
 class LanguageModel:
-    """A trained GPT with its tokenizer: ``LanguageModel.load(run_dir).generate(["Once"])``."""
+    """A trained GPT with its tokenizer: ``LanguageModel.load(run_dir).generate(["Once"])``.
+
+    Generation runs on the model's device (the one ``load`` was given, or that of a model in
+    memory); the text comes back to the CPU as it is decoded."""
 
     def __init__(self, model: GPT, tokenizer: LMTokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> LanguageModel:
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> LanguageModel:
+        """The language model of an ``lm`` run, on ``device`` (auto, cpu, cuda, cuda:N, mps); the
+        weights are read on the CPU, then moved."""
+        where = resolve_device(device)
         folder = RunDir(run_dir)
         run = folder.read_config(TASK, TextData)
         tokenizer = LMTokenizer.load(folder.file(TOKENIZER))
         check_vocab(run, tokenizer, folder.path)
-        model = folder.load_weights(GPT(run.model))
+        model = folder.load_weights(GPT(run.model)).to(where)
         model.eval()
         return cls(model, tokenizer)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
-        """Left-padded prompt ids (batch, longest) and their mask (True on real tokens). An empty
-        prompt starts from ``<|endoftext|>``, as a new document."""
+        """Left-padded prompt ids (batch, longest) and their mask (True on real tokens), on the
+        CPU. An empty prompt starts from ``<|endoftext|>``, as a new document."""
         context = self.model.config.max_len
         rows = [ids or [self.tokenizer.eos_id] for ids in self.tokenizer.encode_batch(list(prompts))]
         for number, row in enumerate(rows, start=1):
@@ -209,8 +218,9 @@ class LanguageModel:
         if not prompts:
             return []
         self.model.eval()
-        ids, mask = self.encode_prompts(prompts)
-        generator = decoding.generator()
+        device = model_device(self.model)
+        ids, mask = (t.to(device) for t in self.encode_prompts(prompts))
+        generator = decoding.generator(device)
         rows: list[list[int]] = [[] for _ in prompts]
         shown = 0
 
@@ -318,7 +328,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     """Loss and perplexity of a language-model run on ``request.text``."""
     if not request.text:
         raise ConfigError("a language model is evaluated with --text FILE")
-    lm = LanguageModel.load(run_dir)
+    lm = LanguageModel.load(run_dir, request.device)
     ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in request.text]))
     loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
     return [f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)"]

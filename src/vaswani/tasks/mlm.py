@@ -40,8 +40,9 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import MaskedLM
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import resolve_device
 from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.evaluation import Evaluation, model_device, on_model_device
 from vaswani.tasks.lm import load_documents
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
@@ -155,9 +156,10 @@ def masked_metrics(
     model: nn.Module, batches: Sequence[MaskedBatch], pad_id: int, vocab_size: int | None = None
 ) -> dict[str, float]:
     """The masked-token loss (mean nats per chosen token), its perplexity and the masked-token
-    accuracy (the most likely token is the original one) over ``batches``."""
+    accuracy (the most likely token is the original one) over ``batches`` (moved to the model's
+    device)."""
     total, correct, count = 0.0, 0, 0
-    for batch in batches:
+    for batch in (on_model_device(model, b) for b in batches):
         logits = masked_lm_logits(model, batch.inputs, batch.chosen, pad_id, vocab_size).float()
         targets = batch.tokens[batch.chosen]
         total += float(F.cross_entropy(logits, targets, reduction="sum"))
@@ -216,11 +218,13 @@ class MaskedLanguageModel:
         self.data = data or TextData()
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> MaskedLanguageModel:
-        """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``); an
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> MaskedLanguageModel:
+        """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``) on
+        ``device`` (auto, cpu, cuda, cuda:N, mps; the weights read on the CPU, then moved); an
         ``encoder`` run has no MLM head and is refused."""
+        where = resolve_device(device)
         run, tokenizer = read_bert_run(Path(run_dir), {TASK: TextData}, "fill-mask (the masked-LM head)")
-        model = RunDir(run_dir).load_weights(MaskedLM(run.model))
+        model = RunDir(run_dir).load_weights(MaskedLM(run.model)).to(where)
         return cls(model.eval(), tokenizer, run.data)
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -244,12 +248,13 @@ class MaskedLanguageModel:
                 f"the text is {len(ids)} tokens long with [CLS] and [SEP], more than the model's "
                 f"max_len of {self.model.config.max_len}"
             )
-        tokens = torch.tensor([ids])
+        device = model_device(self.model)
+        tokens = torch.tensor([ids], device=device)
         self.model.eval()
         with torch.no_grad():
             logits = masked_lm_logits(self.model, tokens, tokens == tok.mask_id, tok.pad_id, tok.vocab_size)
         special = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
-        logits = logits.float().index_fill(-1, torch.tensor(special), -math.inf)
+        logits = logits.float().index_fill(-1, torch.tensor(special, device=device), -math.inf)
         probs, best = logits.softmax(dim=-1).topk(min(top_k, tok.vocab_size - len(special)), dim=-1)
         return [
             [(str(tok.tokenizer.id_to_token(i)), p) for i, p in zip(row_ids, row_probs, strict=True)]
@@ -312,7 +317,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     """Masked-token loss, perplexity and accuracy of an ``mlm`` run on ``request.text``."""
     if not request.text:
         raise ConfigError("a masked language model is evaluated with --text FILE")
-    mlm = MaskedLanguageModel.load(run_dir)
+    mlm = MaskedLanguageModel.load(run_dir, request.device)
     metrics = mlm.evaluate(read_documents([str(t) for t in request.text]))
     return [
         f"masked-token loss {metrics['valid_loss']:.4f}  perplexity {metrics['perplexity']:.2f}  "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from vaswani.config import RunConfig
@@ -32,7 +33,8 @@ from vaswani.training import distributed
 @dataclass(frozen=True)
 class TaskSpec:
     """One task. ``data`` is the class of its runs' data section; ``model`` builds the untrained
-    model of a run config; ``load`` reads a run directory into the task's wrapper;
+    model of a run config; ``load(run_dir, device=...)`` reads a run directory into the task's
+    wrapper, its model on that device;
     ``train(run, run_dir, resume, quiet)`` trains or continues a run and returns
     ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not trained);
     ``recipe(flags)`` names the packaged recipe a new run starts from (:mod:`vaswani.recipes`),
@@ -49,7 +51,7 @@ class TaskSpec:
     summary: str
     data: type[DataConfig]
     model: Callable[[RunConfig], nn.Module]
-    load: Callable[[Path], Any]
+    load: Callable[..., Any]
     train: Callable[..., tuple[Any, ...]] | None = None
     recipe: Callable[[Sections], str] | None = None
     configure: Callable[[Sections, Sections, str], RunConfig] | None = None
@@ -133,9 +135,11 @@ def spec_of(run_dir: str | Path, tasks: Sequence[str] | None = None, purpose: st
     return spec
 
 
-def load(run_dir: str | Path) -> Any:
-    """The wrapper of any run directory, by its task: ``vaswani.load("runs/zh").translate([...])``."""
-    return spec_of(run_dir).load(Path(run_dir))
+def load(run_dir: str | Path, device: str | torch.device = "auto") -> Any:
+    """The wrapper of any run directory, by its task: ``vaswani.load("runs/zh").translate([...])``,
+    its model on ``device`` (auto, cpu, cuda, cuda:N, mps: :func:`vaswani.runtime.resolve_device`;
+    the weights are read on the CPU, then moved, so a run decodes on any device)."""
+    return spec_of(run_dir).load(Path(run_dir), device=device)
 
 
 def resume(

@@ -40,9 +40,10 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.models.tagger import BertTagger
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import resolve_device
 from vaswani.schema import flag, no_flag
 from vaswani.tasks.bert import TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import (
     epoch_settings,
     fine_tuning_rules,
@@ -199,9 +200,10 @@ def tagging_loss(model: nn.Module, batch: TagBatch) -> tuple[Tensor, int]:
 
 @torch.no_grad()
 def tagging_metrics(model: nn.Module, batches: Sequence[TagBatch]) -> dict[str, float]:
-    """Mean cross-entropy and accuracy over the words of labeled ``batches``."""
+    """Mean cross-entropy and accuracy over the words of labeled ``batches`` (run on the model's
+    device)."""
     total, correct, count = 0.0, 0, 0
-    for batch in batches:
+    for batch in (on_model_device(model, b) for b in batches):
         assert batch.tags is not None
         logits = model(batch.tokens, batch.mask, batch.first).float()
         total += float(F.cross_entropy(logits, batch.tags, reduction="sum"))
@@ -251,9 +253,12 @@ class Tagger:
         self.model, self.tokenizer, self.tags = model, tokenizer, tags
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> Tagger:
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> Tagger:
+        """The tagger of a ``tag`` run on ``device`` (auto, cpu, cuda, cuda:N, mps; the weights
+        read on the CPU, then moved)."""
+        where = resolve_device(device)
         run, tokenizer = read_bert_run(Path(run_dir), {TASK: TagData}, "tagging")
-        model = RunDir(run_dir).load_weights(model_of(run))
+        model = RunDir(run_dir).load_weights(model_of(run)).to(where)
         return cls(model.eval(), tokenizer, run.data.tags)
 
     @torch.no_grad()
@@ -264,7 +269,7 @@ class Tagger:
         spans = encode_words(self.tokenizer, sentences)
         for start in range(0, len(spans), batch_size):
             group = spans[start : start + batch_size]
-            batch = tag_batch(group, self.tokenizer.pad_id)
+            batch = on_model_device(self.model, tag_batch(group, self.tokenizer.pad_id))
             best = iter(self.model(batch.tokens, batch.mask, batch.first).argmax(dim=-1).tolist())
             for span in group:
                 out[span.sentence].extend(self.tags[next(best)] for _ in span.first)
@@ -335,7 +340,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if request.file_format is not None:
         raise ConfigError("--format: a tagger reads CoNLL-U files only")
     sentences = read_conllu(request.labeled)
-    metrics = Tagger.load(run_dir).evaluate(sentences, request.labeled, request.batch_size)
+    metrics = Tagger.load(run_dir, request.device).evaluate(sentences, request.labeled, request.batch_size)
     words = sum(len(s.words) for s in sentences)
     return [
         f"accuracy {metrics['valid_accuracy']:.1%}  loss {metrics['valid_loss']:.4f}  "

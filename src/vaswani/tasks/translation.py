@@ -26,7 +26,7 @@ from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.settings import absolute, validated
 from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.tokenizer import TextTokenizer
@@ -153,7 +153,7 @@ class TranslationTask:
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         total, count = 0.0, 0
-        for batch in self._valid:
+        for batch in (on_model_device(model, b) for b in self._valid):
             logits = model(batch.src, batch.tgt_in)
             total += float(label_smoothed_nll(logits, batch.tgt_out, self.pad_id, 0.0))
             count += batch.n_tokens
@@ -271,7 +271,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
         )
     if (request.src is None) != (request.ref is None):
         raise ConfigError("--src and --ref go together")
-    translator = Translator.load(run_dir)
+    translator = Translator.load(run_dir, request.device)
     if request.src is not None and request.ref is not None:
         pairs, name = read_parallel(request.src, request.ref), request.src.name
     else:

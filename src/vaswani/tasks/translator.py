@@ -2,7 +2,7 @@
 
 Decoding is greedy by default, or as one :class:`~vaswani.generation.config.DecodingConfig` says
 (beam search, sampling); sentences are decoded in batches of similar length and returned in input
-order.
+order. Decoding runs on the model's device: ``load(run_dir, device=...)`` puts it there.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
+from vaswani.runtime import resolve_device
+from vaswani.tasks.evaluation import model_device
 from vaswani.tokenizer import TextTokenizer
 
 TASK = "translation"
@@ -33,7 +35,9 @@ T = TypeVar("T")
 
 
 class Translator:
-    """A trained translation model with its tokenizers: ``Translator.load(run_dir).translate([...])``."""
+    """A trained translation model with its tokenizers: ``Translator.load(run_dir).translate([...])``.
+
+    A translator built from a model in memory decodes on that model's device."""
 
     def __init__(
         self,
@@ -46,13 +50,16 @@ class Translator:
         self.bleu_tokenize = bleu_tokenize
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> Translator:
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> Translator:
+        """The translator of a translation run, its model on ``device`` (auto, cpu, cuda, cuda:N,
+        mps: :func:`~vaswani.runtime.resolve_device`); the weights are read on the CPU, then moved."""
+        where = resolve_device(device)
         folder = RunDir(run_dir)
         run = folder.read_config(TASK, ParallelData)
         src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
         tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
         check_vocab(run.model, src_tok, tgt_tok, folder.path)
-        model = folder.load_weights(Transformer(run.model))
+        model = folder.load_weights(Transformer(run.model)).to(where)
         model.eval()
         return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
 
@@ -75,7 +82,7 @@ class Translator:
         if decoding.strategy == "beam":
             best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
             return [hypotheses[0].text for hypotheses in best]
-        generator = decoding.generator()
+        generator = decoding.generator(model_device(self.model))
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor) -> list[str]:
@@ -111,7 +118,8 @@ class Translator:
     def _in_batches(
         self, sentences: Sequence[str], decode: Callable[[Tensor], list[T]], batch_size: int, progress: bool
     ) -> list[T]:
-        """``decode(src)`` over batches of sentences of similar length; results in input order."""
+        """``decode(src)`` over batches of sentences of similar length, ``src`` on the model's
+        device; results in input order."""
         self.model.eval()
         max_len = self.model.config.max_len
         ids = self.src_tok.encode_batch(list(sentences))
@@ -120,11 +128,12 @@ class Translator:
                 raise DataError(f"input line {line}: {len(row)} tokens exceed the model's max_len={max_len}")
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: dict[int, T] = {}
+        device = model_device(self.model)
         starts = range(0, len(order), batch_size)
         bar_off = None if progress else True  # None: tqdm's own test, off when stderr is no terminal
         for start in tqdm(starts, desc="translate", unit="batch", disable=bar_off):
             chunk = order[start : start + batch_size]
-            src = pad([ids[i] for i in chunk], self.model.config.pad_id)
+            src = pad([ids[i] for i in chunk], self.model.config.pad_id).to(device)
             out.update(zip(chunk, decode(src), strict=True))
         return [out[i] for i in range(len(ids))]
 
