@@ -104,7 +104,7 @@ def test_a_time_budget_that_stops_training_short_says_so_and_how_to_train_on(tmp
     assert command[:8] == [*resume, "--max-steps", "1000000000", "--max-minutes"]
     assert int(command[8]) == pytest.approx(1.25 * metrics["train_seconds"] / 60 * 10**9 / steps, rel=0.05)
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    assert set(saved) == {"train_seconds", "steps", "skipped_steps", "tokens_per_second"}
+    assert set(saved) == {"train_seconds", "steps", "skipped_steps", "tokens_per_second", "processes"}
 
 
 @pytest.mark.parametrize("budget", [None, 10.0])

@@ -130,6 +130,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             run = registry.configure(spec.name, flags, config=args.config)
         except ConfigError as exc:
             raise named_flag(exc, args, flags) from None
+        if run.train.fsdp and not launch.wanted(args.nproc) and not distributed.world().many:
+            raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
         if launch.wanted(args.nproc):
             RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
             return launch.launch(args.argv, args.nproc)

@@ -160,8 +160,6 @@ def wrap(
     the loss leaves some parameters out (a BERT's pooler under masked-LM), which DDP must then
     look for each step."""
     if not place.many:
-        if fsdp:
-            raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
         return model
     if fsdp:
         from torch.distributed.fsdp import fully_shard

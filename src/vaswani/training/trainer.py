@@ -20,6 +20,7 @@ evaluates, logs and writes.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -131,9 +132,8 @@ class Trainer:
             self._restore(*saved, resume_from)
 
     def _restore(self, extra: dict[str, Any], state: dict[str, Any], path: Path) -> None:
-        """The optimizer, scaler and RNG states and the trainer state of a checkpoint; each process
-        takes its own RNG states where the checkpoint has them (written by as many processes), else
-        the main process's."""
+        """A checkpoint's optimizer, scaler, RNG and trainer states; each process takes its own RNG
+        states where the checkpoint has them (written by as many processes)."""
         distributed.load_optimizer_state(self.optimizer, extra["optimizer"])
         self.precision.load_state_dict(extra.get("scaler", {}))
         by_rank = extra.get("rng_by_rank")
@@ -347,6 +347,7 @@ class Trainer:
             "steps": state.step,
             "skipped_steps": state.skipped_steps,
             "tokens_per_second": round(state.tokens / max(state.train_seconds, 1e-9), 1),
+            "processes": self.place.size,
         }
         if self.place.main:
             self.files.write_metrics(result)
@@ -371,10 +372,11 @@ def fit_run(
     """What every task's training shares once its data and tokenizers are ready: seed, build the
     model, and either write a new run directory (``save_files`` writes the task's own files, such
     as tokenizers, then ``config.json``) or continue from its newest checkpoint; then train.
-    Under several processes the main one writes the files, after checking that every process
-    built the same ones (:func:`vaswani.training.distributed.same_files`). Returns the final
-    metrics and the trained model."""
+    Under several processes the main one writes the files, once every process is seen to have
+    built the same (``distributed.same_files``). Returns the final metrics and the trained model."""
     place, device = distributed.start(run.train.device)
+    if run.train.fsdp and not place.many:  # a sharded run resumed on one process
+        print("vaswani: note: fsdp on one process: nothing to shard", file=sys.stderr)
     seed_everything(run.train.seed)
     model = build_model()
     if place.rank > 0:  # each process its own dropout masks (the weights are the same: seeded above)
@@ -392,4 +394,7 @@ def fit_run(
     trainer = Trainer(model, task, run.train, run_dir, run.task, place, device, checkpoint)
     if resume and place.main:
         RunDir(run_dir).write_config(run)  # with the resume's changes, for the next resume
-    return trainer.fit(quiet=quiet), model
+    result = trainer.fit(quiet=quiet)
+    if trainer.sharded:  # each process holds a shard: the whole trained model, from its weights
+        model = RunDir(run_dir).load_weights(build_model()).to(device)
+    return result, model
