@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import math
 import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -38,6 +39,24 @@ def available_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_description() -> str:
+    """The CPU's model name and the flags that decide its kernels (AVX2, AVX512, AVX512-BF16, AMX),
+    from ``/proc/cpuinfo`` (the platform's name elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in pairs}
+    present = [f for f in FLAGS if f in fields.get("flags", "").split()]
+    named = " ".join(present) or "none of " + ", ".join(FLAGS)
+    return f"{fields.get('model name') or platform.machine()}; flags: {named}"
 
 
 def memory_kib(field: str) -> int:

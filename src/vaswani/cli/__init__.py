@@ -104,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = args.handler(args)
     except TrainingInterrupted as exc:
         if main_process:
+            more = f" --nproc {world().size}" if world().many else ""
             print(
-                f"vaswani: {exc}; continue with: vaswani train {args.task} --resume {exc.run_dir}",
+                f"vaswani: {exc}; continue with: vaswani train {args.task} --resume {exc.run_dir}{more}",
                 file=sys.stderr,
             )
         return exc.exit_status
