@@ -108,6 +108,14 @@ def farthest(a: Path, b: Path) -> float:
     return max(float((x[k] - y[k]).abs().max()) for k in x)
 
 
+def rewound(run: Path, to: Path) -> Path:
+    """A copy of ``run`` as it stood at its last checkpoint but one (before its last steps)."""
+    shutil.copytree(run, to)
+    shutil.rmtree(list_checkpoints(to)[-1])
+    (to / "model.safetensors").unlink()
+    return to
+
+
 def processes(run: Path) -> int:
     return json.loads((run / "metrics.json").read_text(encoding="utf-8"))["processes"]
 
@@ -123,7 +131,7 @@ def test_two_processes_train_the_weights_of_one(env, data, tmp_path, task, accum
     assert 0 < farthest(tmp_path / "one", tmp_path / "two") <= TOLERANCE  # not the same process: not 0
 
 
-def test_fsdp_trains_the_weights_of_one_and_resumes_on_one_process(env, data, tmp_path):
+def test_fsdp_trains_the_weights_of_one_and_resumes_on_two_and_on_one(env, data, tmp_path):
     train(env, data, "translation", tmp_path / "one", "--max-steps", "6")
     sharded = tmp_path / "sharded"
     train(
@@ -140,6 +148,9 @@ def test_fsdp_trains_the_weights_of_one_and_resumes_on_one_process(env, data, tm
         "2",
     )
     assert processes(sharded) == 2
+    again = rewound(sharded, tmp_path / "again")  # at step 2, resumed on 2 processes, sharded again
+    vaswani(env, "train", "translation", "--resume", str(again), "--quiet", "--nproc", "2")
+    assert (again / "model.safetensors").read_bytes() == (sharded / "model.safetensors").read_bytes()
     vaswani(env, "train", "translation", "--resume", str(sharded), "--max-steps", "6", "--quiet")
     assert processes(sharded) == 1
     assert farthest(tmp_path / "one", sharded) <= TOLERANCE
@@ -148,10 +159,7 @@ def test_fsdp_trains_the_weights_of_one_and_resumes_on_one_process(env, data, tm
 def test_a_one_process_checkpoint_resumes_on_two(env, data, tmp_path):
     one = tmp_path / "one"
     train(env, data, "lm", one, "--max-steps", "6", "--checkpoint-every", "3")
-    grown = tmp_path / "grown"  # the run as it stood at step 3 (the cosine schedule ends at 6)
-    shutil.copytree(one, grown)
-    shutil.rmtree(list_checkpoints(grown)[-1])
-    (grown / "model.safetensors").unlink()
+    grown = rewound(one, tmp_path / "grown")  # at step 3 (the cosine schedule ends at 6)
     vaswani(env, "train", "lm", "--resume", str(grown), "--quiet", "--nproc", "2")
     assert processes(grown) == 2
     assert 0 < farthest(one, grown) <= TOLERANCE
