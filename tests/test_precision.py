@@ -33,7 +33,7 @@ def _lm_args(text: Path, run: Path, *extra: str) -> list[str]:
 def _losses(run: Path) -> list[tuple[float, float]]:
     """(train_loss, valid loss) of each row of ``run``'s ``train_log.csv``."""
     with (run / "train_log.csv").open(encoding="utf-8") as f:
-        return [(float(row["train_loss"]), float(row["loss"])) for row in csv.DictReader(f)]
+        return [(float(row["train_loss"]), float(row["valid_loss"])) for row in csv.DictReader(f)]
 
 
 def _precision(run: Path) -> str:
@@ -44,10 +44,10 @@ def _precision(run: Path) -> str:
 def test_bf16_and_fp32_loss_curves_agree(tmp_path):
     """The lm job (its recipe: AdamW, warm-up, cosine decay) cut to 60 steps of a one-layer model,
     logged every 10 steps. bf16 autocast rounds each matmul's inputs to 8 mantissa bits (a relative
-    error of about 0.4% per product), and the difference compounds through the updates: the two
-    curves agree within 0.05 nats (about 2% of a loss near 2.5) at every logged step, while
-    the loss itself falls by more than 1 nat, ten times what the tolerance allows; a bf16 path that
-    trained wrongly (no autocast backward, a lost scale) would leave the band."""
+    error of about 0.4% per product), and the difference compounds through the updates; measured
+    here, the curves differ by at most 4e-4 nats. The tolerance, 0.005 nats at every logged step
+    (train and valid loss), leaves ten times that, and is a hundredth of how far the valid loss
+    falls meanwhile (more than 0.5 nats): a bf16 path that trained differently would leave it."""
     text = write_lm_text(tmp_path / "train.txt")
     args = ("--max-steps", "60", "--eval-every", "10", "--max-minutes", "5")
     runs = {p: tmp_path / p for p in ("fp32", "bf16")}
@@ -56,9 +56,9 @@ def test_bf16_and_fp32_loss_curves_agree(tmp_path):
         assert _precision(run) == name
     fp32, bf16 = _losses(runs["fp32"]), _losses(runs["bf16"])
     assert len(fp32) == len(bf16) == 6
-    assert fp32[0][1] - fp32[-1][1] > 1.0  # it learns
+    assert fp32[0][1] - fp32[-1][1] > 0.5  # it learns
     for (train32, valid32), (train16, valid16) in zip(fp32, bf16, strict=True):
-        assert abs(train32 - train16) < 0.05 and abs(valid32 - valid16) < 0.05
+        assert abs(train32 - train16) < 0.005 and abs(valid32 - valid16) < 0.005
     assert fp32 != bf16  # bf16 really ran
 
 
