@@ -1,6 +1,7 @@
 """Blocks and stacks: each norm kind and placement equals its formula (and the old combined
 ``norm`` values read as the two fields), the decoder is causal, padding does not leak, and the
-encoder is permutation-equivariant exactly when it has no positions."""
+encoder is permutation-equivariant exactly when it has no positions; gradient checkpointing gives
+the same gradients, and only where it should engage."""
 
 from __future__ import annotations
 
@@ -9,18 +10,24 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, tiny_lm_args, write_lm_text
 from vaswani.aliases import COMBINED_NORMS
+from vaswani.cli import main
 from vaswani.config import NORM_PLACEMENTS, ModelConfig
 from vaswani.config import NORMS as KINDS
 from vaswani.errors import ConfigError
-from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder
+from vaswani.layers import blocks
+from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder, set_grad_checkpointing
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import padding_mask
 from vaswani.layers.norms import RMSNorm, final_norm
 from vaswani.layers.positions import embedding_positions
+from vaswani.models.bert import Bert
+from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -515,3 +522,90 @@ def test_dropout_only_in_training(position, which):
     _close(model(src, tgt), model(src, tgt))
     model.train()
     assert not torch.allclose(model(src, tgt), model(src, tgt))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient checkpointing
+
+
+def _checkpointed_models() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]:
+    """A Transformer (both stacks), a GPT and a BERT, dropout on everywhere, with inputs (padded)."""
+    drop = dict(dropout=0.3, attn_dropout=0.2)
+    src = torch.tensor([[4, 5, 6, 7, 0, 0], [8, 9, 10, 11, 12, 3]])
+    tgt = torch.tensor([[1, 8, 9, 10, 0], [1, 4, 4, 5, 6]])
+    gpt = ModelConfig.preset(
+        "gpt-mini", src_vocab_size=VOCAB, d_model=16, n_heads=2, d_ff=32, n_layers=3, **drop
+    )
+    bert = ModelConfig.preset(
+        "bert-base",
+        src_vocab_size=VOCAB,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=3,
+        max_len=16,
+        **drop,
+    )
+    return {
+        "transformer": (Transformer(_cfg(n_encoder_layers=3, n_decoder_layers=3, **drop)), (src, tgt)),
+        "gpt": (GPT(gpt), (tgt,)),
+        "bert": (Bert(bert), (src, None, src != PAD)),
+    }
+
+
+def _gradients(model: nn.Module, inputs: tuple[torch.Tensor | None, ...]) -> list[torch.Tensor]:
+    torch.manual_seed(5)  # the dropout masks
+    model.zero_grad()
+    out = model(*inputs)
+    (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum().backward()
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("name", ["transformer", "gpt", "bert"])
+def test_grad_checkpointing_gives_the_same_gradients_exactly(name, monkeypatch):
+    """The recomputation replays the same dropout masks (the RNG state is kept), so the gradients
+    are bit-identical; and it is really taken (each block once per forward, in every stack)."""
+    torch.manual_seed(0)
+    model, inputs = _checkpointed_models()[name]
+    model.train()
+    plain = _gradients(model, inputs)
+    calls = []
+    monkeypatch.setattr(blocks, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    set_grad_checkpointing(model)
+    recomputed = _gradients(model, inputs)
+    stacks = [m for m in model.modules() if isinstance(m, BlockStack)]
+    assert len(calls) == sum(len(s.layers) for s in stacks) == 3 * len(stacks)
+    assert len(recomputed) == len(plain) and all(
+        torch.equal(a, b) for a, b in zip(plain, recomputed, strict=True)
+    )
+    set_grad_checkpointing(model, False)
+    calls.clear()
+    _gradients(model, inputs)
+    assert calls == []
+
+
+def test_grad_checkpointing_is_not_taken_in_eval_without_gradients_or_with_a_cache(monkeypatch):
+    monkeypatch.setattr(blocks, "checkpoint", lambda *a, **k: pytest.fail("checkpointed"))
+    model, (src, tgt) = _checkpointed_models()["transformer"]
+    set_grad_checkpointing(model)
+    model.eval()
+    model(src, tgt).sum().backward()
+    model.train()
+    with torch.no_grad():
+        model(src, tgt)
+    gpt, (ids,) = _checkpointed_models()["gpt"]
+    set_grad_checkpointing(gpt)
+    gpt.train()
+    cache = gpt.blocks.new_cache()
+    gpt.blocks(gpt.embed(ids), cache=cache)
+    assert cache[0].self_attn.length == ids.shape[1]
+
+
+@pytest.mark.slow
+def test_vaswani_train_lm_with_grad_checkpointing_matches_without(tmp_path):
+    text = write_lm_text(tmp_path / "train.txt")
+    args = ("--max-steps", "6", "--dropout", "0.1", "--layers", "2")
+    for name, extra in (("plain", ()), ("checkpointed", ("--grad-checkpointing",))):
+        assert main(tiny_lm_args(text, tmp_path / name, *args, *extra)) == 0
+    plain, checkpointed = (load_file(tmp_path / n / "model.safetensors") for n in ("plain", "checkpointed"))
+    assert all(torch.equal(plain[k], checkpointed[k]) for k in plain)

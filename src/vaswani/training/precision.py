@@ -23,13 +23,15 @@ from torch import Tensor
 from vaswani.errors import ConfigError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+FP16_DEVICES = ("cuda",)  # where fp16 trains (with the scaler)
+INIT_SCALE = 2.0**16  # the scaler's first loss scale (torch's default)
 
 
 class Precision:
     """Autocast and loss scaling for ``precision`` (``fp32``, ``bf16``, ``fp16``) on ``device``."""
 
     def __init__(self, precision: str, device: torch.device, tf32: bool = False) -> None:
-        if precision == "fp16" and device.type != "cuda":
+        if precision == "fp16" and device.type not in FP16_DEVICES:
             raise ConfigError(
                 f"config field 'train.precision': fp16 trains on CUDA only (with a gradient scaler), "
                 f"not on {device.type}; use bf16 or fp32"
@@ -37,7 +39,9 @@ class Precision:
         self.name = precision
         self.device = device
         self.dtype = DTYPES.get(precision)
-        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self.scaler = (
+            torch.amp.GradScaler(device.type, init_scale=INIT_SCALE) if precision == "fp16" else None
+        )
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
