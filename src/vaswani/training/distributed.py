@@ -149,7 +149,12 @@ def from_main(place: World, value: Any) -> Any:
 
 
 def wrap(
-    model: nn.Module, place: World, device: torch.device, fsdp: bool, unused_parameters: bool = False
+    model: nn.Module,
+    place: World,
+    device: torch.device,
+    fsdp: bool,
+    unused_parameters: bool = False,
+    compiler: Callable[[nn.Module], nn.Module] | None = None,
 ) -> nn.Module:
     """What the training forward runs through: ``model`` itself in one process; under several,
     DistributedDataParallel (the gradients all-reduced in buckets during the backward pass), or
@@ -158,7 +163,11 @@ def wrap(
     its forward and backward). DDP's division of the summed gradients by the process count is
     undone by the trainer, which divides by the items of the global batch. ``unused_parameters``:
     the loss leaves some parameters out (a BERT's pooler under masked-LM), which DDP must then
-    look for each step."""
+    look for each step. ``compiler`` (``torch.compile`` with its fallback) compiles the model
+    inside DDP (so that its trial backward pass needs no reduction) and outside FSDP (whose
+    shards it must trace)."""
+    if compiler is not None and not (place.many and fsdp):
+        model = compiler(model)
     if not place.many:
         return model
     if fsdp:
@@ -169,7 +178,8 @@ def wrap(
         for module in model.modules():
             if isinstance(module, Block):
                 fully_shard(module)
-        return fully_shard(model)
+        sharded = fully_shard(model)
+        return sharded if compiler is None else compiler(sharded)
     from torch.nn.parallel import DistributedDataParallel
 
     # The models' buffers are constants (position tables): not broadcast before each forward pass

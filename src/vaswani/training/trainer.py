@@ -108,11 +108,10 @@ class Trainer:
         self.model = model.to(self.device)
         if cfg.grad_checkpointing:
             set_grad_checkpointing(self.model)
+        compiler = compile_for_training if cfg.compile else None
         unused = getattr(task, "unused_parameters", False)
-        self.train_model = distributed.wrap(self.model, self.place, self.device, cfg.fsdp, unused)
+        self.train_model = distributed.wrap(self.model, self.place, self.device, cfg.fsdp, unused, compiler)
         self.sharded = distributed.is_sharded(self.model)
-        if cfg.compile:
-            self.train_model = compile_for_training(self.train_model)
         self.task = task
         self.cfg = cfg
         self.run_dir = run_dir
