@@ -114,11 +114,6 @@ def test_fp16_scaler_skips_an_overflowing_step_and_lowers_the_scale(monkeypatch)
     assert precision.state_dict()["scale"] == scales[-1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="waits for the lead's trainer change: a scaler overflow calls Precision.overflowed() and "
-    "is not counted as a bad step (today the trainer skips the step without the scaler's update)",
-)
 def test_vaswani_train_with_fp16_skips_overflows_and_trains_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(precision_module, "FP16_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(precision_module, "INIT_SCALE", 2.0**40)

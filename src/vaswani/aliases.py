@@ -124,7 +124,8 @@ def precision_of_bf16(fields: Mapping[str, Any], source: str) -> dict[str, Any]:
     given = fields.get("precision")
     if given is not None and given != precision:
         raise ConfigError(
-            f"{source}: config field 'train.precision': {given!r} contradicts bf16: {old!r}; give one of them"
+            f"{source}: config field 'train.precision': {given!r} contradicts the old bf16: {old!r} "
+            "(--bf16/--no-bf16); give one of them"
         )
     out["precision"] = precision
     return out
