@@ -112,21 +112,13 @@ def barrier(place: World) -> None:
         dist.barrier()
 
 
-def sums(place: World, values: list[float], device: torch.device) -> list[float]:
-    """``values`` summed over the processes (float64; as they are with one process)."""
+def reduced(place: World, values: list[float], device: torch.device, op: str = "sum") -> list[float]:
+    """``values`` summed (``op="sum"``) or maximised (``"max"``) over the processes, in float64;
+    as they are with one process."""
     if not place.many:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t.tolist()
-
-
-def maxima(place: World, values: list[float], device: torch.device) -> list[float]:
-    """``values`` maximised over the processes (float64)."""
-    if not place.many:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
     return t.tolist()
 
 

@@ -177,8 +177,8 @@ class Trainer:
             loss_total += float(loss_sum.detach())
             count += items
             tokens += self.task.batch_tokens(rows) if real else 0
-        loss_total, total, tokens_all = distributed.sums(self.place, [loss_total, count, tokens], self.device)
-        count, tokens = max(1, int(total)), int(tokens_all)
+        sums = distributed.reduced(self.place, [loss_total, count, tokens], self.device)
+        loss_total, count, tokens = sums[0], max(1, int(sums[1])), int(sums[2])
         for p in self.model.parameters():
             if p.grad is not None:
                 if self.place.many:  # DDP and FSDP average over processes: back to the sum
@@ -282,10 +282,10 @@ class Trainer:
     def _agreed(self, seconds: float) -> float:
         """The step's seconds of the slowest process, and a stop asked of any process taken by all
         (so that every process stops at the same step)."""
-        signum, seconds = distributed.maxima(self.place, [float(self.stop_signal or 0), seconds], self.device)
-        if signum:
-            self.stop_signal = int(signum)
-        return seconds
+        agreed = distributed.reduced(self.place, [self.stop_signal or 0, seconds], self.device, "max")
+        if agreed[0]:
+            self.stop_signal = int(agreed[0])
+        return agreed[1]
 
     def fit(self, quiet: bool = False) -> dict[str, Any]:
         """Train until ``max_steps`` or ``max_minutes``; return the final metrics."""
