@@ -13,11 +13,15 @@ weights and ours loaded from it through ``vaswani.interop.gpt2.state_from_hf``:
    6·N + 12·L·d·T FLOPs per trained token;
 3. peak memory of training: each model trains a few steps in a fresh (spawned) process, which
    reports its peak resident set size (``VmHWM``) and the growth over its size before the
-   first step (the model built);
+   first step (the model built); on a GPU, in this process, the CUDA allocator's peak
+   (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``) over its bytes before;
 4. greedy generation with a KV cache, batch 1, a 16-token prompt and 240 new tokens (fp32):
    ours through ``vaswani.generation.sampling.generate`` over ``lm_next_logits`` against
    ``GPT2LMHeadModel.generate``, both under ``torch.inference_mode``; and whether both produce
    the same tokens.
+
+``--device cuda`` (or ``cuda:N``) runs all of it on that GPU: models, batches, prompts and the
+matmul peak (there also at 8192³, the GPU's own peak), the clock read after ``torch.cuda.synchronize``.
 
 Read the ratios, not the absolute speeds: the figures are medians and each ratio is the median
 of the per-pair ratios.
@@ -26,12 +30,14 @@ of the per-pair ratios.
     python benchmarks/gpt_speed.py --quick      # smoke run on a tiny model (well under a minute)
     python benchmarks/gpt_speed.py --steps 20 --threads 2
     python benchmarks/gpt_speed.py --threads 1 --clock cpu   # steadiest on a busy machine
+    python benchmarks/gpt_speed.py --device cuda --steps 200  # on a GPU
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import multiprocessing
 import os
 import platform
@@ -44,7 +50,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
-from timing import Row, add_clock_flag, autocast, available_cores, clock, interleave, memory_kib, use_clock
+from timing import (
+    Row,
+    add_clock_flag,
+    autocast,
+    available_cores,
+    bench_device,
+    device_description,
+    interleave,
+    matmul_peak,
+    memory_around,
+    synced_clock,
+    use_clock,
+)
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, TrainConfig
@@ -62,6 +80,8 @@ NEVER_EOS = -1  # our generate(): argmax never returns -1
 TRAIN = TrainConfig(optimizer="adamw", lr=3e-4, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, warmup_steps=0)
 # (m, k, n) of the full model's projections on one 16 × 256 batch: q/k/v, FFN up, FFN down (--quick too)
 MATMUL_SHAPES = [(4096, 384, 1152), (4096, 384, 1536), (4096, 1536, 384)]
+GPU_PEAK_SHAPE = (8192, 8192, 8192)  # where a GPU reaches its matmul peak (the model's shapes are too small)
+GPU_TIMED_FLOP = 1e12  # FLOPs per timed section on a GPU: one product of the model's shapes is a few µs
 TRAIN_TARGET = 1.25  # ours / HF training tokens/s, fp32
 MFU_TARGET = 0.50  # ours, fp32
 GENERATE_TARGET = 2.0  # ours / HF generated tokens/s
@@ -74,12 +94,13 @@ FLOPS_FORMULA = (
 
 @dataclass(frozen=True)
 class Setup:
-    """The model (as a GPT-2 ``config.json``) and the workloads."""
+    """The model (as a GPT-2 ``config.json``), the workloads and the device they run on."""
 
     hf_config: dict[str, Any]
     batch: int
     prompt: int
     new_tokens: int
+    device: torch.device
 
     @property
     def context(self) -> int:
@@ -87,13 +108,13 @@ class Setup:
 
 
 def build_pair(setup: Setup, seed: int = 0) -> tuple[GPT, nn.Module]:
-    """Ours and Hugging Face's model with the same (GPT-2-initialised, random) weights."""
+    """Ours and Hugging Face's model with the same (GPT-2-initialised, random) weights, on the device."""
     torch.manual_seed(seed)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**setup.hf_config))
     cfg = config_from_hf(hf.config.to_dict())
     ours = GPT(cfg)
     ours.load_state_dict(state_from_hf(hf.state_dict(), cfg))
-    return ours, hf
+    return ours.to(setup.device), hf.to(setup.device)
 
 
 def our_config(setup: Setup) -> ModelConfig:
@@ -109,10 +130,12 @@ def logits_of(model: nn.Module) -> Callable[[Tensor], Tensor]:
 
 
 def random_batches(setup: Setup, n: int = 4, seed: int = 1) -> list[Tensor]:
-    """``n`` batches of (batch, context + 1) random ids: inputs and their next tokens."""
+    """``n`` batches of (batch, context + 1) random ids on the device (drawn on the CPU, the same
+    everywhere): inputs and their next tokens."""
     g = torch.Generator().manual_seed(seed)
     vocab = int(setup.hf_config["vocab_size"])
-    return [torch.randint(0, vocab, (setup.batch, setup.context + 1), generator=g) for _ in range(n)]
+    shape = (setup.batch, setup.context + 1)
+    return [torch.randint(0, vocab, shape, generator=g).to(setup.device) for _ in range(n)]
 
 
 @dataclass
@@ -129,13 +152,14 @@ class Trainee:
         self.model.train()
         self.forward = logits_of(self.model)
         self.optimizer = make_optimizer(self.model, TRAIN)
+        self.device = self.batches[0].device
         self.steps = 0
 
     def step(self) -> float:
         """One training step on the next batch; its loss."""
         chunk = self.batches[self.steps % len(self.batches)]
         self.steps += 1
-        with autocast(self.bf16):
+        with autocast(self.bf16, self.device.type):
             logits = self.forward(chunk[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), chunk[:, 1:].flatten())
         loss.backward()
@@ -145,26 +169,13 @@ class Trainee:
 
     def run(self, steps: int = 1, timed: bool = True) -> None:
         for _ in range(steps):
-            start = clock()
+            start = synced_clock(self.device)
             loss = self.step()
-            elapsed = clock() - start
+            elapsed = synced_clock(self.device) - start
             if not loss < 100:  # ln(vocab) ≈ 4 at the start; catches NaN too
                 raise RuntimeError(f"{self.name}: loss {loss} at step {self.steps}")
             if timed:
                 self.seconds.append(elapsed)
-
-
-def matmul_peak(shapes: list[tuple[int, int, int]], dtype: torch.dtype, reps: int) -> float:
-    """FLOP/s of the fastest ``torch.mm`` among ``shapes``, best of ``reps`` runs each."""
-    best = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-        torch.mm(a, b)
-        for _ in range(reps):
-            start = clock()
-            torch.mm(a, b)
-            best = max(best, 2 * m * k * n / (clock() - start))
-    return best
 
 
 def flops_per_token(model: GPT) -> float:
@@ -197,33 +208,38 @@ def bench_training(setup: Setup, bf16: bool, steps: int, warmup: int) -> Row:
 
 
 def memory_child(side: str, setup: Setup, bf16: bool, steps: int, threads: int) -> tuple[int, int]:
-    """In a fresh process: train ``side``'s model ``steps`` steps; its resident size before the first
-    step and its peak after the last, in KiB."""
+    """Train ``side``'s model ``steps`` steps; in KiB, the memory before the first step and the peak
+    after the last: on the CPU (in a fresh process) the resident size, on a GPU the CUDA allocator's."""
     torch.set_num_threads(threads)
     if side == "ours":
         model: nn.Module = GPT(our_config(setup))
     else:
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**setup.hf_config))
-    trainee = Trainee(side, model, random_batches(setup, n=1), bf16)
-    before = memory_kib("VmRSS")
-    trainee.run(steps, timed=False)
-    return before, memory_kib("VmHWM")
+    trainee = Trainee(side, model.to(setup.device), random_batches(setup, n=1), bf16)
+    return memory_around(setup.device, lambda: trainee.run(steps, timed=False))
 
 
 def bench_memory(setup: Setup, bf16: bool, steps: int, threads: int) -> Row:
-    """Peak RSS of training, each side in its own spawned process (growth over the built model)."""
+    """Peak memory of training (growth over the built model): RSS, each side in its own spawned
+    process; on a GPU, the allocator's peak in this process."""
     peaks: dict[str, tuple[int, int]] = {}
     for side in ("ours", "HF"):
+        if setup.device.type == "cuda":
+            gc.collect()  # the models of the earlier benchmarks: freed before the peak is reset
+            peaks[side] = memory_child(side, setup, bf16, steps, threads)
+            continue
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             peaks[side] = pool.submit(memory_child, side, setup, bf16, steps, threads).result()
     precision = "bf16" if bf16 else "fp32"
+    kind = "CUDA memory allocated" if setup.device.type == "cuda" else "RSS"
     mib = {side: ((peak - before) / 1024, peak / 1024) for side, (before, peak) in peaks.items()}
     for side, (growth, peak) in mib.items():
         print(
-            f"[memory {precision}] {side}: peak RSS {peak:,.0f} MiB, +{growth:,.0f} MiB while training",
+            f"[memory {precision}] {side}: peak {kind} {peak:,.0f} MiB, +{growth:,.0f} MiB while training",
             flush=True,
         )
-    return Row("training peak RSS growth, MiB (lower is better)", precision, [mib["ours"][0]], [mib["HF"][0]])
+    label = f"training peak {kind} growth, MiB (lower is better)"
+    return Row(label, precision, [mib["ours"][0]], [mib["HF"][0]])
 
 
 def our_generate(model: GPT, prompt: Tensor, new_tokens: int) -> Tensor:
@@ -250,16 +266,17 @@ def bench_generation(setup: Setup, reps: int, dtype: torch.dtype) -> tuple[Row, 
     hf.eval().to(dtype)
     precision = "bf16" if dtype == torch.bfloat16 else "fp32"
     g = torch.Generator().manual_seed(2)
-    prompt = torch.randint(0, int(setup.hf_config["vocab_size"]), (1, setup.prompt), generator=g)
+    vocab = int(setup.hf_config["vocab_size"])
+    prompt = torch.randint(0, vocab, (1, setup.prompt), generator=g).to(setup.device)
     rates: dict[str, list[float]] = {"ours": [], "HF": []}
     outputs: dict[str, Tensor] = {}
 
     def run(name: str, timed: bool = True) -> None:
         fn = our_generate if name == "ours" else hf_generate
-        start = clock()
+        start = synced_clock(setup.device)
         with torch.inference_mode():
             tokens = fn(ours if name == "ours" else hf, prompt, setup.new_tokens)
-        elapsed = clock() - start
+        elapsed = synced_clock(setup.device) - start
         if tokens.shape != (1, setup.new_tokens):
             raise RuntimeError(f"{name}: expected {setup.new_tokens} new tokens, got {tuple(tokens.shape)}")
         outputs[name] = tokens
@@ -293,8 +310,9 @@ def mfu_row(train: Row, flops: float, peak: float) -> Row:
 
 
 def markdown_table(
-    rows: list[Row], same: dict[str, str], threads: int, clock_name: str, peaks: dict[str, float]
-) -> str:
+    rows: list[Row], same: dict[str, str], threads: int, clock_name: str, peaks: dict[str, float],
+    device: torch.device,
+) -> str:  # fmt: skip
     """The rows as a markdown table, then the environment, the peaks and the FLOP count."""
     lines = [
         "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF IQR | target |",
@@ -308,10 +326,12 @@ def markdown_table(
         lines.append(f"| same greedy tokens as HF | {precision} | {answer} | | | | yes |")
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     peak_text = ", ".join(f"{k} {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items())
+    cpu = f"{platform.machine()}, {os.cpu_count()} CPUs ({device_description(torch.device('cpu'))})"
+    gpu = f"; device {device}: {device_description(device)}" if device.type == "cuda" else ""
     lines.append(
         f"\ntorch {torch.__version__}, transformers {transformers.__version__}, {threads} threads, "
-        f"{clock_name} clock, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"python {platform.python_version()}, {now}; torch.mm peak: {peak_text}\n\n{FLOPS_FORMULA}"
+        f"{clock_name} clock, {cpu}{gpu}, python {platform.python_version()}, {now}; "
+        f"torch.mm peak: {peak_text}\n\n{FLOPS_FORMULA}"
     )
     return "\n".join(lines)
 
@@ -321,21 +341,19 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="tiny model, 2 steps: a smoke run")
-    parser.add_argument(
-        "--steps", type=int, help="timed training steps per model and precision (10; --quick 2)"
-    )
+    parser.add_argument("--steps", type=int, help="timed training steps per model, precision (10; --quick 2)")
     parser.add_argument("--reps", type=int, help="timed generations per model (3; --quick 1)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     add_clock_flag(parser)
     args = parser.parse_args(argv)
+    device = bench_device(args.device, args.clock, "gpt_speed.py")
     use_clock(args.clock)
     threads = args.threads or available_cores()
     torch.set_num_threads(threads)
     transformers.logging.set_verbosity_error()
-    if args.quick:
-        setup = Setup({**QUICK, **NO_DROPOUT, **NO_SPECIAL_TOKENS}, batch=4, prompt=8, new_tokens=24)
-    else:
-        setup = Setup({**FULL, **NO_DROPOUT, **NO_SPECIAL_TOKENS}, batch=16, prompt=16, new_tokens=240)
+    shape, (batch, prompt, new_tokens) = (QUICK, (4, 8, 24)) if args.quick else (FULL, (16, 16, 240))
+    setup = Setup({**shape, **NO_DROPOUT, **NO_SPECIAL_TOKENS}, batch, prompt, new_tokens, device)
     steps = args.steps or (2 if args.quick else 10)
     reps = args.reps or (1 if args.quick else 3)
     warmup, memory_steps, peak_reps = (1, 1, 3) if args.quick else (2, 3, 10)
@@ -343,20 +361,23 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, {threads} threads; GPT-2 shape "
         f"{c['n_layer']} layers, {c['n_head']} heads, d {c['n_embd']}, context {c['n_positions']}, "
-        f"vocab {c['vocab_size']}; training batch {setup.batch}×{setup.context}",
+        f"vocab {c['vocab_size']}; training batch {setup.batch}×{setup.context}; device {device} "
+        f"({device_description(device)})",
         flush=True,
     )
     load = os.getloadavg()[0]
-    if load > 0.5 and args.clock == "wall":
+    if load > 0.5 and args.clock == "wall" and device.type == "cpu":
         print(
             f"note: load average {load:.1f} before the run: other processes compete for the cores and "
             "OpenMP threads stall behind them; if the IQRs are wide, rerun with --threads 1 --clock cpu",
             flush=True,
         )
     start = time.perf_counter()
+    on_gpu = device.type == "cuda"
+    shapes, timed_flop = ([*MATMUL_SHAPES, GPU_PEAK_SHAPE], GPU_TIMED_FLOP) if on_gpu else (MATMUL_SHAPES, 0)
     peaks = {
-        "fp32": matmul_peak(MATMUL_SHAPES, torch.float32, peak_reps),
-        "bf16": matmul_peak(MATMUL_SHAPES, torch.bfloat16, peak_reps),
+        "fp32": matmul_peak(shapes, torch.float32, peak_reps, device, timed_flop),
+        "bf16": matmul_peak(shapes, torch.bfloat16, peak_reps, device, timed_flop),
     }
     print(", ".join(f"[peak {k}] {v / 1e9:,.0f} GFLOP/s" for k, v in peaks.items()), flush=True)
     generation = {
@@ -371,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     rows += [row for row, _ in generation.values()]
     same = {precision: answer for precision, (_, answer) in generation.items()}
     print(f"\ntotal {time.perf_counter() - start:.0f} s\n")
-    print(markdown_table(rows, same, threads, args.clock, peaks))
+    print(markdown_table(rows, same, threads, args.clock, peaks, device))
 
 
 if __name__ == "__main__":

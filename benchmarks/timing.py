@@ -1,6 +1,6 @@
 """What the side-by-side benchmarks against Hugging Face share: fair interleaving, bf16 autocast on
-the CPU, the clock (wall or CPU seconds), the cores to use, this process's memory, and a row of
-results (ours against theirs)."""
+the CPU (or a GPU), the clock (wall or CPU seconds; synchronised with a GPU), the cores to use, the
+processor's and the GPU's names, this process's memory, and a row of results (ours against theirs)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
+
+from vaswani.errors import ConfigError
+from vaswani.runtime import resolve_device
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = time.perf_counter
@@ -29,9 +34,9 @@ def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> Non
         second()
 
 
-def autocast(bf16: bool) -> contextlib.AbstractContextManager[object]:
-    """bf16 autocast on the CPU, or nothing."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+def autocast(bf16: bool, device_type: str = "cpu") -> contextlib.AbstractContextManager[object]:
+    """bf16 autocast on the CPU (or on ``device_type``: ``cuda``), or nothing."""
+    return torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 def available_cores() -> int:
@@ -59,6 +64,15 @@ def cpu_description() -> str:
     return f"{fields.get('model name') or platform.machine()}; flags: {named}"
 
 
+def device_description(device: torch.device) -> str:
+    """A CUDA device's name, memory and CUDA version (``torch.cuda.get_device_name``); the CPU's
+    :func:`cpu_description` for the CPU."""
+    if device.type != "cuda":
+        return cpu_description()
+    memory = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return f"{torch.cuda.get_device_name(device)}, {memory:,.0f} GiB, CUDA {torch.version.cuda}"
+
+
 def memory_kib(field: str) -> int:
     """A memory figure of this process from ``/proc/self/status`` in KiB: ``VmRSS`` (now) or ``VmHWM``
     (peak). Unlike ``ru_maxrss``, which survives ``exec`` and so starts a spawned child at its
@@ -68,6 +82,21 @@ def memory_kib(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_around(device: torch.device, run: Callable[[], None]) -> tuple[int, int]:
+    """The memory before ``run()`` and its peak after, in KiB: on the CPU this process's resident
+    size (``VmRSS``, then ``VmHWM``: the peak of the whole process, so call it in a fresh one); on a
+    GPU the CUDA allocator's (``memory_allocated``, then ``max_memory_allocated`` since a
+    ``reset_peak_memory_stats`` just before ``run``)."""
+    if device.type != "cuda":
+        before = memory_kib("VmRSS")
+        run()
+        return before, memory_kib("VmHWM")
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    run()
+    return before // 1024, torch.cuda.max_memory_allocated(device) // 1024
 
 
 @dataclass
@@ -126,3 +155,57 @@ def use_clock(name: str) -> None:
 def clock() -> float:
     """Seconds on the chosen clock (wall by default)."""
     return _clock()
+
+
+def synced_clock(device: torch.device) -> float:
+    """:func:`clock` once the work queued on ``device`` has run (``torch.cuda.synchronize`` on a CUDA
+    device, whose kernels finish after the Python calls that launch them return); :func:`clock` on
+    the CPU. Read it before and after every timed section of work that may run on a GPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return clock()
+
+
+def matmul_peak(
+    shapes: list[tuple[int, int, int]],
+    dtype: torch.dtype,
+    reps: int,
+    device: torch.device,
+    timed_flop: float = 0,
+) -> float:
+    """FLOP/s of the fastest ``torch.mm`` among ``shapes`` on ``device``, best of ``reps`` timed sections
+    each; a section runs as many products as make up ``timed_flop`` (at least one: on the CPU, one)."""
+    best = 0.0
+    for m, k, n in shapes:
+        a = torch.randn(m, k, dtype=dtype, device=device)
+        b = torch.randn(k, n, dtype=dtype, device=device)
+        torch.mm(a, b)
+        products = max(1, round(timed_flop / (2 * m * k * n)))
+        for _ in range(reps):
+            start = synced_clock(device)
+            for _ in range(products):
+                torch.mm(a, b)
+            best = max(best, products * 2 * m * k * n / (synced_clock(device) - start))
+    return best
+
+
+def bench_device(name: str, clock_name: str, program: str) -> torch.device:
+    """The ``--device`` to measure on (the CPU or a CUDA GPU). One that is missing, MPS, or a GPU with
+    ``--clock cpu`` (this process's CPU seconds do not time a GPU): one line on stderr and exit 2."""
+    try:
+        device = resolve_device(name)
+    except ConfigError as e:
+        return refuse(f"{program}: error: --device: {e}")
+    if device.type not in ("cpu", "cuda"):
+        return refuse(f"{program}: error: --device {name}: this benchmark runs on cpu, cuda or cuda:N")
+    if device.type == "cuda" and clock_name == "cpu":
+        return refuse(
+            f"{program}: error: --clock cpu times this process's CPU seconds, not the GPU's: use wall"
+        )
+    return device
+
+
+def refuse(message: str) -> NoReturn:
+    """Print ``message`` (one line) on stderr and exit with status 2, as argparse does."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
