@@ -205,6 +205,21 @@ def gradient_sync(model: nn.Module, on: bool) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def unsharded(model: nn.Module) -> Iterator[None]:
+    """Within, an FSDP2 model's own (root) parameters are whole, so that methods other than its
+    forward (a translator's ``encode`` and ``decode``) can use them; its blocks gather theirs in their
+    own forward passes. Nothing for a model that is not sharded."""
+    if not hasattr(model, "unshard"):
+        yield
+        return
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
+
+
 def is_sharded(model: nn.Module) -> bool:
     """Whether ``model``'s parameters are FSDP2 shards (DTensors)."""
     return any(type(p).__name__ == "DTensor" for p in model.parameters())

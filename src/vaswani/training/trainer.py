@@ -218,7 +218,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         if self.place.main or self.sharded:
             self.model.eval()
-            with torch.no_grad(), self.precision.autocast():
+            with torch.no_grad(), self.precision.autocast(), distributed.unsharded(self.model):
                 metrics = self.task.evaluate(self.model)
             self.model.train()
         return distributed.from_main(self.place, metrics)
