@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
 
 from vaswani.errors import VaswaniError
+from vaswani.training.distributed import world
 
 Backend = str | Callable[..., Any]
 BACKEND: Backend = "inductor"  # what the trainer compiles with
@@ -121,7 +122,10 @@ def first_line(exc: BaseException) -> str:
 
 
 def say_fallback(reason: str) -> None:
-    """The one line that says training goes on without ``torch.compile``, and why."""
+    """The one line that says training goes on without ``torch.compile``, and why (from the main
+    process only, of several)."""
+    if not world().main:
+        return
     print(
         f"vaswani: --compile: torch.compile does not work here ({reason}); training without it",
         file=sys.stderr,
