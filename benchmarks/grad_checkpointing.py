@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -31,14 +30,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from timing import available_cores, memory_kib
+from timing import available_cores, device_description, memory_kib
 from torch import Tensor
 
 from vaswani.config import ModelConfig, TrainConfig
 from vaswani.layers.blocks import set_grad_checkpointing
 from vaswani.models.gpt import GPT
 from vaswani.runtime import native_bf16, resolve_device
-from vaswani.training.trainer import make_optimizer
+from vaswani.training.optimizer import make_optimizer
 
 FULL = dict(d_model=384, n_heads=6, d_ff=1536, n_layers=6, max_len=256)
 QUICK = dict(d_model=64, n_heads=2, d_ff=256, n_layers=2, max_len=64)
@@ -136,18 +135,6 @@ def run_job(job: Job) -> Result:
     return Result((peak - before) / MIB, kept / MIB, statistics.median(seconds))
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -162,7 +149,7 @@ def main() -> None:
     shape = tuple((QUICK if args.quick else FULL).items())
     batch = 4 if args.quick else 16
     device = resolve_device(args.device)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    where = device_description(device)
     print(
         f"# {where}; torch {torch.__version__}; {args.threads} threads; native bf16: {native_bf16()}; "
         f"GPT {dict(shape)}, batch {batch} × {dict(shape)['max_len']}; {args.steps} timed steps",
