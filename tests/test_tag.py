@@ -21,7 +21,16 @@ from vaswani.config import ModelConfig
 from vaswani.errors import DataError
 from vaswani.models.tagger import BertTagger
 from vaswani.tasks import registry
-from vaswani.tasks.tag import Sentence, Tagger, encode_words, read_conllu, tag_batch, tagging_loss
+from vaswani.tasks.tag import (
+    Sentence,
+    Span,
+    Tagger,
+    TagTask,
+    encode_words,
+    read_conllu,
+    tag_batch,
+    tagging_loss,
+)
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------
@@ -274,3 +283,21 @@ def test_init_from_an_mlm_run_starts_from_its_encoder(data, tmp_path, monkeypatc
     capsys.readouterr()
     assert main(["train", "tag", *files, "--init", str(mlm_run), "--layers", "2"]) == 2
     assert "--layers: the model of an --init run is fixed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 1), (1, 3), (2, 4), (0, 4), (3, 3)])
+def test_a_process_share_of_a_batch_keeps_the_tags_of_its_own_words(start, stop):
+    """The rows a process trains on (``TagTask.take_rows``) are the batch of those rows alone: the
+    gold tags run over the words of all rows, so each share takes the tags of its own words."""
+    spans = [
+        Span(0, 0, [1, 5, 6, 2], [1, 2]), Span(1, 0, [1, 7, 2], [1]), Span(2, 0, [1, 5, 5, 5, 2], [1, 2, 3]),
+        Span(3, 0, [1, 8, 2], [1]),
+    ]  # fmt: skip
+    tags = [[3, 4], [5], [6, 7, 8], [9]]
+    whole = tag_batch(spans, 0, [t for row in tags for t in row])
+    share = TagTask.take_rows(None, whole, start, stop)  # type: ignore[arg-type]
+    alone = tag_batch(spans[start:stop], 0, [t for row in tags[start:stop] for t in row])
+    width = whole.tokens.shape[1]  # the share keeps the whole batch's padding width
+    assert torch.equal(share.tokens, whole.tokens[start:stop]) and share.tags is not None
+    assert torch.equal(share.tags, alone.tags)
+    assert torch.equal(share.first[:, : alone.first.shape[1]], alone.first) and share.first.shape[1] == width
