@@ -286,7 +286,8 @@ class Rotary(nn.Module):
         self.inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=DT) / d_head)
         self.seen: list[Tensor] = []
 
-    def forward(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor, positions: Tensor, length: int) -> tuple[Tensor, Tensor]:
+        assert int(positions.max()) < length  # the bound the hook promises
         self.seen.append(positions)
         angle = positions[:, None, :, None].to(DT) * self.inv_freq  # (batch | 1, 1, new, d/2)
         cos, sin = angle.cos().repeat(1, 1, 1, 2), angle.sin().repeat(1, 1, 1, 2)

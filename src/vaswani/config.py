@@ -33,7 +33,8 @@ from vaswani.schema import Config, flag, no_flag
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves")
+POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves", "rope", "rope_interleaved", "alibi")
+ROTARY = ("rope", "rope_interleaved")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 TIES = ("none", "output", "all")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
@@ -78,6 +79,9 @@ class ModelConfig(Config):
     ``position="sinusoidal_halves"`` is the paper's table with the sines in the first half of
     the vector and the cosines in the second (Marian's layout) instead of interleaved;
     ``output_bias`` adds a bias to the output projection (Marian's ``final_logits_bias``).
+    ``position="rope"`` (half-split, Llama's) and ``"rope_interleaved"`` (the paper's, GPT-J's)
+    rotate queries and keys with the base ``rope_theta``; ``"alibi"`` adds Press et al.'s linear
+    biases to the scores. Neither adds a position embedding.
     """
 
     _section = "model"
@@ -107,6 +111,7 @@ class ModelConfig(Config):
     position: str = flag("sinusoidal", choices=POSITIONS)
     max_len: int = flag(512, "longest sequence (a language model's context)")
     rel_clip: int = flag(16, "clipping distance k of relative positions")
+    rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles")
     attn_window: int | None = flag(None, "local attention: keys within N positions", metavar="N")
     fused_qkv: bool = flag(False, "one projection for queries, keys and values")
     bias: bool = flag(True, "biases in the projections and norms")
@@ -126,13 +131,19 @@ class ModelConfig(Config):
         self._one_of("tie_embeddings", TIES)
         self._positive(
             "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
-            "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "norm_eps",
+            "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "rope_theta", "norm_eps",
         )  # fmt: skip
         for name, value in resolved_sides(vars(self)).items():  # see vaswani.aliases
             object.__setattr__(self, name, value)
         self._fraction("dropout", "attn_dropout")
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
+        if self.position in ROTARY and (self.d_model // self.n_heads) % 2:
+            self._fail(
+                "position",
+                f"{self.position} rotates pairs of features and needs an even head dimension "
+                f"(d_model / n_heads), got {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}",
+            )
         if self.type_vocab_size < 0:
             self._fail("type_vocab_size", f"must be >= 0 (0: none), got {self.type_vocab_size}")
         if self.attn_window is not None and self.attn_window < 1:

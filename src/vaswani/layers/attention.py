@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from vaswani.layers.kernels import explicit_attention_is_faster
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import combine, self_attention_mask
-from vaswani.layers.positions import RelativePositions, position_ids
+from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
 
 
 class KVCache:
@@ -115,10 +115,11 @@ class MultiHeadAttention(nn.Module):
     queries, keys and values from ``x``; cross-attention (``cross=True``) takes
     keys and values from ``memory``. ``causal`` and ``window`` shape
     self-attention (decoder, local attention). Positions (built in
-    :mod:`vaswani.layers.positions`) act in self-attention: ``relative`` adds Shaw et al.'s
-    relative terms to the scores and values, ``qk_positions`` transforms the new queries and
-    keys (:meth:`apply_qk_positions`). The fast path is ``scaled_dot_product_attention``; the
-    explicit path (used for relative positions, when weights are asked for, and where
+    :mod:`vaswani.layers.positions`) act in self-attention: ``relative`` is the scores' scheme,
+    Shaw et al.'s relative terms on the scores and values or ALiBi's bias on the scores, and
+    ``qk_positions`` transforms the new queries and keys (:meth:`apply_qk_positions`). The fast
+    path is ``scaled_dot_product_attention`` (ALiBi's bias given as a float mask); the explicit
+    path (used for relative positions, when weights are asked for, and where
     :mod:`vaswani.layers.kernels` measured it faster) computes the same thing step by step and
     returns the weights.
     """
@@ -133,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         causal: bool = False,
         window: int | None = None,
-        relative: RelativePositions | None = None,
+        relative: ScorePositions | None = None,
         qk_positions: nn.Module | None = None,
     ) -> None:
         super().__init__()
@@ -144,7 +145,8 @@ class MultiHeadAttention(nn.Module):
         self.cross = cross
         self.causal = causal
         self.window = window
-        self.relative = relative
+        self.relative = relative if isinstance(relative, RelativePositions) else None
+        self.alibi = relative if isinstance(relative, ALiBiPositions) else None
         self.qk_positions = qk_positions
         if fused and not cross:
             self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
@@ -183,17 +185,18 @@ class MultiHeadAttention(nn.Module):
 
     def apply_qk_positions(self, q: Tensor, k: Tensor, positions: Tensor | None) -> tuple[Tensor, Tensor]:
         """The hook of position schemes that act on queries and keys (rotary): ``q`` and ``k``
-        (batch, heads, new, d_head) of the new tokens → ``qk_positions(q, k, ids)``, where ``ids``
-        (batch | 1, new) are the new tokens' position ids, the last columns of ``positions``
-        (batch | 1, cached + new). Unchanged without such a scheme."""
+        (batch, heads, new, d_head) of the new tokens → ``qk_positions(q, k, ids, length)``, where
+        ``ids`` (batch | 1, new) are the new tokens' position ids, the last columns of ``positions``
+        (batch | 1, cached + new), and ``length`` = cached + new bounds them (an id counts the
+        tokens before it). Unchanged without such a scheme."""
         if self.qk_positions is None or positions is None:
             return q, k
-        return self.qk_positions(q, k, positions[:, -q.shape[2] :])
+        return self.qk_positions(q, k, positions[:, -q.shape[2] :], positions.shape[-1])
 
     def _positions(self, x: Tensor, cache: KVCache | None, positions: Tensor | None) -> Tensor | None:
         """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
         schemes that use them (None without one): the given ones, else 0, 1, … (no padding)."""
-        if self.cross or (self.relative is None and self.qk_positions is None):
+        if self.cross or (self.relative is None and self.alibi is None and self.qk_positions is None):
             return None
         if positions is None:
             positions = position_ids((cache.length if cache is not None else 0) + x.shape[1], x.device)
@@ -242,19 +245,28 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool,
         positions: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
-        """softmax(Q Kᵀ / sqrt(d_head) + relative terms) V over the keys ``mask`` allows, with the
+        """softmax(Q Kᵀ / sqrt(d_head) + position terms) V over the keys ``mask`` allows, with the
         layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
         (batch, heads, q_len, k_len) if ``need_weights``; ``positions`` are the keys' position ids
-        (relative terms).
+        (relative terms, ALiBi's bias; the queries are the last q_len of them).
 
         The explicit path computes the weights (asked for, or needed by relative positions) or is
         the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
-        otherwise SDPA runs, told ``is_causal`` instead of given a mask where it can be. Rows in
-        which no key may be attended give zeros, not NaN."""
+        otherwise SDPA runs, told ``is_causal`` instead of given a mask where it can be, and given
+        ALiBi's bias as a float mask (masked keys at the dtype's minimum). Rows in which no key may
+        be attended give zeros, not NaN."""
         q_len, k_len = q.shape[2], k.shape[2]
+        bias = None
+        if self.alibi is not None and positions is not None:
+            bias = self.alibi.bias(positions[:, -q_len:], positions).to(q.dtype)
         explicit = need_weights or self.relative is not None or explicit_attention_is_faster(q)
         is_causal = (
-            not explicit and self.causal and self.window is None and mask is None and q_len == k_len > 1
+            not explicit
+            and bias is None
+            and self.causal
+            and self.window is None
+            and mask is None
+            and q_len == k_len > 1
         )
         if not self.cross and not is_causal:
             mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, q.device))
@@ -264,8 +276,10 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         weights = None
         if explicit:
-            out, weights = self._explicit(q, k, v, mask, dropout, positions)
+            out, weights = self._explicit(q, k, v, mask, dropout, positions, bias)
         else:
+            if bias is not None:
+                mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
             )
@@ -284,11 +298,18 @@ class MultiHeadAttention(nn.Module):
         return rows // memory_rows
 
     def _explicit(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float, positions: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        dropout: float,
+        positions: Tensor | None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """The reference path: weights computed explicitly, relative terms added (by the
-        position ids ``positions`` of the keys, the queries being the last of them)."""
-        bucket = bias = None
+        """The reference path: weights computed explicitly, ``bias`` (ALiBi's) or relative terms
+        added (by the position ids ``positions`` of the keys, the queries being the last of them)."""
+        bucket = None
         if self.relative is not None and positions is not None:
             bucket = self.relative.bucket(positions[:, None, -q.shape[2] :], positions[:, None])
             bias = self.relative.key_scores(q, bucket) / math.sqrt(self.d_head)

@@ -7,10 +7,12 @@ in one of three places:
 - the embedding adds an absolute table: position ids ``(batch, seq)`` → vectors
   ``(batch, seq, d_model)`` (sinusoidal, sinusoidal_halves, learned; :func:`embedding_positions`);
 - attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(p_i, p_j)`` (relative, Shaw
-  et al. 2018, which also adds a term to the values; :func:`score_positions`);
+  et al. 2018, which also adds a term to the values; ALiBi, Press et al. 2022;
+  :func:`score_positions`);
 - attention applies it to the new queries and keys before the cache keeps them,
-  ``(q, k, positions) → (q', k')`` with q, k ``(batch, heads, new, d_head)`` and their position ids
-  ``(batch | 1, new)`` (rotary, Su et al. 2021, will; :func:`query_key_positions`).
+  ``(q, k, positions, length) → (q', k')`` with q, k ``(batch, heads, new, d_head)``, their position
+  ids ``(batch | 1, new)`` and a bound ``length`` on the ids (rotary, Su et al. 2021, in both
+  layouts; :func:`query_key_positions`).
 
 Position ids ``p`` are threaded from the model down to attention (:func:`position_ids`): 0, 1, …
 after the cache, or counted from the attention mask for left-padded rows
@@ -127,6 +129,95 @@ class RelativePositions(nn.Module):
         return summed @ self.values.weight.to(weights.dtype)
 
 
+class RotaryPositions(nn.Module):
+    """Rotary positions (RoPE, Su et al. 2021): each pair of a query's or key's features is rotated
+    by an angle proportional to its position p, so that q'_i · k'_j depends on p_i − p_j only.
+
+    Interleaved layout (the paper's, GPT-J's): the pairs are (2i, 2i+1),
+
+        (q'_{2i}, q'_{2i+1}) = R(θ_i · p) (q_{2i}, q_{2i+1}),   θ_i = theta^(−2i / d_head),
+
+    with R(a) the 2×2 rotation [[cos a, −sin a], [sin a, cos a]], i < d_head / 2. The half-split
+    layout (Hugging Face Llama's ``rotate_half``) rotates the pairs (i, i + d_head/2) instead by
+    the same θ_i · p: the same map with the features permuted (the evens first, then the odds).
+
+    The cos/sin table ``(rows, d_head / 2)`` is fp32, built once on the device of the input for
+    ``max_len`` rows (more when an id needs them, doubling) and kept (not in the state dict); the
+    rotation runs in fp32 (or the input's wider type) and is cast back to the input's dtype, so
+    that bf16 autocast rotates exact angles.
+    """
+
+    def __init__(self, d_head: int, max_len: int, theta: float = 10000.0, interleaved: bool = False) -> None:
+        super().__init__()
+        self.d_head = d_head
+        self.max_len = max_len
+        self.theta = theta
+        self.interleaved = interleaved
+        self._cos: Tensor | None = None
+        self._sin: Tensor | None = None
+
+    def table(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """cos(θ_i · p) and sin(θ_i · p), fp32 (rows ≥ ``length``, d_head / 2) on ``device``: angles
+        in float64 on the CPU (exact for long contexts), then cast and moved."""
+        rows = 0 if self._cos is None else self._cos.shape[0]
+        if self._cos is None or self._sin is None or rows < length or self._cos.device != device:
+            rows = max(length, self.max_len, 2 * rows if length > rows else rows)
+            inv_freq = self.theta ** (-torch.arange(0, self.d_head, 2, dtype=torch.float64) / self.d_head)
+            angle = torch.arange(rows, dtype=torch.float64)[:, None] * inv_freq
+            self._cos = angle.cos().float().to(device)
+            self._sin = angle.sin().float().to(device)
+        return self._cos, self._sin
+
+    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``x`` (batch, heads, new, d_head) rotated by the angles whose ``cos`` and ``sin``
+        broadcast to (batch, heads, new, d_head / 2); same dtype as ``x``."""
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        if self.interleaved:
+            even, odd = wide[..., 0::2], wide[..., 1::2]
+            out = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+        else:
+            first, second = wide.chunk(2, dim=-1)
+            out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+        return out.to(x.dtype)
+
+    def forward(self, q: Tensor, k: Tensor, ids: Tensor, length: int) -> tuple[Tensor, Tensor]:
+        """``q``, ``k`` (batch, heads, new, d_head) at the position ids ``ids`` (batch | 1, new),
+        each < ``length`` → the rotated q', k'."""
+        cos, sin = self.table(length, q.device)
+        cos, sin = cos[ids][:, None], sin[ids][:, None]
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's head slopes m_h, (n_heads,) float64. For n a power of two they are the geometric
+    sequence m_h = 2^(−8h / n), h = 1 … n (8 heads: 1/2, 1/4, …, 1/256); otherwise those of the
+    nearest lower power of two 2^k, then every other slope of 2^(k+1) (the odd ones,
+    2^(−4(2h − 1) / 2^k)) until there are n (Press et al. 2022, their reference code)."""
+    lower = 2 ** math.floor(math.log2(n_heads))
+    first = [2.0 ** (-8.0 * h / lower) for h in range(1, lower + 1)]
+    rest = [2.0 ** (-8.0 * (2 * h - 1) / (2 * lower)) for h in range(1, n_heads - lower + 1)]
+    return torch.tensor(first + rest, dtype=torch.float64)
+
+
+class ALiBiPositions(nn.Module):
+    """Attention with linear biases (ALiBi, Press et al. 2022): no position embedding, and each
+    head h adds ``b_ij = −m_h · (p_i − p_j)`` to its scores q_i · k_j / sqrt(d_head), with the
+    slopes m_h of :func:`alibi_slopes`. Causal attention sees only p_j ≤ p_i, where that is the
+    paper's bias; a bidirectional encoder uses the symmetric ``−m_h · |p_i − p_j|`` (every key
+    penalised by its distance, on either side). Both are computed as ``−m_h · |p_i − p_j|``.
+    No parameters; the slopes are a buffer outside the state dict."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
+
+    def bias(self, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """The bias of the queries' position ids ``query_ids`` (batch | 1, q_len) against the
+        keys' ``key_ids`` (batch | 1, k_len): (batch | 1, heads, q_len, k_len), the slopes' dtype."""
+        distance = (query_ids[:, :, None] - key_ids[:, None, :]).abs()
+        return -self.slopes[:, None, None] * distance[:, None].to(self.slopes.dtype)
+
+
 def position_ids(length: int, device: torch.device | None = None) -> Tensor:
     """The ids ``0, 1, …, length − 1`` of a row without padding, (1, length); with a KV cache,
     ``length`` counts the cached tokens and the new ones."""
@@ -145,6 +236,10 @@ def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
     return positions.clamp(min=0)[:, offset:]
 
 
+ScorePositions = RelativePositions | ALiBiPositions
+"""What self-attention adds to its scores: Shaw et al.'s terms (scores and values), or ALiBi's bias."""
+
+
 @dataclass(frozen=True)
 class Scheme:
     """Where one value of the ``position`` config field acts: the builder of its module from the
@@ -152,13 +247,19 @@ class Scheme:
 
     ``embedding``: a module ``ids (..., seq) → (..., seq, d_model)`` the embedding adds, with a
     ``max_len`` attribute. ``scores``: what self-attention adds to its scores (and values).
-    ``queries_keys``: a module ``(q, k, positions) → (q', k')`` that self-attention applies to the
-    new queries and keys (batch, heads, new, d_head), given their ids (batch | 1, new).
+    ``queries_keys``: a module ``(q, k, positions, length) → (q', k')`` that self-attention applies
+    to the new queries and keys (batch, heads, new, d_head), given their ids (batch | 1, new), each
+    below ``length`` (the count of cached and new tokens).
     """
 
     embedding: Callable[[ModelConfig], nn.Module] | None = None
-    scores: Callable[[ModelConfig], RelativePositions] | None = None
+    scores: Callable[[ModelConfig], ScorePositions] | None = None
     queries_keys: Callable[[ModelConfig], nn.Module] | None = None
+
+
+def rotary(cfg: ModelConfig, interleaved: bool) -> RotaryPositions:
+    """The rotary module of ``cfg`` (its head dimension, ``max_len`` and ``rope_theta``)."""
+    return RotaryPositions(cfg.d_model // cfg.n_heads, cfg.max_len, cfg.rope_theta, interleaved)
 
 
 # Every value of ``ModelConfig.position`` (``config.POSITIONS``). A new scheme is its module above
@@ -170,6 +271,9 @@ SCHEMES: dict[str, Scheme] = {
     ),
     "learned": Scheme(embedding=lambda cfg: LearnedPositions(cfg.max_len, cfg.d_model)),
     "relative": Scheme(scores=lambda cfg: RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)),
+    "rope": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=False)),
+    "rope_interleaved": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=True)),
+    "alibi": Scheme(scores=lambda cfg: ALiBiPositions(cfg.n_heads)),
 }
 
 
@@ -179,7 +283,7 @@ def embedding_positions(cfg: ModelConfig) -> nn.Module | None:
     return None if build is None else build(cfg)
 
 
-def score_positions(cfg: ModelConfig) -> RelativePositions | None:
+def score_positions(cfg: ModelConfig) -> ScorePositions | None:
     """What self-attention adds to its scores for ``cfg.position``, or None."""
     build = SCHEMES[cfg.position].scores
     return None if build is None else build(cfg)
