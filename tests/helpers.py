@@ -23,6 +23,7 @@ from vaswani.data.config import TextData
 from vaswani.errors import VaswaniError
 from vaswani.layers.linear import ACTIVATIONS, Linear
 from vaswani.models.bert import Bert
+from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training import trainer as trainer_module
@@ -323,3 +324,36 @@ class LineTask:
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Position schemes on a tiny GPT
+
+
+def position_gpt(kind: str, max_len: int = 32, window: int | None = None) -> GPT:
+    """A tiny float64 GPT with position scheme ``kind``: small random weights and a head that maps
+    token y to about y + 1, so that greedy decoding walks through the vocabulary."""
+    cfg = ModelConfig(
+        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_decoder_layers=2,
+        dropout=0.0, norm="pre_ln", position=kind, max_len=max_len, tie_embeddings="none",
+        scale_embeddings=False, attn_window=window,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.15)
+        model.embed.token.weight.normal_(0.0, 1.0)
+        model.output.weight.copy_(2 * model.embed.token.weight.roll(1, dims=0))
+    return model
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one left-padded batch of ids (pad 0) and its attention mask (True: a token)."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
+    mask = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), True
+    return ids, mask

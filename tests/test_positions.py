@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from tests.helpers import left_padded, position_gpt
 from vaswani import config
 from vaswani.config import POSITIONS, ModelConfig
 from vaswani.generation.lm import lm_next_logits
@@ -375,32 +376,6 @@ def test_queries_and_keys_hook_with_kv_cache(rotary, fused):
     assert [p.tolist() for p in attn.qk_positions.seen[-5:]] == [[[t]] for t in range(3, 8)]
 
 
-def _rotary_gpt(kind: str) -> GPT:
-    cfg = ModelConfig(
-        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_decoder_layers=2,
-        dropout=0.0, norm="pre_ln", position=kind, max_len=16, tie_embeddings="none",
-        scale_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(cfg).to(DT).eval()
-    with torch.no_grad():  # small random weights, and a head that maps token y to about y + 1
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
-        model.embed.token.weight.normal_(0.0, 1.0)
-        model.output.weight.copy_(2 * model.embed.token.weight.roll(1, dims=0))
-    return model
-
-
-def _left_padded(prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
-    longest = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
-    mask = torch.zeros(len(prompts), longest, dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), True
-    return ids, mask
-
-
 def _seen(model: GPT) -> list[Tensor]:
     """The ids each call gave the first layer's self-attention scheme."""
     return model.blocks.layers[0].self_attn.qk_positions.seen
@@ -414,15 +389,15 @@ def test_attention_sees_the_ids_of_each_row_alone_in_a_left_padded_batch(rotary,
     """The stack threads the ids from the attention mask (offset by the cache) down to every
     self-attention: at the real tokens of each padded row they are those of the row alone, at
     every step, and the tokens and logits are those of the row alone."""
-    model = _rotary_gpt(rotary)
+    model = position_gpt(rotary, max_len=16)
     steps = 6
-    ids, mask = _left_padded(LEFT_PADDED)
+    ids, mask = left_padded(LEFT_PADDED)
     batch = generate(lm_next_logits(model, mask, use_cache), ids, steps, 99, 0, keep_logits=True)
     batch_seen = list(_seen(model))
     assert all(len(set(row)) >= 3 for row in batch.tokens.tolist())  # a comparison that shows
     for i, prompt in enumerate(LEFT_PADDED):
         _seen(model).clear()
-        one, one_mask = _left_padded([prompt])
+        one, one_mask = left_padded([prompt])
         alone = generate(lm_next_logits(model, one_mask, use_cache), one, steps, 99, 0, keep_logits=True)
         assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
         torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-10, rtol=0)

@@ -7,15 +7,12 @@ import json
 
 import pytest
 import torch
-from torch import Tensor
 
-from tests.helpers import tiny_lm_args, tiny_lm_run, write_lm_text
+from tests.helpers import left_padded, position_gpt, tiny_lm_args, tiny_lm_run, write_lm_text
 from vaswani.cli import main
-from vaswani.config import ModelConfig
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
-from vaswani.models.gpt import GPT
 from vaswani.tasks.lm import LanguageModel
 
 DT = torch.float64
@@ -23,37 +20,11 @@ SCHEMES = ["rope", "rope_interleaved", "alibi"]
 PROMPTS = [[5, 6, 7, 8, 9], [3, 4], [12, 2, 9]]
 
 
-def _gpt(kind: str, window: int | None = None) -> GPT:
-    cfg = ModelConfig(
-        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_decoder_layers=2,
-        dropout=0.0, norm="pre_ln", position=kind, max_len=32, tie_embeddings="none",
-        scale_embeddings=False, attn_window=window,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(cfg).to(DT).eval()
-    with torch.no_grad():  # small random weights, and a head that maps token y to about y + 1
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
-        model.embed.token.weight.normal_(0.0, 1.0)
-        model.output.weight.copy_(2 * model.embed.token.weight.roll(1, dims=0))
-    return model
-
-
-def _left_padded(prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
-    longest = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
-    mask = torch.zeros(len(prompts), longest, dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), True
-    return ids, mask
-
-
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("kind", SCHEMES)
 def test_cached_generation_equals_uncached(kind, window):
-    model = _gpt(kind, window)
-    ids, mask = _left_padded(PROMPTS)
+    model = position_gpt(kind, window=window)
+    ids, mask = left_padded(PROMPTS)
     cached = generate(lm_next_logits(model, mask, True), ids, 10, 99, 0, keep_logits=True)
     uncached = generate(lm_next_logits(model, mask, False), ids, 10, 99, 0, keep_logits=True)
     assert cached.tokens.tolist() == uncached.tokens.tolist()
@@ -63,11 +34,11 @@ def test_cached_generation_equals_uncached(kind, window):
 
 @pytest.mark.parametrize("kind", SCHEMES)
 def test_a_left_padded_batch_equals_each_row_alone(kind):
-    model = _gpt(kind)
-    ids, mask = _left_padded(PROMPTS)
+    model = position_gpt(kind)
+    ids, mask = left_padded(PROMPTS)
     batch = generate(lm_next_logits(model, mask), ids, 6, 99, 0, keep_logits=True)
     for i, prompt in enumerate(PROMPTS):
-        one, one_mask = _left_padded([prompt])
+        one, one_mask = left_padded([prompt])
         alone = generate(lm_next_logits(model, one_mask), one, 6, 99, 0, keep_logits=True)
         assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
         torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-9, rtol=0)
@@ -76,7 +47,7 @@ def test_a_left_padded_batch_equals_each_row_alone(kind):
 @pytest.mark.parametrize("kind", SCHEMES)
 def test_positions_change_the_output(kind):
     """The scheme acts: the logits at a token depend on how far back the earlier tokens are."""
-    model = _gpt(kind)
+    model = position_gpt(kind)
     near = model(torch.tensor([[5, 6, 7]]))[0, -1]
     far = model(torch.tensor([[5, 1, 1, 1, 6, 7]]))[0, -1]
     assert not torch.allclose(near, far, atol=1e-3)
@@ -84,7 +55,7 @@ def test_positions_change_the_output(kind):
 
 @pytest.mark.parametrize("kind", SCHEMES)
 def test_bf16_autocast_is_close_to_fp32(kind):
-    model = _gpt(kind).float()
+    model = position_gpt(kind).float()
     tokens = torch.tensor([[5, 6, 7, 8, 9, 3, 4, 12]])
     with torch.no_grad():
         full = model(tokens)
