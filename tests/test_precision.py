@@ -173,3 +173,34 @@ def test_tf32_sets_the_cuda_backend_switches(tf32):
         assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+class _NanOnce:
+    """A task of four batches whose second one has a non-finite loss."""
+
+    def train_batches(self) -> list[torch.Tensor]:
+        return [torch.full((2, 3), float("nan") if i == 1 else 1.0) for i in range(4)]
+
+    def loss(self, model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return model(batch).pow(2).sum(), batch.shape[0]
+
+    def batch_tokens(self, batch: torch.Tensor) -> int:
+        return batch.numel()
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        return {}
+
+
+def test_fp16_skips_a_non_finite_loss_as_a_bad_step_and_trains_on(tmp_path, monkeypatch):
+    """A non-finite loss is a bad step under fp16 too, and the scaler is updated for it, so that the
+    next step may unscale again (without that update torch refuses the second ``unscale_``)."""
+    from vaswani.config import TrainConfig
+    from vaswani.training.trainer import Trainer
+
+    monkeypatch.setattr(precision_module, "FP16_DEVICES", ("cuda", "cpu"))
+    cfg = TrainConfig(precision="fp16", device="cpu", max_steps=3, eval_every=100, warmup_steps=0,
+                      schedule="constant", lr=1e-3)  # fmt: skip
+    trainer = Trainer(torch.nn.Linear(3, 3), _NanOnce(), cfg, tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    result = trainer.fit(quiet=True)
+    assert result["steps"] == 3 and result["skipped_steps"] >= 1

@@ -190,8 +190,8 @@ class Trainer:
         grad_ok = bool(torch.isfinite(distributed.local(norm)))
         if not (math.isfinite(loss_value) and grad_ok):
             self.optimizer.zero_grad(set_to_none=True)
-            overflow = math.isfinite(loss_value) and self.precision.overflowed()
-            return loss_value, tokens, "overflow" if overflow else "skipped"
+            scaled = self.precision.overflowed()  # fp16's scaler lowers its scale on any skipped step
+            return loss_value, tokens, "overflow" if scaled and math.isfinite(loss_value) else "skipped"
         lr = learning_rate(
             self.cfg.schedule, self.state.step + 1, self.cfg.lr, self.cfg.warmup_steps,
             self._expected_steps(), self.cfg.min_lr,
