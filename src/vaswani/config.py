@@ -36,6 +36,7 @@ NORM_PLACEMENTS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves", "rope", "rope_interleaved", "alibi")
 ROTARY = ("rope", "rope_interleaved")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+FFNS = ("plain", "gated")
 TIES = ("none", "output", "all")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
@@ -82,6 +83,12 @@ class ModelConfig(Config):
     ``position="rope"`` (half-split, Llama's) and ``"rope_interleaved"`` (the paper's, GPT-J's)
     rotate queries and keys with the base ``rope_theta``; ``"alibi"`` adds Press et al.'s linear
     biases to the scores. Neither adds a position embedding.
+
+    ``ffn="plain"`` is the paper's feed-forward, act(x W_1) W_2 (2 · d_model · d_ff weights);
+    ``"gated"`` is Shazeer's (2020) gated one, (act(x W_gate) ⊙ x W_up) W_down (3 · d_model · d_ff
+    weights), with ``activation`` as act: ``silu`` gives SwiGLU (Llama's), ``gelu`` GeGLU. The
+    usual d_ff = 2/3 · 4 · d_model keeps the plain FFN's parameter count; set it through
+    ``d_ff``. See :class:`~vaswani.layers.feedforward.FeedForward`.
     """
 
     _section = "model"
@@ -99,6 +106,9 @@ class ModelConfig(Config):
     dropout: float = flag(0.1)
     attn_dropout: float = flag(0.0, "dropout of the attention weights")
     activation: str = flag("relu", choices=ACTIVATIONS)
+    ffn: str = flag(
+        "plain", "the feed-forward: plain (the paper's) or gated (with silu: SwiGLU)", choices=FFNS
+    )
     norm: str = flag(
         "layernorm",
         "the norm's kind (or an old post_ln, pre_ln, pre_rmsnorm)",
@@ -128,6 +138,7 @@ class ModelConfig(Config):
         self._one_of("norm_placement", NORM_PLACEMENTS)
         self._one_of("position", POSITIONS)
         self._one_of("activation", ACTIVATIONS)
+        self._one_of("ffn", FFNS)
         self._one_of("tie_embeddings", TIES)
         self._positive(
             "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",

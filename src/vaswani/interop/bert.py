@@ -224,7 +224,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     eps, ties, the pooler and fused q/k/v are free; everything else must be BERT's."""
     needed = {
         "arch": "encoder_only", "norm": "layernorm", "norm_placement": "post", "position": "learned",
-        "attn_window": None, "bias": True, "scale_embeddings": False,
+        "attn_window": None, "bias": True, "scale_embeddings": False, "ffn": "plain",
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

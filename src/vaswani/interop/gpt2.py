@@ -186,7 +186,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
     needed = {
         "arch": "decoder_only", "norm": "layernorm", "norm_placement": "pre", "position": "learned",
-        "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False,
+        "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False, "ffn": "plain",
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

@@ -228,7 +228,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     are free; everything else must be Marian's."""
     needed = {
         "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
-        "bias": True, "norm_eps": LAYER_NORM_EPS,
+        "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain",
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

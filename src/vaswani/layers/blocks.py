@@ -61,7 +61,7 @@ class Block(nn.Module):
         self.self_attn_norm = make_norm(cfg)
         self.cross_attn = attention(True) if cross else None
         self.cross_attn_norm = make_norm(cfg) if cross else None
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.ffn)
         self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.residual = residual_for(cfg)

@@ -46,7 +46,7 @@ class GPT(nn.Module):
             if "norm" in name:
                 continue
             if p.dim() > 1:
-                is_residual = name.endswith(("out_proj.weight", "ffn.linear2.weight"))
+                is_residual = name.endswith(("out_proj.weight", "ffn.linear2.weight", "ffn.down_proj.weight"))
                 nn.init.normal_(p, 0.0, residual_std if is_residual else 0.02)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
