@@ -89,6 +89,10 @@ class ModelConfig(Config):
     weights), with ``activation`` as act: ``silu`` gives SwiGLU (Llama's), ``gelu`` GeGLU. The
     usual d_ff = 2/3 · 4 · d_model keeps the plain FFN's parameter count; set it through
     ``d_ff``. See :class:`~vaswani.layers.feedforward.FeedForward`.
+
+    ``n_kv_heads`` is grouped-query attention's count of key/value heads (Ainslie et al. 2023): each
+    group of ``n_heads / n_kv_heads`` query heads shares one key/value head, and the KV cache keeps
+    only those; 1 is multi-query attention, None (or ``n_heads``) the paper's multi-head attention.
     """
 
     _section = "model"
@@ -99,6 +103,9 @@ class ModelConfig(Config):
     tgt_vocab_size: int | None = flag(None, "target vocabulary (set from the tokenizer)")
     d_model: int = flag(512, "model width")
     n_heads: int = flag(8, "attention heads", flag="--heads")
+    n_kv_heads: int | None = flag(
+        None, "key/value heads shared by groups of query heads (1: multi-query; default: --heads)"
+    )
     d_ff: int = flag(2048, "feed-forward width")
     n_layers: int = flag(6, "layers of every stack of the model", flag="--layers")
     n_encoder_layers: int | None = flag(None, "encoder layers (default: --layers)", flag="--encoder-layers")
@@ -149,6 +156,8 @@ class ModelConfig(Config):
         self._fraction("dropout", "attn_dropout")
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            self._fail("n_kv_heads", f"must be >= 1 and divide n_heads={self.n_heads}, got {self.n_kv_heads}")
         if self.position in ROTARY and (self.d_model // self.n_heads) % 2:
             self._fail(
                 "position",

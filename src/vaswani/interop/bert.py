@@ -63,6 +63,7 @@ from vaswani.errors import ConfigError
 from vaswani.interop.common import (
     KeyMap,
     hf_field,
+    refuse_grouped_heads,
 )
 from vaswani.models.bert import POOLER_KEYS
 from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
@@ -222,6 +223,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
 def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that BERT cannot express. Sizes, dropout, activation,
     eps, ties, the pooler and fused q/k/v are free; everything else must be BERT's."""
+    refuse_grouped_heads(cfg, "BERT")
     needed = {
         "arch": "encoder_only", "norm": "layernorm", "norm_placement": "post", "position": "learned",
         "attn_window": None, "bias": True, "scale_embeddings": False, "ffn": "plain",

@@ -23,11 +23,22 @@ import torch
 from safetensors.torch import load_file, save
 from torch import Tensor
 
+from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.io import first_line, fsync_path, write_error, write_file
 from vaswani.rundir import RunDir
 
 PICKLED = "pytorch_model.bin"
+
+
+def refuse_grouped_heads(cfg: ModelConfig, family: str) -> None:
+    """Refuse grouped-query attention (``n_kv_heads`` below ``n_heads``) for ``family``, whose
+    attention has one key/value head per query head."""
+    if cfg.n_kv_heads not in (None, cfg.n_heads):
+        raise ConfigError(
+            f"config field 'model.n_kv_heads': {family} has one key/value head per query head "
+            f"(n_heads={cfg.n_heads}), got {cfg.n_kv_heads}"
+        )
 
 
 @dataclass(frozen=True)

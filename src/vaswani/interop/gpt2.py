@@ -51,6 +51,7 @@ from vaswani.interop.common import (
     expand,
     hf_field,
     read_hf_weights,
+    refuse_grouped_heads,
     rename,
     write_json,
     write_safetensors,
@@ -184,6 +185,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
 def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that GPT-2 cannot express. ``fused_qkv`` and the
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
+    refuse_grouped_heads(cfg, "GPT-2")
     needed = {
         "arch": "decoder_only", "norm": "layernorm", "norm_placement": "pre", "position": "learned",
         "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False, "ffn": "plain",

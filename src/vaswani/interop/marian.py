@@ -52,6 +52,7 @@ from vaswani.errors import ConfigError
 from vaswani.interop.common import (
     KeyMap,
     hf_field,
+    refuse_grouped_heads,
 )
 from vaswani.tokenizer import TextTokenizer
 
@@ -226,6 +227,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that Marian cannot express. Positions may be either
     sinusoidal layout; activation, embedding scale, ties, sizes, fused q/k/v and the output bias
     are free; everything else must be Marian's."""
+    refuse_grouped_heads(cfg, "Marian")
     needed = {
         "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
         "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain",

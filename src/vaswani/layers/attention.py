@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.layers.kernels import explicit_attention_is_faster
+from vaswani.layers.kernels import explicit_attention_is_faster, sdpa_takes_grouped_heads
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
@@ -108,6 +108,12 @@ def ungroup(x: Tensor, group: int) -> Tensor:
     return x.view(n, heads, group, gt // group, d).transpose(1, 2).reshape(n * group, heads, gt // group, d)
 
 
+def expand_heads(x: Tensor, n_heads: int) -> Tensor:
+    """Key/value heads (batch, kv_heads, seq, d_head) → (batch, n_heads, seq, d_head), each repeated
+    for the ``n_heads / kv_heads`` consecutive query heads of its group."""
+    return x.repeat_interleave(n_heads // x.shape[1], dim=1)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
@@ -122,6 +128,11 @@ class MultiHeadAttention(nn.Module):
     path (used for relative positions, when weights are asked for, and where
     :mod:`vaswani.layers.kernels` measured it faster) computes the same thing step by step and
     returns the weights.
+
+    Grouped-query attention (``n_kv_heads`` < ``n_heads``; 1 is multi-query): keys and values
+    have ``n_kv_heads`` heads of ``d_head``, query head ``h`` attending with key/value head
+    ``h // (n_heads / n_kv_heads)``; the cache keeps the ``n_kv_heads`` heads, which are expanded
+    (:func:`expand_heads`) only for the product, or not at all where SDPA groups them itself.
     """
 
     def __init__(
@@ -136,10 +147,13 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         relative: ScorePositions | None = None,
         qk_positions: nn.Module | None = None,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.d_head = d_model // n_heads
+        d_kv = self.n_kv_heads * self.d_head
         self.dropout = dropout
         self.fused = fused
         self.cross = cross
@@ -149,19 +163,19 @@ class MultiHeadAttention(nn.Module):
         self.alibi = relative if isinstance(relative, ALiBiPositions) else None
         self.qk_positions = qk_positions
         if fused and not cross:
-            self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, d_model + 2 * d_kv, bias=bias)
         elif fused:
             self.q_proj = Linear(d_model, d_model, bias=bias)
-            self.kv_proj = Linear(d_model, 2 * d_model, bias=bias)
+            self.kv_proj = Linear(d_model, 2 * d_kv, bias=bias)
         else:
             self.q_proj = Linear(d_model, d_model, bias=bias)
-            self.k_proj = Linear(d_model, d_model, bias=bias)
-            self.v_proj = Linear(d_model, d_model, bias=bias)
+            self.k_proj = Linear(d_model, d_kv, bias=bias)
+            self.v_proj = Linear(d_model, d_kv, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
-        """(batch, seq, d_model) → (batch, heads, seq, d_head)."""
-        return x.unflatten(-1, (self.n_heads, self.d_head)).transpose(1, 2)
+        """(batch, seq, heads · d_head) → (batch, heads, seq, d_head), for query or key/value heads."""
+        return x.unflatten(-1, (-1, self.d_head)).transpose(1, 2)
 
     def _project(
         self, x: Tensor, source: Tensor, cache: KVCache | None, positions: Tensor | None
@@ -169,7 +183,8 @@ class MultiHeadAttention(nn.Module):
         """Queries from ``x``; keys and values from ``source`` or the cache. The new queries and
         keys go through :meth:`apply_qk_positions` before the cache keeps the keys."""
         if self.fused and not self.cross:
-            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+            d_kv = self.n_kv_heads * self.d_head
+            q, k, v = self.qkv_proj(x).split([self.n_heads * self.d_head, d_kv, d_kv], dim=-1)
             q, k, v = self._heads(q), self._heads(k), self._heads(v)
         else:
             q = self._heads(self.q_proj(x))
@@ -248,7 +263,10 @@ class MultiHeadAttention(nn.Module):
         """softmax(Q Kᵀ / sqrt(d_head) + position terms) V over the keys ``mask`` allows, with the
         layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
         (batch, heads, q_len, k_len) if ``need_weights``; ``positions`` are the keys' position ids
-        (relative terms, ALiBi's bias; the queries are the last q_len of them).
+        (relative terms, ALiBi's bias; the queries are the last q_len of them). ``k`` and ``v`` have
+        the layer's ``n_kv_heads`` heads: SDPA takes them so with ``enable_gqa`` where
+        :func:`~vaswani.layers.kernels.sdpa_takes_grouped_heads` says so, else they are expanded to
+        every query head before the product.
 
         The explicit path computes the weights (asked for, or needed by relative positions) or is
         the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
@@ -275,13 +293,20 @@ class MultiHeadAttention(nn.Module):
             mask, has_key = guard_empty_rows(mask)
         dropout = self.dropout if self.training else 0.0
         weights = None
+        grouped = self.n_kv_heads != self.n_heads
+        enable_gqa = (
+            grouped and not explicit and sdpa_takes_grouped_heads(q, mask is not None or bias is not None)
+        )
+        if grouped and not enable_gqa:
+            k, v = expand_heads(k, self.n_heads), expand_heads(v, self.n_heads)
         if explicit:
             out, weights = self._explicit(q, k, v, mask, dropout, positions, bias)
         else:
             if bias is not None:
                 mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
+            gqa = {"enable_gqa": True} if enable_gqa else {}
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, **gqa
             )
         if has_key is not None:
             out = out * has_key

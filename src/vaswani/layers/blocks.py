@@ -50,6 +50,7 @@ class Block(nn.Module):
                 dropout=cfg.attn_dropout,
                 bias=cfg.bias,
                 fused=cfg.fused_qkv,
+                n_kv_heads=cfg.n_kv_heads,
                 cross=is_cross,
                 causal=causal and not is_cross,
                 window=None if is_cross else cfg.attn_window,
