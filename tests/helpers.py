@@ -330,13 +330,16 @@ class LineTask:
 # Position schemes on a tiny GPT
 
 
-def position_gpt(kind: str, max_len: int = 32, window: int | None = None) -> GPT:
-    """A tiny float64 GPT with position scheme ``kind``: small random weights and a head that maps
-    token y to about y + 1, so that greedy decoding walks through the vocabulary."""
+def position_gpt(
+    kind: str, max_len: int = 32, window: int | None = None, n_heads: int = 2, n_kv_heads: int | None = None
+) -> GPT:
+    """A tiny float64 GPT with position scheme ``kind`` (and ``n_heads`` query heads sharing
+    ``n_kv_heads`` key/value heads): small random weights and a head that maps token y to about
+    y + 1, so that greedy decoding walks through the vocabulary."""
     cfg = ModelConfig(
-        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_decoder_layers=2,
-        dropout=0.0, norm="pre_ln", position=kind, max_len=max_len, tie_embeddings="none",
-        scale_embeddings=False, attn_window=window,
+        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=32,
+        n_decoder_layers=2, dropout=0.0, norm="pre_ln", position=kind, max_len=max_len,
+        tie_embeddings="none", scale_embeddings=False, attn_window=window,
     )  # fmt: skip
     torch.manual_seed(0)
     model = GPT(cfg).to(torch.float64).eval()

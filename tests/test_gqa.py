@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import left_padded, one_line, tiny_args, write_reverse_task
+from tests.helpers import left_padded, one_line, position_gpt, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
@@ -144,29 +144,10 @@ def test_the_cache_keeps_the_kv_heads_only(fused):
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-6, rtol=0)
 
 
-def _gpt(position: str, n_kv_heads: int) -> GPT:
-    """A tiny float64 GPT of 4 query heads with ``n_kv_heads``, whose head maps token y to about
-    y + 1 (greedy decoding walks through the vocabulary)."""
-    cfg = ModelConfig(
-        arch="decoder_only", tgt_vocab_size=24, d_model=16, n_heads=4, n_kv_heads=n_kv_heads, d_ff=32,
-        n_decoder_layers=2, dropout=0.0, norm="pre_ln", position=position, max_len=32,
-        tie_embeddings="none", scale_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(cfg).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.15)
-        model.embed.token.weight.normal_(0.0, 1.0)
-        model.output.weight.copy_(2 * model.embed.token.weight.roll(1, dims=0))
-    return model
-
-
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
 @pytest.mark.parametrize("position", ["learned", "relative", "rope", "alibi"])
 def test_cached_generation_equals_uncached(position, n_kv_heads):
-    model = _gpt(position, n_kv_heads)
+    model = position_gpt(position, n_heads=4, n_kv_heads=n_kv_heads)
     ids, mask = left_padded(PROMPTS)
     cached = generate(lm_next_logits(model, mask, True), ids, 10, 99, 0, keep_logits=True)
     uncached = generate(lm_next_logits(model, mask, False), ids, 10, 99, 0, keep_logits=True)
