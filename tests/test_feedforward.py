@@ -127,6 +127,29 @@ def test_ffn_bad_values_are_refused_naming_the_field():
         FeedForward(8, 16, kind="swiglu")
 
 
+@pytest.mark.parametrize("name,kind", [("swiglu", "silu"), ("geglu", "gelu")])
+def test_activation_swiglu_is_the_gated_ffn_with_its_activation(tmp_path, name, kind):
+    """``activation: swiglu`` (``geglu``) is ``ffn: gated`` with silu (gelu), from Python, a
+    preset's overrides, a ``--config`` file and the flags alike, and is saved as the two fields;
+    a source that also says ``ffn: plain`` is refused naming ``ffn``."""
+    from vaswani.tasks import registry
+
+    expected = ("gated", kind)
+    assert (ModelConfig(activation=name).ffn, ModelConfig(activation=name).activation) == expected
+    assert (lambda c: (c.ffn, c.activation))(ModelConfig.preset("gpt-mini", activation=name)) == expected
+    config = tmp_path / "model.yaml"
+    config.write_text(f"model: {{activation: {name}}}\n")
+    for run in (
+        registry.configure("lm", {"model": {"activation": name}}),
+        registry.configure("lm", config=config),
+    ):
+        assert (run.model.ffn, run.model.activation) == expected
+        assert (run.model.to_dict()["ffn"], run.model.to_dict()["activation"]) == expected
+    with pytest.raises(ConfigError) as exc:
+        registry.configure("lm", {"model": {"activation": name, "ffn": "plain"}})
+    assert "'model.ffn'" in one_line(exc) and name in one_line(exc)
+
+
 def _fits(model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor]) -> None:
     """A few Adam steps on one batch lower the loss, and every gated weight gets a gradient."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -9,10 +9,13 @@ how the model fields of several such sources merge.
   BERT's ``src_vocab_size`` and ``n_encoder_layers``). An encoder-decoder's per-side fields
   (:data:`SIDES`) are no aliases: they override the neutral fields for one side.
 
+- ``activation``: the names of a gated feed-forward with its activation (:data:`COMBINED_ACTIVATIONS`:
+  ``activation: swiglu`` is ``ffn: gated`` with ``activation: silu``, Llama's; ``geglu`` the same with
+  ``gelu``). These are no old spellings but the common names of the two fields together.
 - ``bf16`` (true, false or a recipe's ``auto``): the training's precision before fp16 came, read
   as ``precision`` (:func:`precision_of_bf16`).
 
-Each source is read on its own (:func:`split_combined_norm`, :func:`check_aliases`), then laid
+Each source is read on its own (:func:`split_combined`, :func:`check_aliases`), then laid
 over the earlier ones (:func:`merged_model`); :func:`resolved_sides` gives what a built config
 holds.
 """
@@ -30,6 +33,8 @@ COMBINED_NORMS = {
     "pre_ln": ("layernorm", "pre"),
     "pre_rmsnorm": ("rmsnorm", "pre"),
 }
+# The names of a gated feed-forward with its activation: each sets ``ffn`` and ``activation``.
+COMBINED_ACTIVATIONS = {"swiglu": ("gated", "silu"), "geglu": ("gated", "gelu")}
 # The neutral vocabulary and depth fields → an encoder-decoder's per-side fields (None: the neutral one).
 SIDES = {
     "vocab_size": ("src_vocab_size", "tgt_vocab_size"),
@@ -67,6 +72,30 @@ def split_combined_norm(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {**fields, "norm": kind, "norm_placement": placement}
 
 
+def split_combined_activation(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields ``fields`` of one source with a combined ``activation`` (``swiglu``:
+    :data:`COMBINED_ACTIVATIONS`) written as the two fields it stands for, ``ffn`` and
+    ``activation``. An ``ffn`` in the same source that contradicts it is a :class:`ConfigError`
+    naming the field."""
+    activation = fields.get("activation")
+    if not isinstance(activation, str) or activation not in COMBINED_ACTIVATIONS:
+        return dict(fields)
+    ffn, kind = COMBINED_ACTIVATIONS[activation]
+    given = fields.get("ffn")
+    if given is not None and given != ffn:
+        raise ConfigError(
+            f"config field 'model.ffn': {given!r} contradicts activation {activation!r} (the {ffn} "
+            f"feed-forward with {kind}); give ffn {ffn!r} or leave it out"
+        )
+    return {**fields, "ffn": ffn, "activation": kind}
+
+
+def split_combined(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields ``fields`` of one source with every combined value (``norm: pre_ln``,
+    ``activation: swiglu``) written as the fields it stands for."""
+    return split_combined_activation(split_combined_norm(fields))
+
+
 def check_aliases(fields: Mapping[str, Any], source: str) -> None:
     """Refuse, naming the field, a single-stack model's field that one source ``fields`` also
     gives under an old name with another value (a GPT's ``n_layers: 4`` and ``n_decoder_layers: 6``)."""
@@ -80,10 +109,11 @@ def check_aliases(fields: Mapping[str, Any], source: str) -> None:
 
 def merged_model(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """The model fields ``base`` (earlier sources, merged) with those of a later source ``over``
-    on top. ``over``'s old combined ``norm`` is split first; its ``n_layers`` (``vocab_size``)
-    replaces ``base``'s per-side values (``--layers`` sets every stack), and for a single-stack
-    ``arch`` its old name of a field replaces ``base``'s value of that field."""
-    over = split_combined_norm(over)
+    on top. ``over``'s combined values (an old ``norm``, ``activation: swiglu``) are split first;
+    its ``n_layers`` (``vocab_size``) replaces ``base``'s per-side values (``--layers`` sets every
+    stack), and for a single-stack ``arch`` its old name of a field replaces ``base``'s value of
+    that field."""
+    over = split_combined(over)
     dropped = {side for neutral, sides in SIDES.items() if neutral in over for side in sides}
     aliases = aliases_of(over.get("arch", base.get("arch")))
     dropped |= {neutral for alias, neutral in aliases.items() if over.get(alias) is not None}

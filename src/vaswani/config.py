@@ -18,12 +18,15 @@ from typing import Any
 import yaml
 
 from vaswani.aliases import (
+    COMBINED_ACTIVATIONS,
     COMBINED_NORMS,
     SIDES,
     check_aliases,
     merged_model,
     precision_of_bf16,
     resolved_sides,
+    split_combined,
+    split_combined_activation,
     split_combined_norm,
 )
 from vaswani.errors import ConfigError
@@ -112,7 +115,11 @@ class ModelConfig(Config):
     n_decoder_layers: int | None = flag(None, "decoder layers (default: --layers)", flag="--decoder-layers")
     dropout: float = flag(0.1)
     attn_dropout: float = flag(0.0, "dropout of the attention weights")
-    activation: str = flag("relu", choices=ACTIVATIONS)
+    activation: str = flag(
+        "relu",
+        "the activation (swiglu, geglu: the gated feed-forward with silu, gelu)",
+        choices=(*ACTIVATIONS, *COMBINED_ACTIVATIONS),
+    )
     ffn: str = flag(
         "plain", "the feed-forward: plain (the paper's) or gated (with silu: SwiGLU)", choices=FFNS
     )
@@ -142,6 +149,7 @@ class ModelConfig(Config):
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
         self._split_norm()
+        self._split_activation()
         self._one_of("norm_placement", NORM_PLACEMENTS)
         self._one_of("position", POSITIONS)
         self._one_of("activation", ACTIVATIONS)
@@ -195,10 +203,19 @@ class ModelConfig(Config):
         object.__setattr__(self, "norm", fields["norm"])
         object.__setattr__(self, "norm_placement", fields["norm_placement"] or "post")
 
+    def _split_activation(self) -> None:
+        """Hold a combined ``activation`` (``swiglu``) as the gated feed-forward and its activation
+        (the sources' contradicting ``ffn`` was refused where they merged: here ``ffn`` may be the
+        default)."""
+        fields = split_combined_activation({"activation": self.activation})
+        object.__setattr__(self, "activation", fields["activation"])
+        object.__setattr__(self, "ffn", fields.get("ffn", self.ffn))
+
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too, and
+        """A copy with ``changes``; an old combined ``norm`` among them sets the placement too (and
+        ``activation: swiglu`` the gated feed-forward), and
         ``n_layers`` (``vocab_size``) without per-side values sets every stack."""
-        changes = split_combined_norm(changes)
+        changes = split_combined(changes)
         for neutral, sides in SIDES.items():
             if neutral in changes:
                 changes = {**dict.fromkeys(sides), **changes}
@@ -218,7 +235,7 @@ class ModelConfig(Config):
         """A named architecture, e.g. ``ModelConfig.preset("transformer-base")``."""
         if name not in presets():
             raise ConfigError(f"unknown preset '{name}'; choose from {', '.join(presets())}")
-        fields = merged_model(split_combined_norm(presets()[name]), overrides)
+        fields = merged_model(split_combined(presets()[name]), overrides)
         return cls.from_dict(fields, source=f"preset '{name}'")
 
 
