@@ -256,7 +256,7 @@ def edit_config(src: Path, **changes: Any) -> None:
 BAD_FOLDERS = {
     "no folder": (lambda src, tmp: src.rename(tmp / "gone"), DataError, "no such folder"),
     "no config.json": (lambda src, tmp: (src / "config.json").unlink(), DataError, "config.json"),
-    "unknown model_type": (lambda src, tmp: edit_config(src, model_type="llama"), ConfigError, "'llama'"),
+    "unknown model_type": (lambda src, tmp: edit_config(src, model_type="gptj"), ConfigError, "'gptj'"),
     "shape mismatch": (
         lambda src, tmp: edit_config(src, n_positions=64),
         DataError,
@@ -284,7 +284,7 @@ def test_bad_folders_are_refused_in_one_line_and_nothing_is_written(tmp_path, ch
 def test_unknown_model_type_lists_the_supported_ones(tmp_path, char_tokenizer):
     src = hf_folder(tmp_path / "hf", hf_model(6, 0, **HF_CONFIGS[0]), char_tokenizer)
     edit_config(src, model_type="t5")
-    with pytest.raises(ConfigError, match="supported: bert, gpt2, marian"):
+    with pytest.raises(ConfigError, match="supported: bert, gpt2, llama, marian"):
         import_hf(src, tmp_path / "run")
 
 
@@ -308,7 +308,8 @@ def test_runs_of_other_tasks_or_shapes_are_not_exported(tmp_path, char_tokenizer
     RunDir(other).write_config(RunConfig("summarization", ModelConfig.preset("tiny")))
     with pytest.raises(RunDirError) as exc:
         export_hf(other, tmp_path / "out1")
-    assert "'summarization'" in one_line(exc) and "lm (as GPT-2), translation (as Marian)" in one_line(exc)
+    assert "'summarization'" in one_line(exc)
+    assert "lm (as GPT-2, or Llama with rotary positions), translation (as Marian)" in one_line(exc)
     cfg = ModelConfig.preset("gpt-mini", n_decoder_layers=1, d_model=32, n_heads=4, d_ff=64, norm="post_ln")
     write_run(tmp_path / "post_ln", cfg.replace(tgt_vocab_size=64), char_tokenizer, seed=7)
     with pytest.raises(ConfigError) as exc:

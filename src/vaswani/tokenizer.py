@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -50,9 +50,11 @@ class TokenizerFile:
         tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
 
     @classmethod
-    def load(cls: type[T], path: Path) -> T:
+    def load(cls: type[T], path: Path, **options: Any) -> T:
+        """The tokenizer saved at ``path``; ``options`` go to the class (an
+        :class:`LMTokenizer`'s special tokens)."""
         try:
-            return cls(Tokenizer.from_file(str(path)))
+            return cls(Tokenizer.from_file(str(path)), **options)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             if isinstance(exc, RunDirError):
                 raise RunDirError(f"{path}: {exc}") from None
@@ -134,17 +136,33 @@ class LMTokenizer(TokenizerFile):
     Byte-level BPE maps every byte to one of 256 printable symbols before the merges, so
     any text, in any script, encodes without an unknown token and decodes back exactly.
     The character tokenizer has one token per character seen in training, and ``<unk>``
-    for the others. ``<|endoftext|>`` separates documents and ends generation; it also
-    pads batched prompts (padding is masked, so its id does not matter). As in
+    for the others. ``eos_token`` (``<|endoftext|>``) separates documents and ends generation;
+    it also pads batched prompts (padding is masked, so its id does not matter). ``bos_token``
+    (None in the tokenizers vaswani trains; an imported Llama's ``<s>`` or
+    ``<|begin_of_text|>``) starts every encoded text, as Llama's tokenizer does. As in
     :class:`TextTokenizer`, typed text is never read as a special token.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, eos_token: str = END_OF_TEXT, bos_token: str | None = None
+    ) -> None:
         super().__init__(tokenizer)
-        eos = tokenizer.token_to_id(END_OF_TEXT)
-        if eos is None:
-            raise RunDirError(f"tokenizer has no {END_OF_TEXT} token")
-        self.eos_id = self.pad_id = eos
+        ids = {}
+        for token in (eos_token, bos_token):
+            if token is not None:
+                ids[token] = tokenizer.token_to_id(token)
+                if ids[token] is None:
+                    raise RunDirError(f"tokenizer has no {token} token")
+        self.eos_id = self.pad_id = ids[eos_token]
+        self.bos_id: int | None = None if bos_token is None else ids[bos_token]
+
+    def encode(self, text: str) -> list[int]:
+        ids = super().encode(text)
+        return ids if self.bos_id is None else [self.bos_id, *ids]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        rows = super().encode_batch(texts)
+        return rows if self.bos_id is None else [[self.bos_id, *ids] for ids in rows]
 
     @classmethod
     def train(cls, texts: Iterable[str], kind: str, vocab_size: int) -> LMTokenizer:

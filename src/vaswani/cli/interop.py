@@ -13,7 +13,9 @@ def add_parsers(commands: Any) -> None:
         help="convert a Hugging Face model folder into a vaswani run directory",
         description="Read DIR (config.json, model.safetensors or pytorch_model.bin, and the tokenizer) and "
         "write the run directory OUT. Supported: GPT-2 (model_type gpt2; tokenizer.json or vocab.json + "
-        "merges.txt), a language model for `vaswani generate` and `vaswani evaluate`; Marian/OPUS-MT "
+        "merges.txt), a language model for `vaswani generate` and `vaswani evaluate`; Llama "
+        "(model_type llama, LlamaForCausalLM; tokenizer.json; rope_scaling null or default), a language "
+        "model as well; Marian/OPUS-MT "
         "(model_type marian; tokenizer.json, and target_tokenizer.json for a separate target vocabulary, or "
         "else OPUS-MT's SentencePiece files source.spm, target.spm and vocab.json (target_vocab.json for "
         "a separate target vocabulary), read as MarianTokenizer reads them, which needs the sentencepiece "
@@ -31,7 +33,8 @@ def add_parsers(commands: Any) -> None:
         help="write a vaswani run as a Hugging Face model folder",
         description="Write the run RUN_DIR as a Hugging Face model folder OUT (config.json, "
         "model.safetensors, tokenizer files) that transformers' from_pretrained loads. Supported: "
-        "language models (lm), as GPT-2; translation runs, as Marian (MarianMTModel; a run imported from "
+        "language models (lm), as GPT-2, or as Llama (LlamaForCausalLM) when their positions are rotary; "
+        "translation runs, as Marian (MarianMTModel; a run imported from "
         "OPUS-MT's SentencePiece files gets them back, for MarianTokenizer); masked language models (mlm), "
         "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty.",
     )

@@ -90,7 +90,9 @@ class TextData(DataConfig):
     The text comes from ``text`` (files or folders, ``source="text"``) or the embedded default
     (Python's own documentation, ``source="default"``); the last ``valid_fraction`` of it is held
     out. A language model splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size``
-    pieces, as GPT-2; "char": one token per character).
+    pieces, as GPT-2; "char": one token per character). ``eos_token`` (``<|endoftext|>``) and
+    ``bos_token`` (none) are the special tokens of the run's tokenizer (see
+    :class:`~vaswani.tokenizer.LMTokenizer`); a run imported from a Llama checkpoint keeps its own.
 
     A masked language model uses a WordPiece vocabulary of at most ``vocab_size`` pieces and
     cuts the text into windows of up to ``max_len`` tokens; in each, a fraction ``mask_prob`` of
@@ -107,6 +109,8 @@ class TextData(DataConfig):
     mask_prob: float = flag(0.15, "fraction of the tokens chosen for prediction (mlm, 0.15)")
     mask_random: float = flag(0.1, "of those, the fraction replaced by a random token (mlm, 0.1)")
     mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)")
+    eos_token: str = no_flag("<|endoftext|>")  # lm: ends documents and generation (a Llama's </s>)
+    bos_token: str | None = no_flag(None)  # lm: starts every text (an imported Llama's <s>)
 
     def _check(self) -> None:
         super()._check()

@@ -1,11 +1,13 @@
 """Hugging Face-format checkpoints: import them as vaswani run directories, export runs to them.
 
 One module per model family holds its key-mapping table, used in both directions
-(:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.marian`, :mod:`vaswani.interop.bert`);
+(:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.llama`, :mod:`vaswani.interop.marian`,
+:mod:`vaswani.interop.bert`);
 :mod:`vaswani.interop.common` has what they share. Imports are
 chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by the
 Hugging Face family that the run's task names in the task registry (``hf_family``,
-:data:`EXPORTERS`). The output folder is written beside its final place
+:data:`EXPORTERS`): a language model is written as Llama when its positions are rotary, else as
+GPT-2. The output folder is written beside its final place
 and renamed into it, so that it appears complete or not at all; an existing non-empty one is
 refused, never overwritten.
 """
@@ -16,9 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import RunConfig
+from vaswani.config import ROTARY, RunConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.interop import bert, bert_folder, gpt2, marian, marian_folder
+from vaswani.interop import bert, bert_folder, gpt2, llama, llama_folder, marian, marian_folder
 from vaswani.interop.common import new_folder, read_hf_config
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -31,10 +33,20 @@ Exporter = Callable[[Path, RunConfig, Path], None]
 IMPORTERS: dict[str, Importer] = {
     bert.MODEL_TYPE: bert_folder.import_folder,
     gpt2.MODEL_TYPE: gpt2.import_folder,
+    llama.MODEL_TYPE: llama_folder.import_folder,
     marian.MODEL_TYPE: marian_folder.import_folder,
 }
+
+
+def export_decoder(run_dir: Path, run: RunConfig, out: Path) -> None:
+    """A language model as Llama (:mod:`~vaswani.interop.llama_folder`) when its positions are
+    rotary, else as GPT-2 (:mod:`~vaswani.interop.gpt2`)."""
+    exporter = llama_folder.export_run if run.model.position in ROTARY else gpt2.export_run
+    exporter(run_dir, run, out)
+
+
 EXPORTERS: dict[str, tuple[str, Exporter]] = {
-    gpt2.MODEL_TYPE: ("GPT-2", gpt2.export_run),
+    gpt2.MODEL_TYPE: ("GPT-2, or Llama with rotary positions", export_decoder),
     marian.MODEL_TYPE: ("Marian", marian_folder.export_run),
     bert.MODEL_TYPE: ("BERT", bert_folder.export_run),
 }

@@ -48,12 +48,18 @@ def load_documents(spec: TextData) -> tuple[list[str], str]:
 
 
 def encode_documents(tok: LMTokenizer, documents: Sequence[str]) -> Tensor:
-    """One stream of token ids, each document followed by ``<|endoftext|>``."""
+    """One stream of token ids, each document followed by the end of text (and preceded by the
+    tokenizer's BOS when it has one)."""
     ids: list[int] = []
     for encoded in tok.encode_batch(documents):
         ids.extend(encoded)
         ids.append(tok.eos_id)
     return torch.tensor(ids, dtype=torch.long)
+
+
+def run_tokenizer(path: Path, data: TextData) -> LMTokenizer:
+    """The tokenizer of a run, with the special tokens its data section names."""
+    return LMTokenizer.load(path, eos_token=data.eos_token, bos_token=data.bos_token)
 
 
 def windows(ids: Tensor, starts: Tensor, length: int) -> Tensor:
@@ -177,7 +183,7 @@ class LanguageModel:
         where = resolve_device(device)
         folder = RunDir(run_dir)
         run = folder.read_config(TASK, TextData)
-        tokenizer = LMTokenizer.load(folder.file(TOKENIZER))
+        tokenizer = run_tokenizer(folder.file(TOKENIZER), run.data)
         check_vocab(run, tokenizer, folder.path)
         model = folder.load_weights(GPT(run.model)).to(where)
         model.eval()
@@ -300,7 +306,7 @@ def train_lm(
     documents, name = load_documents(run.data)
     train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
     if resume:
-        tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
+        tokenizer = run_tokenizer(run_dir / TOKENIZER, run.data)
     else:
         tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
         vocab = padded_vocab_size(tokenizer.vocab_size)
