@@ -290,6 +290,8 @@ CLI = [
     Cli("lm", "too little text", lm_train(text="{tmp}/p.txt"), ["context"]),
     Cli("lm", "heads do not divide d_model", lm_train("--heads", "3"), ["model.n_heads", "d_model=32"]),
     Cli("lm", "attention window 0", lm_train("--attn-window", "0"), ["model.attn_window"]),
+    Cli("lm", "attention window past the context", lm_train("--attn-window", "999"),
+        ["model.attn_window", "max_len="]),
     Cli("lm", "zero context", lm_train("--max-len", "0"), ["model.max_len", "> 0"]),
     Cli("lm", "negative learning rate", lm_train("--lr", "-1"), ["train.lr", "> 0"]),
     Cli("lm", "resume nothing", ["train", "lm", "--resume", "{tmp}/none"], ["no such run"]),

@@ -93,6 +93,10 @@ class ModelConfig(Config):
     usual d_ff = 2/3 · 4 · d_model keeps the plain FFN's parameter count; set it through
     ``d_ff``. See :class:`~vaswani.layers.feedforward.FeedForward`.
 
+    ``attn_window`` w is local attention (:mod:`vaswani.layers.local`): query i attends key j iff
+    ``|i − j| <= w`` (causal: the query itself and the w keys before it, w + 1 keys; Mistral's and
+    Hugging Face's ``sliding_window`` counts the query, so theirs is our w + 1); at most ``max_len``.
+
     ``n_kv_heads`` is grouped-query attention's count of key/value heads (Ainslie et al. 2023): each
     group of ``n_heads / n_kv_heads`` query heads shares one key/value head, and the KV cache keeps
     only those; 1 is multi-query attention, None (or ``n_heads``) the paper's multi-head attention.
@@ -136,7 +140,9 @@ class ModelConfig(Config):
     max_len: int = flag(512, "longest sequence (a language model's context)")
     rel_clip: int = flag(16, "clipping distance k of relative positions")
     rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles")
-    attn_window: int | None = flag(None, "local attention: keys within N positions", metavar="N")
+    attn_window: int | None = flag(
+        None, "local attention: keys at most N positions away (causal: itself + N before)", metavar="N"
+    )
     fused_qkv: bool = flag(False, "one projection for queries, keys and values")
     bias: bool = flag(True, "biases in the projections and norms")
     scale_embeddings: bool = flag(True, "multiply embeddings by sqrt(d_model)")
@@ -176,6 +182,8 @@ class ModelConfig(Config):
             self._fail("type_vocab_size", f"must be >= 0 (0: none), got {self.type_vocab_size}")
         if self.attn_window is not None and self.attn_window < 1:
             self._fail("attn_window", f"must be >= 1 or null, got {self.attn_window}")
+        if self.attn_window is not None and self.attn_window > self.max_len:
+            self._fail("attn_window", f"must be <= max_len={self.max_len}, got {self.attn_window}")
         if (
             self.arch == "encoder_decoder"
             and self.tie_embeddings == "all"

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from vaswani.layers.kernels import explicit_attention_is_faster, sdpa_takes_grouped_heads
 from vaswani.layers.linear import Linear
+from vaswani.layers.local import is_key_mask, local_attention
 from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
 
@@ -272,8 +273,19 @@ class MultiHeadAttention(nn.Module):
         the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
         otherwise SDPA runs, told ``is_causal`` instead of given a mask where it can be, and given
         ALiBi's bias as a float mask (masked keys at the dtype's minimum). Rows in which no key may
-        be attended give zeros, not NaN."""
+        be attended give zeros, not NaN.
+
+        With a ``window``, many queries over as many keys (training, evaluation, a prompt's
+        prefill) and a key mask, the banded path of :mod:`vaswani.layers.local` runs instead, in
+        O(L · w); the weights (``need_weights``) and decoding steps take the dense masked path."""
         q_len, k_len = q.shape[2], k.shape[2]
+        if self.window is not None and not need_weights and q_len == k_len > 1 and is_key_mask(mask, k_len):
+            explicit = self.relative is not None or explicit_attention_is_faster(q)
+            dropout = self.dropout if self.training else 0.0
+            scores = self.relative if self.relative is not None else self.alibi
+            return local_attention(
+                q, k, v, self.window, self.causal, mask, dropout, positions, scores, explicit
+            ), None
         bias = None
         if self.alibi is not None and positions is not None:
             bias = self.alibi.bias(positions[:, -q_len:], positions).to(q.dtype)

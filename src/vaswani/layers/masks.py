@@ -55,7 +55,10 @@ def window_mask(
 
     Query at position ``i`` may attend key ``j`` iff ``|i - j| <= window``; with
     ``causal=True`` iff ``0 <= i - j <= window`` (itself and the previous
-    ``window`` keys). Queries are the last ``q_len`` of ``k_len`` positions.
+    ``window`` keys: ``window + 1`` keys). Queries are the last ``q_len`` of ``k_len`` positions.
+    This is the convention of ``attn_window`` everywhere (the banded path of
+    :mod:`vaswani.layers.local` too). Mistral's and Hugging Face's ``sliding_window`` counts the
+    query itself among its keys: their ``sliding_window`` is our ``window + 1``.
     """
     if window < 1:
         raise ValueError(f"attn_window must be >= 1, got {window}")
