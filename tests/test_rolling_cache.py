@@ -25,7 +25,7 @@ DT = torch.float64
 W = 3  # the window: a query sees itself and the 3 keys before it
 NEW = 6 * W  # generated tokens, several times the window
 SCHEMES = ["sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "relative"]
-# Prompts shorter than, as long as, and longer than the window and than the buffer (2 W).
+# Prompts shorter than, as long as, and longer than the window and than the buffer (W + 1).
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [3, 4], [12, 2, 9], [7, 1, 4, 2, 8]]
 
 
@@ -93,7 +93,8 @@ def test_windowed_layers_get_the_rolling_cache_and_others_the_growing_one():
 
 def test_cache_buffers_stop_growing_once_the_window_is_full():
     """3 W steps of one token after a 10-token prompt: every layer's buffers keep their shape and
-    bytes (those of 2 W keys and values), while a full-attention model's grow with the length."""
+    bytes (those of w + max(1, w // 4) = 4 keys and values), while a full-attention model's grow
+    with the length."""
     windowed, full = _gpt("rope"), position_gpt("rope")
     caches, full_caches = windowed.new_cache(), full.new_cache()
     tokens = torch.arange(2, 22).view(2, 10)
@@ -107,9 +108,10 @@ def test_cache_buffers_stop_growing_once_the_window_is_full():
         sizes.append([layer.self_attn.nbytes for layer in caches])
         full_sizes.append(sum(layer.self_attn.nbytes for layer in full_caches))
     d_head = windowed.config.d_model // windowed.config.n_heads
-    expected = 2 * (2 * 2 * (2 * W) * d_head) * 8  # keys and values, (batch, heads, 2 W, d_head), float64
+    capacity = W + 1
+    expected = 2 * (2 * 2 * capacity * d_head) * 8  # keys and values, (batch, heads, capacity, d_head), fp64
     assert all(size == [expected] * len(caches) for size in sizes)
-    assert all(layer.self_attn._key.shape == (2, 2, 2 * W, d_head) for layer in caches)
+    assert all(layer.self_attn._key.shape == (2, 2, capacity, d_head) for layer in caches)
     assert all(layer.self_attn.key.shape[2] == W for layer in caches)
     assert full_sizes[-1] == 2 * full_sizes[0]  # 19 keys: the growing buffers doubled from 16
     assert all(layer.self_attn.length == 10 + 3 * W for layer in caches)

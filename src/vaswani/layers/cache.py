@@ -74,23 +74,23 @@ class RollingKVCache:
     cache keeps the newest w keys; :meth:`append` returns them followed by the new ones (w + 1
     keys for one new token). Older keys are forgotten.
 
-    Storage is a fixed buffer (batch, heads, capacity, d_head), capacity = 2w (allocated by
-    doubling up to it), in which the kept keys are one contiguous run in sequence order: a step
-    writes its key after them and attends to a view, and when the buffer's end is reached the w
-    kept keys are copied to its front (one copy of w keys every w steps, one key a step on
-    average). A ring of w + 1 slots would take half the memory but hold the keys out of order,
-    so every step would have to gather the padding mask and the position ids into the ring's
-    order and the window and causal masks (and any banded computation) would no longer apply as
-    they are; here the kept keys are always the newest of the sequence and :func:`newest_keys`
-    cuts the rest to match. A prompt longer than the buffer is attended as a whole (a
-    temporary tensor) and only its newest w keys are kept.
+    Storage is a fixed buffer (batch, heads, capacity, d_head), capacity = w + max(1, w // 4)
+    (allocated by doubling up to it), in which the kept keys are one contiguous run in sequence
+    order: a step writes its key after them and attends to a view, and when the buffer's end is
+    reached the w kept keys are copied to its front (w keys every w // 4 steps: about 4 a step
+    on average, beside the one a step writes). A ring of w + 1 slots would take a fifth less
+    memory but hold the keys out of order, so every step would have to gather the padding mask
+    and the position ids into the ring's order, and the window and causal masks (and any banded
+    computation) would no longer apply as they are; here the kept keys are always the newest of
+    the sequence and :func:`newest_keys` cuts the rest to match. A prompt longer than the buffer
+    is attended as a whole (a temporary tensor) and only its newest w keys are kept.
     """
 
     def __init__(self, window: int) -> None:
         if window < 1:
             raise ValueError(f"attn_window must be >= 1, got {window}")
         self.window = window
-        self.capacity = 2 * window
+        self.capacity = window + max(1, window // 4)
         self._key: Tensor | None = None
         self._value: Tensor | None = None
         self._start = 0  # the kept keys are buffer positions [_start, _end)
