@@ -1,7 +1,8 @@
 """The core, written once and composed into every model."""
 
-from vaswani.layers.attention import KVCache, MultiHeadAttention
+from vaswani.layers.attention import MultiHeadAttention
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder, LayerCache
+from vaswani.layers.cache import KVCache, RollingKVCache
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.linear import Linear
@@ -23,6 +24,7 @@ __all__ = [
     "MultiHeadAttention",
     "RMSNorm",
     "RelativePositions",
+    "RollingKVCache",
     "SinusoidalPositions",
     "causal_mask",
     "padding_mask",

@@ -1,4 +1,5 @@
-"""Scaled dot-product attention and multi-head attention (self and cross, with a KV cache).
+"""Scaled dot-product attention and multi-head attention (self and cross, with a KV cache of
+:mod:`vaswani.layers.cache`).
 
 Shapes: inputs are ``(batch, seq, d_model)``; inside, heads are
 ``(batch, heads, seq, d_head)``. Masks follow :mod:`vaswani.layers.masks`
@@ -13,63 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vaswani.layers.cache import AttentionCache, KVCache, RollingKVCache, newest_keys
 from vaswani.layers.kernels import explicit_attention_is_faster, sdpa_takes_grouped_heads
 from vaswani.layers.linear import Linear
 from vaswani.layers.local import is_key_mask, local_attention
 from vaswani.layers.masks import combine, self_attention_mask
 from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
-
-
-class KVCache:
-    """Keys and values of one attention layer kept between decoding steps.
-
-    Self-attention appends the new step's keys and values; cross-attention
-    fills it once from the encoder output and reuses it. Keys and values live in
-    buffers (batch, heads, capacity, d_head) that grow by doubling, so a step
-    writes only its own slice instead of copying the whole history.
-    """
-
-    def __init__(self) -> None:
-        self._key: Tensor | None = None
-        self._value: Tensor | None = None
-        self.length = 0
-
-    @property
-    def key(self) -> Tensor | None:
-        return None if self._key is None else self._key[:, :, : self.length]
-
-    @property
-    def value(self) -> Tensor | None:
-        return None if self._value is None else self._value[:, :, : self.length]
-
-    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Add (batch, heads, new, d_head) keys and values; return all of them so far."""
-        end = self.length + key.shape[2]
-        if self._key is None or self._value is None or end > self._key.shape[2]:
-            capacity = max(end, 2 * self.length, 16)
-            grown_key = key.new_empty(*key.shape[:2], capacity, key.shape[3])
-            grown_value = value.new_empty(*value.shape[:2], capacity, value.shape[3])
-            if self._key is not None and self._value is not None:
-                grown_key[:, :, : self.length] = self._key[:, :, : self.length]
-                grown_value[:, :, : self.length] = self._value[:, :, : self.length]
-            self._key, self._value = grown_key, grown_value
-        self._key[:, :, self.length : end] = key
-        self._value[:, :, self.length : end] = value
-        self.length = end
-        return self._key[:, :, :end], self._value[:, :, :end]
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows ``index`` (beam search, dropping finished rows)."""
-        if self._key is not None and self._value is not None:
-            self._key, self._value = self._select(self._key, index), self._select(self._value, index)
-
-    def _select(self, buffer: Tensor, index: Tensor) -> Tensor:
-        """A new buffer of the same capacity holding the rows ``index`` of the filled part:
-        only ``length`` positions are copied (``index_select`` into the slice, several times
-        faster than indexing the whole buffer)."""
-        kept = buffer.new_empty(index.shape[0], *buffer.shape[1:])
-        torch.index_select(buffer[:, :, : self.length], 0, index, out=kept[:, :, : self.length])
-        return kept
 
 
 def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -174,12 +124,20 @@ class MultiHeadAttention(nn.Module):
             self.v_proj = Linear(d_model, d_kv, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
+    def new_cache(self) -> AttentionCache:
+        """An empty cache for decoding with this layer: a :class:`RollingKVCache` of the newest
+        ``window`` keys for windowed causal self-attention (its memory constant in the length), a
+        growing :class:`KVCache` otherwise (full attention, cross-attention)."""
+        if self.window is not None and self.causal and not self.cross:
+            return RollingKVCache(self.window)
+        return KVCache()
+
     def _heads(self, x: Tensor) -> Tensor:
         """(batch, seq, heads · d_head) → (batch, heads, seq, d_head), for query or key/value heads."""
         return x.unflatten(-1, (-1, self.d_head)).transpose(1, 2)
 
     def _project(
-        self, x: Tensor, source: Tensor, cache: KVCache | None, positions: Tensor | None
+        self, x: Tensor, source: Tensor, cache: AttentionCache | None, positions: Tensor | None
     ) -> tuple[Tensor, ...]:
         """Queries from ``x``; keys and values from ``source`` or the cache. The new queries and
         keys go through :meth:`apply_qk_positions` before the cache keeps the keys."""
@@ -209,7 +167,7 @@ class MultiHeadAttention(nn.Module):
             return q, k
         return self.qk_positions(q, k, positions[:, -q.shape[2] :], positions.shape[-1])
 
-    def _positions(self, x: Tensor, cache: KVCache | None, positions: Tensor | None) -> Tensor | None:
+    def _positions(self, x: Tensor, cache: AttentionCache | None, positions: Tensor | None) -> Tensor | None:
         """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
         schemes that use them (None without one): the given ones, else 0, 1, … (no padding)."""
         if self.cross or (self.relative is None and self.alibi is None and self.qk_positions is None):
@@ -223,7 +181,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         memory: Tensor | None = None,
         mask: Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: AttentionCache | None = None,
         need_weights: bool = False,
         positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
@@ -237,12 +195,15 @@ class MultiHeadAttention(nn.Module):
         cross-attention, typically the key padding mask; the causal and window parts
         are added here from the layer's own settings. ``positions`` (batch | 1, cached + q_len)
         are the position ids of every key of self-attention, the queries being the last q_len of
-        them (left-padded rows count their real tokens only; 0, 1, … when None). Returns the output
-        (batch, q_len, d_model) and, if ``need_weights``, the attention weights
-        (batch, heads, q_len, k_len) before dropout.
+        them (left-padded rows count their real tokens only; 0, 1, … when None). A cache may keep
+        only the newest keys (:class:`RollingKVCache`): the mask's key columns and ``positions``
+        are then cut to those (k_len of them). Returns the output (batch, q_len, d_model) and, if
+        ``need_weights``, the attention weights (batch, heads, q_len, k_len) before dropout.
         """
         positions = self._positions(x, cache, positions)
         q, k, v = self._project(x, x if memory is None else memory, cache, positions)
+        if cache is not None and not self.cross:
+            mask, positions = newest_keys(mask, positions, k.shape[2])
         group = self._group_size(q, k)
         if group > 1:
             q = regroup(q, group)

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from vaswani.config import ModelConfig
-from vaswani.layers.attention import KVCache, MultiHeadAttention
+from vaswani.layers.attention import MultiHeadAttention
+from vaswani.layers.cache import AttentionCache, KVCache
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.norms import final_norm, make_norm, residual_for
 from vaswani.layers.positions import query_key_positions, score_positions
@@ -23,10 +24,11 @@ from vaswani.layers.positions import query_key_positions, score_positions
 
 @dataclass
 class LayerCache:
-    """Decoding state of one block: its self-attention and cross-attention KV caches."""
+    """Decoding state of one block: its self-attention and cross-attention KV caches (the
+    self-attention's a rolling one where it has a window: :meth:`MultiHeadAttention.new_cache`)."""
 
-    self_attn: KVCache = field(default_factory=KVCache)
-    cross_attn: KVCache = field(default_factory=KVCache)
+    self_attn: AttentionCache = field(default_factory=KVCache)
+    cross_attn: AttentionCache = field(default_factory=KVCache)
 
 
 class Block(nn.Module):
@@ -125,7 +127,8 @@ class BlockStack(nn.Module):
         self.checkpointing = False  # set by set_grad_checkpointing
 
     def new_cache(self) -> list[LayerCache]:
-        return [LayerCache() for _ in self.layers]
+        """An empty cache per block, each layer's of the kind its attention decodes with."""
+        return [LayerCache(self_attn=layer.self_attn.new_cache()) for layer in self.layers]
 
     def forward(
         self,
