@@ -14,7 +14,7 @@ state dict is the same. Learned positions have one trained vector per position 0
 beyond: they get "n/a" past 256. The evaluation path is checked: at length 256 the rebuilt model's
 loss equals that of the run's own model (``stream_loss``), or the script stops.
 
-    nice -n 5 python benchmarks/length_extrapolation.py             # the four runs (about 25 minutes)
+    nice -n 5 python benchmarks/length_extrapolation.py             # the four runs (12 minutes, quiet cores)
     python benchmarks/length_extrapolation.py --quick               # smoke run: a few tiny steps (seconds)
     python benchmarks/length_extrapolation.py --steps 500 --out runs/extrapolation   # keep the runs
     python benchmarks/length_extrapolation.py --results benchmarks/results/length_extrapolation.md
@@ -51,7 +51,7 @@ POSITIONS = ("sinusoidal", "learned", "rope", "alibi")
 LENGTHS = (256, 512, 1024, 2048)
 TRAIN_LEN = 256  # the training context (max_len of every trained model)
 BATCH_WINDOWS = 12  # training windows of TRAIN_LEN a step, as nanoGPT's batch of 12
-STEPS = 2000  # each run: about 5 minutes on 2 quiet CPU cores (0.15 s a step)
+STEPS = 1000  # each run: about 2.5 minutes on 2 quiet CPU cores (0.15 s a step), 15 on busy ones
 EVAL_TOKENS = 8192  # tokens in one evaluation batch (windows of a length: EVAL_TOKENS // length)
 CHECK_TOLERANCE = 1e-5  # |rebuilt at 256 − own model| in nats
 QUICK_STEPS = 4
