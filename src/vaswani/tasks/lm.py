@@ -89,12 +89,14 @@ def stream_loss(
     batch_size: int = 16,
     max_windows: int | None = None,
     vocab_size: int | None = None,
+    length: int | None = None,
 ) -> float:
-    """Mean next-token loss (nats) over ``ids``, cut into non-overlapping windows of the model's
-    context, so that each token is predicted once (at most ``max_windows`` windows, spread
-    evenly over the text); ``vocab_size`` as in :func:`next_token_loss`. The windows are cut from
-    ``ids`` where it is and run on the model's device."""
-    context = model.config.max_len
+    """Mean next-token loss (nats) over ``ids``, cut into non-overlapping windows of ``length``
+    tokens of context (default: the model's ``max_len``), so that each token is predicted once
+    (at most ``max_windows`` windows, spread evenly over the text); ``vocab_size`` as in
+    :func:`next_token_loss`. The windows are cut from ``ids`` where it is and run on the model's
+    device."""
+    context = model.config.max_len if length is None else length
     device = model_device(model)
     starts = torch.arange(0, max(1, len(ids) - 1), context)
     if max_windows is not None and len(starts) > max_windows:
