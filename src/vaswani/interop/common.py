@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,16 @@ import torch
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from vaswani.config import ModelConfig
+from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.io import first_line, fsync_path, write_error, write_file
+from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
+from vaswani.tasks import registry
+from vaswani.tasks.lm import TASK as LM_TASK
+from vaswani.tasks.lm import TOKENIZER as LM_TOKENIZER
+from vaswani.tokenizer import LMTokenizer
 
 PICKLED = "pytorch_model.bin"
 
@@ -100,6 +107,64 @@ def rename(
     if extra:
         raise DataError(f"unexpected tensor '{extra[0]}' ({len(extra)} in all)")
     return converted
+
+
+def decoder_state_from_hf(
+    tensors: Mapping[str, Tensor],
+    cfg: ModelConfig,
+    rows: Sequence[KeyMap],
+    our_shapes: Mapping[str, tuple[int, ...]],
+    prefix: str,
+    head: KeyMap,
+    buffers: re.Pattern[str],
+) -> dict[str, Tensor]:
+    """Our GPT state dict of a decoder-only family's ``tensors`` (GPT-2's, Llama's) by ``rows``:
+    the stored buffers that are no weights (``buffers``: attention masks, rotary tables) dropped,
+    the base model's names (without ``prefix``) read as the head model's, and with a tied head the
+    output projection ``head.ours`` is the token embedding itself (a stored ``head.hf`` is ignored,
+    as Hugging Face does). A missing, unexpected or misshapen tensor is a :class:`DataError`."""
+    tied = cfg.tie_embeddings != "none"
+    named: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        if buffers.fullmatch(name) or (tied and name == head.hf):
+            continue
+        named[name if name.startswith(prefix) or name == head.hf else prefix + name] = tensor
+    state = rename(named, rows, to_ours=True, our_shapes=our_shapes)
+    if tied:
+        state[head.ours] = state["embed.token.weight"]
+    return state
+
+
+def write_lm_run(
+    src: Path,
+    out: Path,
+    cfg: ModelConfig,
+    tokenizer: LMTokenizer,
+    tokenizer_path: Path,
+    state_from_hf: Callable[[Mapping[str, Tensor], ModelConfig], dict[str, Tensor]],
+    data: TextData,
+) -> None:
+    """Write a vaswani ``lm`` run directory into ``out`` from a decoder-only folder ``src`` (GPT-2's,
+    Llama's) whose config is ``cfg`` and tokenizer ``tokenizer`` (read from ``tokenizer_path``):
+    its weights converted by ``state_from_hf`` into a GPT, the default recipe's training settings
+    and ``data``. A vocabulary larger than the model's, or a weight that does not fit, is a
+    :class:`DataError` naming the file."""
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise DataError(
+            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
+            f"vocab_size of {cfg.vocab_size}"
+        )
+    tensors, weights_path = read_hf_weights(src)
+    try:
+        state = state_from_hf(tensors, cfg)
+    except DataError as exc:
+        raise DataError(f"{weights_path}: {exc}") from None
+    model = GPT(cfg)
+    model.load_state_dict(state, strict=True)
+    folder = RunDir(out)
+    folder.write_config(RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data))
+    folder.save_weights(model)
+    write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
 def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:

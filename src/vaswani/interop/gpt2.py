@@ -48,19 +48,19 @@ from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     KeyMap,
+    decoder_state_from_hf,
     expand,
     hf_field,
-    read_hf_weights,
     refuse_grouped_heads,
     rename,
     write_json,
+    write_lm_run,
     write_safetensors,
 )
 from vaswani.io import first_line, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
-from vaswani.tasks import registry
-from vaswani.tasks.lm import TASK, TOKENIZER
+from vaswani.tasks.lm import TOKENIZER
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
 
 MODEL_TYPE = "gpt2"
@@ -246,16 +246,7 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, 
     check_expressible(cfg)
     if not cfg.fused_qkv:
         raise ConfigError("config field 'model.fused_qkv': GPT-2 weights load into fused q/k/v; got false")
-    tied = cfg.tie_embeddings != "none"
-    named: dict[str, Tensor] = {}
-    for name, tensor in tensors.items():
-        if MASK_BUFFER.fullmatch(name) or (tied and name == UNTIED_HEAD.hf):
-            continue
-        named[name if name.startswith(PREFIX) or name == UNTIED_HEAD.hf else PREFIX + name] = tensor
-    state = rename(named, _rows(cfg), to_ours=True, our_shapes=_our_shapes(cfg))
-    if tied:
-        state[UNTIED_HEAD.ours] = state["embed.token.weight"]
-    return state
+    return decoder_state_from_hf(tensors, cfg, _rows(cfg), _our_shapes(cfg), PREFIX, UNTIED_HEAD, MASK_BUFFER)
 
 
 def _fuse_qkv(state: Mapping[str, Tensor], n_layers: int) -> dict[str, Tensor]:
@@ -335,23 +326,8 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer, tokenizer_path = read_tokenizer(src)
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise DataError(
-            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.vocab_size}"
-        )
-    tensors, weights_path = read_hf_weights(src)
-    try:
-        state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
-    model = GPT(cfg)
-    model.load_state_dict(state, strict=True)
     data = TextData(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
-    folder = RunDir(out)
-    folder.write_config(RunConfig(TASK, cfg, registry.configure(TASK).train, data))  # the default recipe's
-    folder.save_weights(model)
-    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    write_lm_run(src, out, cfg, tokenizer, tokenizer_path, state_from_hf, data)
 
 
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import KeyMap, expand, hf_field, rename
+from vaswani.interop.common import KeyMap, decoder_state_from_hf, expand, hf_field, rename
 from vaswani.models.gpt import GPT
 
 MODEL_TYPE = "llama"
@@ -301,16 +301,8 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, 
         raise ConfigError(
             f"config field 'model.position': Llama weights load into \"rope\", got {cfg.position!r}"
         )
-    tied = cfg.tie_embeddings != "none"
-    named: dict[str, Tensor] = {}
-    for name, tensor in tensors.items():
-        if ROTARY_BUFFER.fullmatch(name) or (tied and name == UNTIED_HEAD.hf):
-            continue
-        named[name if name.startswith(PREFIX) or name == UNTIED_HEAD.hf else PREFIX + name] = tensor
-    state = rename(named, _rows(cfg), to_ours=True, our_shapes=_our_shapes(cfg))
-    if tied:
-        state[UNTIED_HEAD.ours] = state["embed.token.weight"]
-    return state
+    rows, shapes = _rows(cfg), _our_shapes(cfg)
+    return decoder_state_from_hf(tensors, cfg, rows, shapes, PREFIX, UNTIED_HEAD, ROTARY_BUFFER)
 
 
 def _separate_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:

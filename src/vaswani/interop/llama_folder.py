@@ -19,12 +19,11 @@ from tokenizers import Tokenizer
 from vaswani.config import RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.interop.common import read_hf_weights, write_json, write_safetensors
+from vaswani.interop.common import write_json, write_lm_run, write_safetensors
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
-from vaswani.tasks import registry
 from vaswani.tasks.lm import TASK, TOKENIZER, run_tokenizer
 from vaswani.tokenizer import LM_UNK, LMTokenizer
 
@@ -90,28 +89,13 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer = read_tokenizer(src, hf_config)
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise DataError(
-            f"{src / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.vocab_size}"
-        )
-    tensors, weights_path = read_hf_weights(src)
-    try:
-        state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
-    model = GPT(cfg)
-    model.load_state_dict(state, strict=True)
     ids = (tokenizer.eos_id, tokenizer.bos_id)
     eos, bos = (None if i is None else tokenizer.tokenizer.id_to_token(i) for i in ids)
     assert eos is not None  # an LMTokenizer always has its EOS
     data = TextData(
         source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size, eos_token=eos, bos_token=bos
     )
-    folder = RunDir(out)
-    folder.write_config(RunConfig(TASK, cfg, registry.configure(TASK).train, data))  # the default recipe's
-    folder.save_weights(model)
-    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    write_lm_run(src, out, cfg, tokenizer, src / TOKENIZER, state_from_hf, data)
 
 
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
