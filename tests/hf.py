@@ -1,7 +1,7 @@
 """Hugging Face parity helpers: ``transformers`` models with every weight random, the folders they
-are saved in, and Marian's shapes, special ids and models (shared by test_interop_marian.py and
-test_interop_marian_spm.py). Importing this module skips the importing test module when
-``transformers`` is not installed."""
+are saved in, greedy decoding against ``generate()``, and Marian's shapes, special ids and models
+(shared by test_interop_marian.py and test_interop_marian_spm.py). Importing this module skips the
+importing test module when ``transformers`` is not installed."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from torch import nn
 
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
 from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -69,6 +71,25 @@ MARIAN_CONFIGS: list[dict[str, Any]] = [
     },
 ]  # fmt: skip
 MARIAN_EOS, MARIAN_UNK = 0, 1  # Marian's </s> and <unk>; <pad> is the last id of the target vocabulary
+
+
+def assert_greedy_equals_generate(model: nn.Module, hf: Any, vocab: int, eos: int, pad: int) -> None:
+    """Our greedy decoding of the decoder-only ``model`` gives the same 50 new tokens as the
+    Hugging Face model ``hf``'s ``generate()``, from one prompt and from a left-padded batch of two
+    (position ids from the attention mask); ``eos`` should be an id the model never produces
+    first, so that all 50 steps are compared."""
+    prompts = torch.randint(1, vocab - 1, (2, 9), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, :4] = False
+    prompts[1, :4] = pad
+    for ids, attention in ((prompts[:1], mask[:1]), (prompts, mask)):
+        ours = generate(lm_next_logits(model, attention), ids, 50, eos, pad).tokens
+        theirs = hf.generate(
+            ids, attention_mask=attention.long(), max_new_tokens=50, do_sample=False, pad_token_id=pad,
+            eos_token_id=eos,
+        )[:, ids.shape[1] :]  # fmt: skip
+        assert theirs.shape == (ids.shape[0], 50)
+        assert torch.equal(ours, theirs)
 
 
 def marian_pad(config: dict[str, Any]) -> int:

@@ -13,12 +13,10 @@ import pytest
 import torch
 
 from tests.helpers import one_line, perturb, write_run_dir
-from tests.hf import hf_folder, randomise
+from tests.hf import assert_greedy_equals_generate, hf_folder, randomise
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError
-from vaswani.generation.lm import lm_next_logits
-from vaswani.generation.sampling import generate
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.models.gpt import GPT
@@ -152,18 +150,7 @@ def test_greedy_generation_matches_transformers_token_for_token(tmp_path, char_t
         hf = transformers.LlamaForCausalLM.from_pretrained(
             export_hf(tmp_path / "run", tmp_path / "hf")
         ).eval()
-    prompts = torch.randint(1, vocab - 1, (2, 9), generator=torch.Generator().manual_seed(4))
-    mask = torch.ones(2, 9, dtype=torch.bool)
-    mask[1, :4] = False
-    prompts[1, :4] = pad
-    for ids, attention in ((prompts[:1], mask[:1]), (prompts, mask)):
-        ours = generate(lm_next_logits(model, attention), ids, 50, eos, pad).tokens
-        theirs = hf.generate(
-            ids, attention_mask=attention.long(), max_new_tokens=50, do_sample=False, pad_token_id=pad,
-            eos_token_id=eos,
-        )[:, ids.shape[1] :]  # fmt: skip
-        assert theirs.shape == (ids.shape[0], 50)
-        assert torch.equal(ours, theirs)
+    assert_greedy_equals_generate(model, hf, vocab, eos, pad)
 
 
 def test_configs_convert_both_ways_and_llama_config_reads_ours():

@@ -167,6 +167,24 @@ def write_lm_run(
     write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
+def write_lm_folder(
+    run_dir: Path,
+    run: RunConfig,
+    out: Path,
+    hf_config: Mapping[str, Any],
+    state_to_hf: Callable[[Mapping[str, Tensor], ModelConfig], dict[str, Tensor]],
+    tokenizer: LMTokenizer,
+) -> None:
+    """Write the weights of the ``lm`` run ``run_dir`` (GPT-2's, Llama's family) into the folder
+    ``out`` as ``state_to_hf`` names them, with ``hf_config`` as ``config.json`` and the run's
+    ``tokenizer.json``; the family writes its tokenizer settings beside them."""
+    model = GPT(run.model)
+    RunDir(run_dir).load_weights(model)
+    write_json(out / RunDir.CONFIG, hf_config)
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
+    write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+
+
 def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
     """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
     refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a

@@ -54,8 +54,8 @@ from vaswani.interop.common import (
     refuse_grouped_heads,
     rename,
     write_json,
+    write_lm_folder,
     write_lm_run,
-    write_safetensors,
 )
 from vaswani.io import first_line, write_file
 from vaswani.models.gpt import GPT
@@ -343,11 +343,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
         hf_config = config_to_hf(run.model, tokenizer.eos_id)
     except ConfigError as exc:
         raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
-    model = GPT(run.model)
-    RunDir(run_dir).load_weights(model)
-    write_json(out / RunDir.CONFIG, hf_config)
-    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
-    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    write_lm_folder(run_dir, run, out, hf_config, state_to_hf, tokenizer)
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK
     write_json(

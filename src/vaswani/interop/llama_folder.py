@@ -19,10 +19,9 @@ from tokenizers import Tokenizer
 from vaswani.config import RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.interop.common import write_json, write_lm_run, write_safetensors
+from vaswani.interop.common import write_json, write_lm_folder, write_lm_run
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
-from vaswani.io import first_line, write_file
-from vaswani.models.gpt import GPT
+from vaswani.io import first_line
 from vaswani.rundir import RunDir
 from vaswani.tasks.lm import TASK, TOKENIZER, run_tokenizer
 from vaswani.tokenizer import LM_UNK, LMTokenizer
@@ -118,11 +117,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
         hf_config = config_to_hf(run.model, bos_id, tokenizer.eos_id)
     except ConfigError as exc:
         raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
-    model = GPT(run.model)
-    RunDir(run_dir).load_weights(model)
-    write_json(out / RunDir.CONFIG, hf_config)
-    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
-    write_file(out / TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    write_lm_folder(run_dir, run, out, hf_config, state_to_hf, tokenizer)
     names = {"bos_token": bos_id, "eos_token": tokenizer.eos_id}
     settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
     settings.update({key: tokenizer.tokenizer.id_to_token(i) for key, i in names.items()})
