@@ -13,7 +13,7 @@ import vaswani.layers.attention as attention_module
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.layers.attention import MultiHeadAttention
-from vaswani.layers.local import MIN_BLOCK, blocks_for, local_attention
+from vaswani.layers.local import MIN_BLOCK, blocks_for, local_attention, span_windows
 from vaswani.layers.masks import window_mask
 from vaswani.layers.positions import ALiBiPositions, RelativePositions, positions_from_mask
 from vaswani.models.bert import Bert
@@ -48,23 +48,23 @@ def reference(q, k, v, window, causal, mask, positions, scores):
     return out
 
 
-def inputs(kind: str, length: int, causal: bool, seed: int = 0):
+def inputs(kind: str, length: int, causal: bool, seed: int = 0, batch: int = 3):
     """q, k, v (requiring gradients), the key mask, the position ids and the score positions of a
-    case: ``padded`` has a right-padded row (left-padded when causal) and a fully padded one."""
+    case: ``padded`` has a right-padded row (left-padded when causal) and a fully padded one
+    (rows 1 and 2; row 0 padded when ``batch`` is 1)."""
     torch.manual_seed(seed)
-    batch = 3
     kv_heads = 2 if kind == "gqa" else HEADS
     q = torch.randn(batch, HEADS, length, D_HEAD, requires_grad=True)
     k = torch.randn(batch, kv_heads, length, D_HEAD, requires_grad=True)
     v = torch.randn(batch, kv_heads, length, D_HEAD, requires_grad=True)
     real = torch.ones(batch, length, dtype=torch.bool)
     if kind in ("padded", "alibi", "relative"):
-        cut = max(1, length // 3)
+        cut, row = max(1, length // 3), min(1, batch - 1)
         if causal:
-            real[1, :cut] = False
+            real[row, :cut] = False
         else:
-            real[1, length - cut :] = False
-        real[2] = False
+            real[row, length - cut :] = False
+        real[2:3] = False
     mask = None if kind in ("plain", "gqa") else real[:, None, None, :]
     positions = positions_from_mask(real) if mask is not None else torch.arange(length)[None]
     scores = None
@@ -100,6 +100,76 @@ def test_blocks_equal_the_dense_window(length, window, causal, kind, explicit):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
     if mask is not None:  # the fully padded row: zeros, and no gradient through it
         assert torch.equal(got[2], torch.zeros_like(got[2]))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("length,window", [(3, 5), (40, 40), (100, 33), (192, 20), (200, 20), (300, 7)])
+def test_spans_cut_the_blocks_at_the_edges_of_the_sequence(length, window, causal):
+    """The spans cover every block once, in order; the inner blocks' windows lie inside the
+    sequence, the edges' do not (both, when no block is inner)."""
+    blocks = blocks_for(length, window, causal)
+    assert [n for span in blocks.spans for n in span] == list(range(blocks.count))
+    assert blocks.back <= 1 and blocks.ahead <= 1  # b >= w: one block before, one after at most
+    for n in range(blocks.count):
+        start, stop = (n - blocks.back) * blocks.size, (n + 1 + blocks.ahead) * blocks.size
+        assert (n in blocks.inner) == (start >= 0 and stop <= length)
+    if blocks.inner:
+        assert blocks.inner in blocks.spans
+    else:
+        assert blocks.spans == [range(blocks.count)]
+
+
+@pytest.mark.parametrize("kind", ["plain", "padded", "gqa", "alibi"])
+@pytest.mark.parametrize("batch", [1, 2, 9], ids=["one-row", "per-row", "per-block"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("length", [192, 200], ids=["whole-blocks", "partial-block"])
+def test_inner_blocks_one_call_per_row_or_per_block_equal_the_dense_window(length, causal, batch, kind):
+    """w = 20 (blocks of 32, 4 or 5 inner ones): one SDPA call for a single row, one per row for
+    2 rows, one per block for 9; forward and backward equal the dense definition."""
+    q, k, v, mask, positions, scores = inputs(kind, length, causal, seed=2, batch=batch)
+    expected = reference(q, k, v, 20, causal, mask, positions, scores)
+    got = local_attention(q, k, v, 20, causal, mask, 0.0, positions, scores)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for g, e in zip(gradients(got, (q, k, v)), gradients(expected, (q, k, v)), strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_inner_windows_are_views_and_backward_keeps_no_copy_of_the_keys(causal):
+    """The heads of one projection (batch, L, 3 · d_model), as the layer makes them: autograd keeps
+    that projection, the output and small tensors (the edges' copies, the band, the log-sum-exp),
+    no copy of the keys or values (each as large as k) and no mask per block (half of k here)."""
+    torch.manual_seed(0)
+    batch, length, window, d_head = 2, 4096, 32, 64
+    projected = torch.randn(batch, length, 3 * HEADS * d_head, requires_grad=True)
+    q, k, v = (x.unflatten(-1, (HEADS, d_head)).transpose(1, 2) for x in projected.chunk(3, dim=-1))
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = local_attention(q, k, v, window, causal)
+    storages.pop(projected.untyped_storage().data_ptr())
+    k_bytes = k.numel() * k.element_size()
+    assert sum(storages.values()) < k_bytes + k_bytes / 4  # the output (as large as k) and a little
+    torch.testing.assert_close(
+        out, reference(q, k, v, window, causal, None, None, None), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_span_windows_read_the_sequence_or_fill():
+    """The windows of a span equal those of the sequence padded with ``fill`` on both sides; views
+    of it (same storage) for the inner blocks."""
+    blocks = blocks_for(200, 20, causal=False)
+    x = torch.arange(200.0)[None]
+    padded = torch.nn.functional.pad(x, (32, 32 + blocks.count * blocks.size - 200), value=-1.0)
+    every = padded.unfold(1, blocks.keys, blocks.size)
+    for span in blocks.spans:
+        got = span_windows(x, blocks, span, fill=-1.0)
+        assert torch.equal(got, every[:, span.start : span.stop])
+        assert (got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == (span == blocks.inner)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])

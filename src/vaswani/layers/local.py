@@ -11,13 +11,25 @@ blocks (:class:`Blocks`); block n attends to the keys of blocks n − back … n
 ``back = ceil(w / b)`` and ``ahead = back`` (0 when causal), which hold every key within the
 window of its queries. Query r of a block and key c of its window are ``r − c + back · b``
 positions apart in every block, so one boolean pattern (b, keys) is the band (:func:`band`); it is
-AND-ed with the keys that exist (not padding, not outside the sequence). The windows of keys and
-values are overlapping views of one padded copy (:func:`key_windows`), and the blocks are the batch
+AND-ed with the keys that exist (not padding, not outside the sequence). The blocks are the batch
 rows of ``scaled_dot_product_attention``, the band as its boolean mask (ALiBi's bias as a float
 mask), or of an explicit softmax where relative positions (Shaw et al.) need their terms or where
 :mod:`vaswani.layers.kernels` measured it faster. Position terms are computed from the position
 ids of each block's queries and window's keys, so left-padded rows get the same terms as in the
 dense path. Rows with no key to attend give zeros.
+
+**Memory.** The blocks are cut in three spans (:attr:`Blocks.spans`): the inner blocks, whose
+windows lie inside the sequence, and the edges before and after them (at most one block before,
+as b >= w; the last one or two after). The inner blocks' queries, keys and values are views of
+``q``, ``k``, ``v`` themselves (the windows overlapping views, :func:`span_windows`), and without
+a key padding mask their mask is the band alone, (1, 1, b, keys), which SDPA broadcasts without a
+float copy per block; the edges read a padded copy of the few positions they cover, with a mask
+per block. Where the batch rows and the inner blocks do not flatten into one batch dimension as
+a view (the windows never do, unless one row or one block), SDPA runs once per row or per block,
+whichever are fewer (:func:`pieces`). So autograd keeps for backward, beyond q, k, v and the
+output, only the edges' copies and the log-sum-exp of SDPA: at L = 8192, w = 128 (batch 2, 4 heads
+of 64, fp32) 65.8 MiB in all against 112.5 MiB with one padded copy of the keys and values and a
+mask per block, the time the same (``benchmarks/long_context.py``).
 
 Measured on 2 CPU cores (torch 2.13, L = 8192, w = 128, 4 heads of 64, fp32, forward + backward):
 SDPA on the blocks 0.53 s against 0.84 s for the explicit softmax; blocks of 32, 64, 128 keys
@@ -26,7 +38,9 @@ within 10% of each other, 256 30% slower; hence b = w, at least :data:`MIN_BLOCK
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -58,9 +72,20 @@ class Blocks:
         return (self.back + 1 + self.ahead) * self.size
 
     @property
-    def padded(self) -> int:
-        """The length padded to whole blocks."""
-        return self.count * self.size
+    def inner(self) -> range:
+        """The blocks whose windows lie inside the sequence: from ``back`` to the last whose
+        window ends by ``length``."""
+        return range(self.back, max(self.back, self.length // self.size - self.ahead))
+
+    @property
+    def spans(self) -> list[range]:
+        """The blocks cut in three: those before :attr:`inner` (their windows begin before the
+        sequence), :attr:`inner`, those after it (their windows pass its end), empty ones left out;
+        all of them as one span when no block is inner."""
+        inner = self.inner
+        if not inner:
+            return [range(self.count)]
+        return [s for s in (range(0, inner.start), inner, range(inner.stop, self.count)) if s]
 
 
 def blocks_for(length: int, window: int, causal: bool) -> Blocks:
@@ -85,44 +110,53 @@ def band(blocks: Blocks, window: int, causal: bool, device: torch.device) -> Ten
     return allowed
 
 
-def query_blocks(x: Tensor, blocks: Blocks, fill: float | bool = 0) -> Tensor:
-    """(rows, length, *rest) → (rows, count, size, *rest): padded at the end with ``fill``."""
-    pad = blocks.padded - blocks.length
-    padded = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad), value=fill) if pad else x
-    return padded.unflatten(1, (blocks.count, blocks.size))
+def span_blocks(x: Tensor, blocks: Blocks, span: range, fill: float | bool = 0) -> Tensor:
+    """(rows, length, *rest) → (rows, len(span), size, *rest): the blocks of ``span``, the last
+    padded with ``fill`` where it passes the end; a view where it does not."""
+    start, stop = span.start * blocks.size, span.stop * blocks.size
+    part = x.narrow(1, start, min(stop, blocks.length) - start)
+    pad = stop - start - part.shape[1]
+    padded = F.pad(part, (0, 0) * (x.dim() - 2) + (0, pad), value=fill) if pad else part
+    return padded.unflatten(1, (len(span), blocks.size))
 
 
-def id_windows(x: Tensor, blocks: Blocks, fill: float | bool = 0) -> Tensor:
-    """(rows, length) → (rows, count, keys): each block's window, ``fill`` outside the sequence."""
-    front, end = blocks.back * blocks.size, blocks.ahead * blocks.size + blocks.padded - blocks.length
-    return F.pad(x, (front, end), value=fill).unfold(1, blocks.keys, blocks.size)
+def span_windows(x: Tensor, blocks: Blocks, span: range, fill: float | bool = 0) -> Tensor:
+    """(rows, length, *rest) → (rows, len(span), *rest, keys): the window of each block of
+    ``span``, ``fill`` outside the sequence; overlapping views of ``x`` itself when every window is
+    inside it (:attr:`Blocks.inner`), else of a padded copy of the slice the windows cover."""
+    start = (span.start - blocks.back) * blocks.size
+    stop = (span.stop + blocks.ahead) * blocks.size
+    inside = x.narrow(1, max(start, 0), min(stop, blocks.length) - max(start, 0))
+    front, end = max(-start, 0), max(stop - blocks.length, 0)
+    if front or end:
+        inside = F.pad(inside, (0, 0) * (x.dim() - 2) + (front, end), value=fill)
+    return inside.unfold(1, blocks.keys, blocks.size)
 
 
-def key_windows(x: Tensor, blocks: Blocks) -> Tensor:
-    """Keys or values (batch, heads, length, d) → (batch · count, heads, keys, d), overlapping views
-    of one copy of the rows padded to whole blocks and laid end to end: a window beyond its row's
-    ends reads zeros or the neighbouring row's keys, which :func:`block_mask` removes."""
-    batch, heads, _, d = x.shape
-    rows = query_blocks(x.transpose(1, 2), blocks).reshape(batch * blocks.padded, heads, d)
-    flat = F.pad(rows, (0, 0, 0, 0, blocks.back * blocks.size, blocks.ahead * blocks.size))
-    return flat.unfold(0, blocks.keys, blocks.size).permute(0, 1, 3, 2)
-
-
-def per_row(x: Tensor, batch: int) -> Tensor:
-    """(rows, count, …) with rows 1 or ``batch`` → (batch · count, …)."""
-    return x.expand(batch, *x.shape[1:]).flatten(0, 1)
-
-
-def block_mask(
-    blocks: Blocks, window: int, causal: bool, key_mask: Tensor | None, batch: int, device: torch.device
+def span_mask(
+    blocks: Blocks, span: range, window: int, causal: bool, key_mask: Tensor | None, device: torch.device
 ) -> Tensor:
-    """(batch · count, 1, size, keys) bool: the band AND the keys that exist in each window (inside
-    the sequence and allowed by ``key_mask`` (batch | 1, length), True = may attend)."""
+    """(rows | 1, n, 1, size, keys) bool, n = len(span): the band AND the keys that exist in each
+    window of ``span`` (inside the sequence, allowed by ``key_mask`` (rows | 1, length), True = may
+    attend)."""
     if key_mask is None:
         key_mask = torch.ones(1, blocks.length, dtype=torch.bool, device=device)
-    exists = id_windows(key_mask, blocks, False)
-    allowed = exists[:, :, None, :] & band(blocks, window, causal, device)
-    return per_row(allowed, batch)[:, None]
+    exists = span_windows(key_mask, blocks, span, False)
+    return (exists[:, :, None, :] & band(blocks, window, causal, device))[:, :, None]
+
+
+def merges(x: Tensor) -> bool:
+    """Whether the first two dimensions of ``x`` flatten into one as a view (no copy)."""
+    return x.shape[0] == 1 or x.shape[1] == 1 or x.stride(0) == x.shape[1] * x.stride(1)
+
+
+def pieces(x: Tensor, dim: int | None, batch: int) -> tuple[Tensor, ...]:
+    """(rows | 1, n, …) → what the SDPA calls take: all of it as (batch · n, …) when ``dim`` is
+    None; else one piece per batch row (n, …) when ``dim`` is 0, per block (rows | 1, …) when it
+    is 1, views whose gradients autograd stacks at once."""
+    if dim is None:
+        return (x.expand(batch, *x.shape[1:]).flatten(0, 1),)
+    return x.expand(batch, *x.shape[1:]).unbind(0) if dim == 0 else x.unbind(1)
 
 
 def is_key_mask(mask: Tensor | None, length: int) -> bool:
@@ -152,40 +186,74 @@ def local_attention(
     the tokens (0, 1, … when None), read by ``scores``: ALiBi's bias or Shaw et al.'s relative
     terms. ``explicit`` computes the softmax step by step (always with relative terms) instead of
     SDPA. The attention weights are not returned: a caller that needs them takes the dense path."""
-    batch, heads, length, d_head = q.shape
+    batch, heads, length = q.shape[:3]
     blocks = blocks_for(length, window, causal)
     relative = scores if isinstance(scores, RelativePositions) else None
     explicit = explicit or relative is not None
     key_mask = None if mask is None else mask[:, 0, 0]
-    allowed = block_mask(blocks, window, causal, key_mask, batch, q.device)
-    has_key = allowed.any(dim=-1, keepdim=True)
-    allowed = allowed | ~has_key
     if k.shape[1] != heads and (explicit or not sdpa_takes_grouped_heads(q, True)):
         k, v = (x.repeat_interleave(heads // x.shape[1], dim=1) for x in (k, v))
-    queries = query_blocks(q.transpose(1, 2), blocks).flatten(0, 1).transpose(1, 2)
-    keys, values = key_windows(k, blocks), key_windows(v, blocks)
-    bias, bucket = None, None
+    ids = None
     if scores is not None:
         ids = position_ids(length, q.device) if positions is None else positions
-        query_ids = query_blocks(ids, blocks).flatten(0, 1)
-        key_ids = id_windows(ids, blocks).flatten(0, 1)
-        if isinstance(scores, ALiBiPositions):
-            bias = scores.bias(query_ids, key_ids).to(q.dtype).unflatten(0, (-1, blocks.count))
-            bias = per_row(bias, batch)
-        else:
-            bucket = scores.bucket(query_ids[:, None], key_ids[:, None]).unflatten(0, (-1, blocks.count))
-            bucket = per_row(bucket, batch)
+    parts = []
+    for span in blocks.spans:
+        n = len(span)
+        queries = span_blocks(q.transpose(1, 2), blocks, span).transpose(2, 3)
+        keys, values = (span_windows(x.transpose(1, 2), blocks, span).transpose(-1, -2) for x in (k, v))
+        inner = span == blocks.inner
+        dim = None if not inner or all(merges(x) for x in (queries, keys, values)) else int(n <= batch)
+        guard = key_mask is not None or not inner
+        masks = (
+            pieces(span_mask(blocks, span, window, causal, key_mask, q.device), dim, batch)
+            if guard
+            else itertools.repeat(band(blocks, window, causal, q.device)[None, None])
+        )
+        biases: Iterable[Tensor | None] = itertools.repeat(None)
+        buckets: Iterable[Tensor | None] = itertools.repeat(None)
+        if ids is not None:
+            query_ids, key_ids = span_blocks(ids, blocks, span), span_windows(ids, blocks, span)
+            if isinstance(scores, ALiBiPositions):
+                bias = scores.bias(query_ids.flatten(0, 1), key_ids.flatten(0, 1)).to(q.dtype)
+                biases = pieces(bias.unflatten(0, (-1, n)), dim, batch)
+            else:
+                buckets = pieces(scores.bucket(query_ids, key_ids)[:, :, None], dim, batch)
+        calls = zip(
+            *(pieces(x, dim, batch) for x in (queries, keys, values)), masks, biases, buckets, strict=False
+        )
+        outs = [attend_blocks(*args, guard, dropout, relative, explicit).transpose(1, 2) for args in calls]
+        out = outs[0].unflatten(0, (batch, n)) if dim is None else torch.stack(outs, dim)
+        parts.append(out.flatten(1, 2)[:, : min(span.stop * blocks.size, length) - span.start * blocks.size])
+    return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).transpose(1, 2)
+
+
+def attend_blocks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    allowed: Tensor,
+    bias: Tensor | None,
+    bucket: Tensor | None,
+    guard: bool,
+    dropout: float,
+    relative: RelativePositions | None,
+    explicit: bool,
+) -> Tensor:
+    """Attention of the blocks ``q`` (rows, heads, size, d_head) over their windows ``k``, ``v``
+    (rows, kv_heads, keys, d_head), kv_heads dividing heads, where ``allowed`` (rows | 1, 1, size,
+    keys) says so: (rows, heads, size, d_head); ALiBi's ``bias`` (rows | 1, heads, size, keys) or
+    Shaw et al.'s ``bucket`` (rows | 1, 1, size, keys) with ``relative``. With ``guard``, queries
+    that may attend no key give zeros (else every query has one)."""
+    has_key = allowed.any(dim=-1, keepdim=True) if guard else None
+    if has_key is not None:
+        allowed = allowed | ~has_key
     if explicit:
-        out = _explicit(queries, keys, values, allowed, dropout, bias, bucket, relative)
+        out = _explicit(q, k, v, allowed, dropout, bias, bucket, relative)
     else:
         attn_mask = allowed if bias is None else torch.where(allowed, bias, torch.finfo(bias.dtype).min)
-        gqa = {"enable_gqa": True} if keys.shape[1] != heads else {}
-        out = F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=attn_mask, dropout_p=dropout, **gqa
-        )
-    out = out * has_key
-    out = out.transpose(1, 2).reshape(batch, blocks.padded, heads, d_head)[:, :length]
-    return out.transpose(1, 2)
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, **gqa)
+    return out if has_key is None else out * has_key
 
 
 def _explicit(
