@@ -100,8 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
     main_process = world().main  # of several training processes, only the main one prints errors
+    finished = False
     try:
         status = args.handler(args)
+        finished = True
     except TrainingInterrupted as exc:
         if main_process:
             more = f" --nproc {world().size}" if world().many else ""
@@ -120,5 +122,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("vaswani: interrupted", file=sys.stderr)
         return 130
     finally:
-        stop()
+        stop(finished)
     return status or 0

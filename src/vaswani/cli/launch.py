@@ -2,8 +2,12 @@
 
 Each process gets the variables ``torchrun`` would set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free port of this machine) and, unless
-``OMP_NUM_THREADS`` is set, an equal share of the CPU cores. Ctrl-C reaches every process from the
-terminal (each finishes its step, and the checkpoint is written); a SIGTERM to this launcher is
+``OMP_NUM_THREADS`` is set, an equal share of the CPU cores. As torchrun's agent does, this launcher
+hosts the processes' rendezvous store (a ``TCPStore`` on that port; ``TORCHELASTIC_USE_AGENT_STORE``
+tells torch.distributed to join it as a client in every process) and keeps it until all have ended:
+the main process, when it hosted the store, could abort at exit while a peer was still connected
+("terminate called without an active exception"). Ctrl-C reaches every process from the terminal
+(each finishes its step, and the checkpoint is written); a SIGTERM to this launcher is
 passed on to them. When one process fails the others are stopped; the exit status is the main
 process's, else the first failing one's. For several machines use ``torchrun`` (see the README).
 """
@@ -18,6 +22,8 @@ import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from torch.distributed import TCPStore
 
 GRACE_SECONDS = 20.0  # for the others to stop after one failed, before they are killed
 
@@ -49,9 +55,11 @@ def without_nproc(argv: Sequence[str]) -> list[str]:
 
 def launch(argv: Sequence[str], nproc: int) -> int:
     """Run ``vaswani ARGV`` (less ``--nproc``) on ``nproc`` processes; their exit status."""
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, nproc, is_master=True, wait_for_workers=False)
     env = {
         **os.environ, "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
     }  # fmt: skip
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     command = [sys.executable, "-m", "vaswani", *without_nproc(argv)]
@@ -71,6 +79,7 @@ def launch(argv: Sequence[str], nproc: int) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        del store  # only once every process has ended
 
 
 def _wait(procs: list[subprocess.Popen[bytes]]) -> int:

@@ -101,9 +101,14 @@ def start(device_name: str) -> tuple[World, torch.device]:
     return place, device
 
 
-def stop() -> None:
-    """Leave the process group, if this process joined one."""
+def stop(finished: bool = False) -> None:
+    """Leave the process group, if this process joined one. ``finished`` (the command ended well
+    in every process) waits first for the others at a barrier, so that no process tears down its
+    connections while a peer still uses them (gloo then aborts the peer at exit: "terminate called
+    without an active exception"); after an error a peer may never come, and nobody waits."""
     if dist.is_available() and dist.is_initialized():
+        if finished and dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
 
 
