@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,18 @@ def test_a_folder_run_trains_classifies_and_evaluates(folder, tmp_path, capsys):
     assert main(["classify-image", str(out), str(folder / "dark" / "0.png")]) == 0
     name, label, p = capsys.readouterr().out.split("\t")
     assert name.endswith("0.png") and label in ("bright", "dark") and 0.5 <= float(p) <= 1.0
+
+
+def test_skip_bad_images_trains_on_the_rest_and_counts_them(folder, tmp_path, capsys):
+    root = Path(shutil.copytree(folder, tmp_path / "images"))
+    (root / "dark" / "broken.png").write_bytes(b"not a png")
+    args = ["train", "image", "--data", str(root), "--image-size", "16", "--patch-size", "8", "--layers", "1"]
+    small = ["--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-steps", "1", "--quiet", "--no-bf16"]
+    assert main([*args, *small, "--out", str(tmp_path / "refused")]) == 2
+    assert "broken.png" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    assert main([*args, *small, "--out", str(tmp_path / "run"), "--skip-bad-images"]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped 1 unreadable image file(s), e.g. {root / 'dark' / 'broken.png'}" in err
 
 
 def test_the_registry_knows_the_image_task():
