@@ -67,7 +67,7 @@ def write_digits(folder: Path, indices: list[int]) -> list[Path]:
     paths = []
     for i in indices:
         path = folder / f"digit{i}.png"
-        Image.fromarray(images.pixels[i, 0].numpy(), mode="L").save(path)
+        Image.fromarray(images.pixels[i, 0].numpy()).save(path)
         paths.append(path)
     return paths
 
@@ -162,7 +162,7 @@ def folder(tmp_path_factory) -> Path:
         (root / name).mkdir()
         for i in range(8):
             noise = torch.randint(0, 50, (20, 16, 3), generator=generator, dtype=torch.uint8)
-            image = Image.fromarray((noise + base).clamp(0, 255).numpy().astype("uint8"), mode="RGB")
+            image = Image.fromarray((noise + base).clamp(0, 255).numpy().astype("uint8"))
             (image.convert("L") if i % 3 == 0 else image).save(root / name / f"{i}.png")
     return root
 

@@ -137,7 +137,7 @@ def digit_images(processing: ImageProcessing) -> Images:
 
     digits = load_digits()
     grey = (digits.images * 255 / 16).round().astype("uint8")
-    pixels = [image_tensor(processing.resize(Image.fromarray(image, mode="L"))) for image in grey]
+    pixels = [image_tensor(processing.resize(Image.fromarray(image))) for image in grey]
     return Images(torch.stack(pixels), torch.from_numpy(digits.target).long())
 
 
