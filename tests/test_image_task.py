@@ -145,6 +145,7 @@ def test_rollout_of_a_model_reads_its_attention_weights():
 
 def test_a_resumed_run_ends_with_the_same_weights(tmp_path):
     steps = ["--schedule", "constant", "--checkpoint-every", "3", "--drop-path", "0.2", "--deterministic"]
+    steps += ["--random-crop", "0.5", "--flip"]  # augmentation drawn from the RNG that checkpoints keep
     assert main(tiny_args(tmp_path / "whole", *steps)) == 0
     parts = tmp_path / "parts"
     assert main(tiny_args(parts, *steps, steps=3)) == 0
