@@ -45,6 +45,7 @@ SIDES = {
 ALIASES = {
     "decoder_only": {"tgt_vocab_size": "vocab_size", "n_decoder_layers": "n_layers"},
     "encoder_only": {"src_vocab_size": "vocab_size", "n_encoder_layers": "n_layers"},
+    "vit": {},
 }
 
 

@@ -33,7 +33,7 @@ from vaswani.errors import ConfigError
 from vaswani.runtime import DEVICE_NAME, DEVICES
 from vaswani.schema import Config, flag, no_flag
 
-ARCHS = ("encoder_decoder", "decoder_only", "encoder_only")
+ARCHS = ("encoder_decoder", "decoder_only", "encoder_only", "vit")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves", "rope", "rope_interleaved", "alibi")
@@ -44,6 +44,8 @@ TIES = ("none", "output", "all")
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 OPTIMIZERS = ("adam", "adamw")
 PRECISIONS = ("fp32", "bf16", "fp16")
+IMAGE_POOLS = ("cls", "mean")
+VIT_INITS = ("hf", "timm")
 
 
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
@@ -100,6 +102,16 @@ class ModelConfig(Config):
     ``n_kv_heads`` is grouped-query attention's count of key/value heads (Ainslie et al. 2023): each
     group of ``n_heads / n_kv_heads`` query heads shares one key/value head, and the KV cache keeps
     only those; 1 is multi-query attention, None (or ``n_heads``) the paper's multi-head attention.
+
+    ``arch="vit"`` is a Vision Transformer (Dosovitskiy et al. 2021): ``image_size``² images of
+    ``channels`` channels in ``patch_size``² patches (dividing ``image_size``), [CLS] and learned
+    positions, pre-LN blocks, a head on [CLS] or the patches' mean (``pooling``). Where Hugging Face
+    and timm differ, each is a field: ``norm_eps`` (1e-12 against 1e-6), ``vit_init`` (``hf``:
+    truncated N(0, 0.02) for the patch projection, linears, [CLS], positions; ``timm``: the same but
+    N(0, 1e-6) for [CLS] and PyTorch's default for the patch projection) and ``drop_path``: stochastic
+    depth in any stack, block i of N dropping its residual branches per sample with probability
+    p · i / (N − 1) in training, the kept ones scaled by 1 / (1 − p_i) (timm's and DeiT's; HF's ViT
+    has none; 0, the default, is off).
     """
 
     _section = "model"
@@ -151,6 +163,14 @@ class ModelConfig(Config):
     output_bias: bool = flag(False, "a bias on the output projection")
     type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)")
     pooler: bool = flag(True, "the [CLS] pooler (BERT)")
+    image_size: int = flag(224, "side of a ViT's square images, in pixels")
+    patch_size: int = flag(16, "side of a ViT's square patches, in pixels (divides --image-size)")
+    channels: int = flag(3, "colour channels of a ViT's images (3: RGB, 1: greyscale)")
+    pooling: str = flag(
+        "cls", "a ViT's image vector: the [CLS] state (default) or the patches' mean", choices=IMAGE_POOLS
+    )
+    vit_init: str = flag("hf", "a ViT's initialisation: hf (Hugging Face's) or timm", choices=VIT_INITS)
+    drop_path: float = flag(0.0, "stochastic depth: the last block's rate, from 0 at the first (0: off)")
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
@@ -161,13 +181,20 @@ class ModelConfig(Config):
         self._one_of("activation", ACTIVATIONS)
         self._one_of("ffn", FFNS)
         self._one_of("tie_embeddings", TIES)
+        self._one_of("pooling", IMAGE_POOLS)
+        self._one_of("vit_init", VIT_INITS)
         self._positive(
             "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
             "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "rope_theta", "norm_eps",
+            "image_size", "patch_size", "channels",
         )  # fmt: skip
         for name, value in resolved_sides(vars(self)).items():  # see vaswani.aliases
             object.__setattr__(self, name, value)
-        self._fraction("dropout", "attn_dropout")
+        self._fraction("dropout", "attn_dropout", "drop_path")
+        if self.image_size % self.patch_size:
+            self._fail(
+                "image_size", f"must be divisible by patch_size={self.patch_size}, got {self.image_size}"
+            )
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
         if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):

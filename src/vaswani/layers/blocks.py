@@ -22,6 +22,29 @@ from vaswani.layers.norms import final_norm, make_norm, residual_for
 from vaswani.layers.positions import query_key_positions, score_positions
 
 
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al. 2016) on a residual branch: in training, each sample's branch
+    ``x`` (batch, ...) is zeroed with probability ``p`` and kept ones scaled by 1 / (1 − p), so that
+    its expectation is unchanged; the identity in evaluation (timm's ``DropPath``)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1.0 - self.p)
+        return x * keep / (1.0 - self.p)
+
+
+def drop_path_rates(rate: float, n_layers: int) -> list[float]:
+    """The drop-path rate of each of ``n_layers`` blocks: rising linearly from 0 at the first to
+    ``rate`` at the last (timm's and DeiT's ``torch.linspace(0, rate, depth)``, here in Python floats,
+    so that a model built on the meta device gets them too)."""
+    return [rate * i / (n_layers - 1) for i in range(n_layers)] if n_layers > 1 else [0.0] * n_layers
+
+
 @dataclass
 class LayerCache:
     """Decoding state of one block: its self-attention and cross-attention KV caches (the
@@ -37,10 +60,11 @@ class Block(nn.Module):
     post: x ← Norm(x + Dropout(Sublayer(x)))
     pre:  x ← x + Dropout(Sublayer(Norm(x)))
 
-    Norm is ``cfg.norm`` (LayerNorm or RMSNorm), its placement ``cfg.norm_placement``.
+    Norm is ``cfg.norm`` (LayerNorm or RMSNorm), its placement ``cfg.norm_placement``. With
+    ``drop_path`` p > 0, each Dropout(Sublayer(·)) also passes through :class:`DropPath` (p).
     """
 
-    def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
+    def __init__(self, cfg: ModelConfig, causal: bool, cross: bool, drop_path: float = 0.0) -> None:
         super().__init__()
         relative = score_positions(cfg)
         qk_positions = query_key_positions(cfg)
@@ -66,7 +90,9 @@ class Block(nn.Module):
         self.cross_attn_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.bias, cfg.ffn)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout: nn.Module = nn.Dropout(cfg.dropout)
+        if drop_path > 0.0:
+            self.dropout = nn.Sequential(self.dropout, DropPath(drop_path))
         self.residual = residual_for(cfg)
 
     def forward(
@@ -118,11 +144,12 @@ class Block(nn.Module):
 
 class BlockStack(nn.Module):
     """N blocks, plus the final norm that the pre placement needs (:func:`~vaswani.layers.norms.final_norm`;
-    Identity for post)."""
+    Identity for post); block i drops its residual branches at :func:`drop_path_rates` (cfg.drop_path)."""
 
     def __init__(self, cfg: ModelConfig, n_layers: int, causal: bool, cross: bool) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layers))
+        rates = drop_path_rates(cfg.drop_path, n_layers)
+        self.layers = nn.ModuleList(Block(cfg, causal, cross, rate) for rate in rates)
         self.final_norm = final_norm(cfg)
         self.checkpointing = False  # set by set_grad_checkpointing
 
