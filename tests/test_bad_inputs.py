@@ -15,9 +15,8 @@ Python API, with its exact behaviour, in three tables.
 
 ``--debug`` turns the one line back into a traceback (:func:`test_debug_shows_the_traceback`).
 
-Rows that wait for a task not built yet: an image that is not an image (a missing, truncated or
-non-image file given to an image classifier) joins :data:`CLI` and :data:`API` with the image
-task (ViT).
+The image task's rows (family ``image``) use a tiny digits run: an image size the patch size does
+not divide, a run of another task or a missing or non-image file given to ``classify-image``.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ from vaswani.training.checkpoint import list_checkpoints
 
 FAMILIES = (
     "translation", "lm", "mlm", "classify", "fill-mask", "embed", "interop", "average", "plots",
-    "evaluate",
+    "evaluate", "image",
 )  # fmt: skip
 
 
@@ -90,6 +89,7 @@ class Paths:
     enc: Path
     newer: Path
     future: Path
+    img: Path
     tmp: Path
 
     def fill(self, argv: list[str]) -> list[str]:
@@ -129,7 +129,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     state = checkpoint / "trainer_state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "ema_decay": 0.999}), encoding="utf-8")
     resign(checkpoint)
-    return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, data)
+    img = data / "image_run"
+    image_args = ["--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1", "--max-steps", "2"]
+    assert main(["train", "image", "--out", str(img), *image_args, "--quiet", "--no-bf16"]) == 0
+    return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, img, data)
 
 
 def bad_files(tmp: Path, data: Path) -> None:
@@ -436,6 +439,18 @@ CLI = [
     Cli("evaluate", "non-UTF-8 labeled file",
         ["evaluate", "{cls}", "--labeled", "{tmp}/latin1.txt", "--format", "tsv"], ["latin1.txt:2", "UTF-8"]),
     Cli("evaluate", "a run of a newer format", ["evaluate", "{newer}"], NEWER),
+    # train image, classify-image
+    Cli("image", "image size not divisible by the patch size",
+        ["train", "image", "--image-size", "10", "--patch-size", "4", "--out", "{tmp}/out"],
+        ["--image-size", "model.image_size", "divisible by patch_size=4", "got 10"]),
+    Cli("image", "a run of another task to classify-image", ["classify-image", "{cls}", "{tmp}/empty.txt"],
+        ["classify_run", "task 'classify'", "vaswani classify-image", "task image"]),
+    Cli("image", "a non-image file to classify-image", ["classify-image", "{img}", "{tmp}/empty.txt"],
+        ["empty.txt", "not a readable image"]),
+    Cli("image", "a missing image file", ["classify-image", "{img}", "{tmp}/nope.png"],
+        ["nope.png", "no such image file"]),
+    Cli("image", "--top-k 0", ["classify-image", "{img}", "{tmp}/nope.png", "--top-k", "0"],
+        ["--top-k", ">= 1"]),
 ]  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""Pictures of a run: loss curves from ``train_log.csv`` and attention heatmaps.
+"""Pictures of a run: loss curves from ``train_log.csv``, attention heatmaps, a ViT's attention over
+an image and a classifier's confusion matrix.
 
 Figures are built on :class:`matplotlib.figure.Figure` (the Agg canvas, no pyplot state, no
 display needed). Token labels in any script are drawn: a figure whose text has characters the
@@ -29,7 +30,7 @@ from matplotlib.ticker import LogFormatter
 
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.io import atomic_write
-from vaswani.tasks.attention import AttentionMap
+from vaswani.tasks.attention import AttentionMap, ImageAttention
 
 # Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
 CJK_FAMILIES = (
@@ -208,6 +209,58 @@ def attention_figure(
             block.supylabel(m.query_axis, fontsize=8)
             block.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=30, label="attention weight")
         return _finish(fig, out_path)
+
+
+def image_attention_figure(attention: ImageAttention, title: str, out: str | Path | None = None) -> Figure:
+    """The image beside it with its patches' attention (``attention.grid``, scaled to its maximum)
+    drawn over it, each patch one cell stretched over its pixels. Written to ``out`` when given."""
+    image = attention.image.permute(1, 2, 0).numpy()
+    height, width = image.shape[:2]
+    grid = attention.grid / attention.grid.max().clamp(min=1e-12)
+    fig = Figure(figsize=(7.0, 3.9), dpi=DPI, layout="constrained")
+    fig.suptitle(title, fontsize=7, wrap=True)
+    plain, over = fig.subplots(1, 2)
+    grey = {"cmap": "gray", "vmin": 0, "vmax": 255} if image.shape[2] == 1 else {}
+    for ax in (plain, over):
+        ax.imshow(image[..., 0] if image.shape[2] == 1 else image, interpolation="nearest", **grey)
+        ax.set_xticks([]), ax.set_yticks([])
+    shown = over.imshow(
+        grid.numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=1.0, interpolation="nearest",
+        extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+    )  # fmt: skip
+    plain.set_title("image (as the model reads it)", fontsize=8)
+    over.set_title("[CLS] attention over the patches", fontsize=8)
+    fig.colorbar(shown, ax=over, shrink=0.8, label="relative attention")
+    return _finish(fig, out)
+
+
+def confusion_figure(
+    predicted: Sequence[int], gold: Sequence[int], classes: Sequence[str], out: str | Path, title: str = ""
+) -> Figure:
+    """The confusion matrix of class ids ``predicted`` against ``gold``: the count of each (gold
+    row, predicted column), shaded by the fraction of its row, written to ``out``."""
+    n = len(classes)
+    counts = [[0] * n for _ in range(n)]
+    for p, g in zip(predicted, gold, strict=True):
+        counts[int(g)][int(p)] += 1
+    side = min(max(0.45 * n + 2.0, 4.0), 16.0)
+    with _fonts_for([title, *classes], Path(out)):
+        fig = Figure(figsize=(side + 1.0, side), dpi=min(DPI, MAX_PIXELS / side), layout="constrained")
+        ax = fig.subplots()
+        shares = [[c / max(sum(row), 1) for c in row] for row in counts]
+        shown = ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+        if n <= 30:
+            for r in range(n):
+                for c in range(n):
+                    colour = "white" if shares[r][c] > 0.5 else "black"
+                    ax.text(c, r, str(counts[r][c]), ha="center", va="center", fontsize=7, color=colour)
+        ticks = list(range(0, n, math.ceil(n / MAX_TICKS)))
+        ax.set_xticks(ticks, [classes[t] for t in ticks], rotation=90, fontsize=7)
+        ax.set_yticks(ticks, [classes[t] for t in ticks], fontsize=7)
+        ax.set_xlabel("predicted"), ax.set_ylabel("true")
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(shown, ax=ax, shrink=0.8, label="fraction of the true class")
+        return _finish(fig, out)
 
 
 # -- loss curves --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, classify, decoding, interop, lm, mlm, plots, train, translation
+from vaswani.cli import average, classify, decoding, images, interop, lm, mlm, plots, train, translation
 from vaswani.cli.common import add_device_flag
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
@@ -23,6 +23,7 @@ from vaswani.training.distributed import stop, world
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Score a run with its task's evaluate hook (see :mod:`vaswani.tasks.registry`)."""
+    from vaswani.plots import confusion_figure
     from vaswani.tasks.evaluation import Evaluation
 
     if args.batch_size < 1:
@@ -32,8 +33,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
     request = Evaluation(
         src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
-        file_format=args.format, batch_size=args.batch_size, decoding=decoding.decoding_from_args(args),
-        device=args.device,
+        images=args.data, file_format=args.format, batch_size=args.batch_size,
+        decoding=decoding.decoding_from_args(args), device=args.device, confusion_figure=confusion_figure,
     )  # fmt: skip
     for line in spec.evaluate(args.run_dir, request):
         print(line)
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_generate_parser(commands)
     mlm.add_fill_mask_parser(commands)
     classify.add_command_parsers(commands)
+    images.add_parsers(commands)
     interop.add_parsers(commands)
     average.add_parser(commands)
     plots.add_parsers(commands)
@@ -66,9 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--src", type=Path, help="source sentences (translation; default: the run's test split)"
     )
     evaluate.add_argument("--ref", type=Path, help="reference translations (translation)")
-    evaluate.add_argument("--out", type=Path, help="where to write the hypotheses (translation)")
+    evaluate.add_argument(
+        "--out", type=Path, help="where to write the hypotheses (translation) or the confusion matrix (image)"
+    )
     evaluate.add_argument("--text", type=Path, nargs="+", help="text files or folders")
     evaluate.add_argument("--labeled", type=Path, help="labeled examples, in the task's format")
+    evaluate.add_argument("--data", type=Path, metavar="DIR", help="images, one subfolder per class (image)")
     evaluate.add_argument(
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )

@@ -20,11 +20,17 @@ def add_parsers(commands: Any) -> None:
         description="Heatmaps of the attention weights, one panel per layer and head. A translation "
         "run translates SENTENCE greedily, then draws the decoder's cross-attention (target × source) "
         "and self-attention (target × target) on that translation; a language model draws its "
-        "self-attention over SENTENCE. Labels in Chinese, Japanese or Korean need a CJK font "
+        "self-attention over SENTENCE; an image run (ViT) draws, over the image file SENTENCE, the "
+        "attention rollout of its [CLS] token over the patches (Abnar & Zuidema 2020). Labels in "
+        "Chinese, Japanese or Korean need a CJK font "
         "(pip install noto-cjk-sans-otc, or the system's fonts-noto-cjk).",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("sentence", metavar="SENTENCE", help="the source sentence (translation) or text (lm)")
+    p.add_argument(
+        "sentence",
+        metavar="SENTENCE",
+        help="the source sentence (translation), text (lm) or image file (image)",
+    )
     p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
     p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
     p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
@@ -54,8 +60,9 @@ def parse_indices(text: str | None, flag: str) -> list[int] | None:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     """Draw the maps of the run's task's attention hook (see :mod:`vaswani.tasks.registry`)."""
-    from vaswani.plots import attention_figure
+    from vaswani.plots import attention_figure, image_attention_figure
     from vaswani.tasks import registry
+    from vaswani.tasks.attention import ImageAttention
 
     layers = parse_indices(args.layers, "--layers")
     heads = parse_indices(args.heads, "--heads")
@@ -63,7 +70,10 @@ def cmd_attention(args: argparse.Namespace) -> None:
     spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
     assert spec.attention is not None
     maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence)
-    attention_figure(maps, layers, heads, title=shorten(title), out=args.out)
+    if isinstance(maps, ImageAttention):  # an image run: the [CLS] token's attention over the image
+        image_attention_figure(maps, title, out=args.out)
+    else:
+        attention_figure(maps, layers, heads, title=shorten(title), out=args.out)
     print(args.out)
 
 

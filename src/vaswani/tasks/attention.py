@@ -10,14 +10,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders
 from torch import Tensor
 
+from vaswani.data.images import image_tensor, read_image
 from vaswani.errors import DataError
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.tasks.evaluation import model_device
+from vaswani.tasks.image import ImageClassifier
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translator import Translator
 
@@ -163,3 +166,48 @@ def titled_translation_attention(translator: Translator, sentence: str) -> tuple
 def titled_lm_attention(lm: LanguageModel, text: str) -> tuple[list[AttentionMap], str]:
     """:func:`lm_attention` with ``text`` as the title (a registry hook)."""
     return lm_attention(lm, text), text
+
+
+# -- attention over an image --------------------------------------------------------------------
+
+ROLLOUT = "attention rollout (Abnar & Zuidema 2020: heads averaged, the residual identity averaged in)"
+
+
+@dataclass(frozen=True)
+class ImageAttention:
+    """Where a ViT's [CLS] token looks in one image: ``image`` (C, H, W) uint8 as the model reads it
+    (resized), and ``grid`` (rows, columns), the rollout's [CLS] row over the patches."""
+
+    image: Tensor
+    grid: Tensor
+
+
+def attention_rollout(weights: Sequence[Tensor]) -> Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) of one input's self-attention ``weights``, each
+    layer's (heads, n, n), first layer first: Â_l = (mean over heads of A_l + I) / 2, its rows
+    renormalised to sum to 1, and R = Â_L · … · Â_1 (n, n), float64; row i says how much each
+    input token flows into token i at the top."""
+    eye = torch.eye(weights[0].shape[-1], dtype=torch.float64)
+    rollout = eye
+    for layer in weights:
+        mixed = 0.5 * layer.double().mean(dim=0) + 0.5 * eye
+        rollout = (mixed / mixed.sum(dim=-1, keepdim=True)) @ rollout
+    return rollout
+
+
+@torch.no_grad()
+def image_attention(classifier: ImageClassifier, path: str) -> tuple[ImageAttention, str]:
+    """The rollout of the [CLS] token's attention over the patches of the image file ``path``, and
+    a title naming the predicted class and the method (a registry hook); on the model's device."""
+    model, processing = classifier.model, classifier.processing
+    model.eval()
+    image = image_tensor(processing.resize(read_image(path, processing.channels)))
+    pixels = processing.normalize(image[None]).to(model_device(model))
+    hidden, weights = model.hidden(pixels, need_weights=True)
+    probs = model.head(model.pool(hidden)).float().softmax(dim=-1)[0].cpu()
+    rollout = attention_rollout([layer["self"][0].cpu() for layer in weights])
+    size = model.config.patch_size
+    grid = rollout[0, 1:].reshape(image.shape[1] // size, image.shape[2] // size).float()
+    best = int(probs.argmax())
+    title = f"{Path(path).name}: {classifier.classes[best]} ({float(probs[best]):.0%}); [CLS] {ROLLOUT}"
+    return ImageAttention(image, grid), title

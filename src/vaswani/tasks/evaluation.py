@@ -7,7 +7,7 @@ refuses, in one line, a request without them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +42,11 @@ class Evaluation:
     out: Path | None = None
     text: Sequence[Path] = ()
     labeled: Path | None = None
+    images: Path | None = None  # a folder of one subfolder of images per class
     file_format: str | None = None
     batch_size: int = 64
     decoding: DecodingConfig | None = None  # None: greedy
     device: str = "auto"  # where the run's model is loaded (vaswani.runtime.resolve_device)
+    # draws a classifier's confusion matrix (predicted, gold, classes, out, title): the CLI passes
+    # vaswani.plots.confusion_figure, which sits above the tasks; None: no picture
+    confusion_figure: Callable[..., Any] | None = None

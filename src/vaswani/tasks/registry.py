@@ -23,8 +23,14 @@ from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks import bert, classify, encoder, lm, mlm, tag, translation, translator
-from vaswani.tasks.attention import AttentionMap, titled_lm_attention, titled_translation_attention
+from vaswani.tasks import bert, classify, encoder, image, lm, mlm, tag, translation, translator
+from vaswani.tasks.attention import (
+    AttentionMap,
+    ImageAttention,
+    image_attention,
+    titled_lm_attention,
+    titled_translation_attention,
+)
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
 from vaswani.training import distributed
@@ -59,7 +65,7 @@ class TaskSpec:
     evaluate: Callable[[Path, Evaluation], list[str]] | None = None
     evaluates: str = ""
     cannot_evaluate: str = ""
-    attention: Callable[[Any, str], tuple[list[AttentionMap], str]] | None = None
+    attention: Callable[[Any, str], tuple[list[AttentionMap] | ImageAttention, str]] | None = None
     hf_family: str | None = None
 
 
@@ -101,6 +107,13 @@ TASKS: dict[str, TaskSpec] = {
             "tag", "train a BERT part-of-speech tagger (CoNLL-U)", tag.TagData, tag.model_of,
             tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish, tag.evaluate_run,
             evaluates="accuracy on --labeled (CoNLL-U)",
+        ),
+        TaskSpec(
+            "image", "train a ViT image classifier (default: scikit-learn's digits)", image.ImageData,
+            image.model_of, image.ImageClassifier.load, image.train_image, image.recipe, image.configure,
+            image.finish, image.evaluate_run,
+            evaluates="accuracy and macro-F1 on --data DIR (one subfolder per class; digits: their test "
+            "split), a confusion matrix written to --out", attention=image_attention,
         ),
     )
 }  # fmt: skip
