@@ -5,6 +5,7 @@ express (needs the ``compare`` extra; skipped without it)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import one_line, perturb
+from tests.test_images import fixtures as image_fixtures
+from vaswani.cli import main
+from vaswani.data.images import ImageProcessing
 from vaswani.errors import ConfigError, DataError
+from vaswani.interop import export_hf, import_hf
 from vaswani.interop.common import write_json, write_safetensors
 from vaswani.interop.vit import (
     class_names,
@@ -25,6 +30,8 @@ from vaswani.interop.vit import (
     state_to_hf,
 )
 from vaswani.models.vit import ViT
+from vaswani.rundir import RunDir
+from vaswani.tasks.image import ImageClassifier
 
 transformers = pytest.importorskip("transformers")
 
@@ -197,3 +204,95 @@ def test_weight_refusals_name_the_tensor(tmp_path: Path) -> None:
         with pytest.raises(DataError) as caught:
             state_from_hf(bad, cfg)
         assert words in one_line(caught)
+
+
+# ---------------------------------------------------------------------------------------------
+# Folders: import-hf into an image run, classify-image, export-hf
+
+
+CLASSES = ["cat", "dog", "bird", "fish"]
+FOLDER_CONFIG = {**HF_CONFIGS[0], "num_labels": 4, "id2label": dict(enumerate(CLASSES))}
+
+
+def hf_folder(folder: Path, processor: dict[str, Any] | None = None) -> Path:
+    """A random ``ViTForImageClassification`` of :data:`CLASSES` saved with its ``ViTImageProcessor``."""
+    hf_vit(FOLDER_CONFIG, seed=5).save_pretrained(folder)
+    settings = {"size": {"height": 32, "width": 32}, "image_mean": [0.4, 0.5, 0.6], **(processor or {})}
+    transformers.ViTImageProcessor(**settings).save_pretrained(folder)
+    return folder
+
+
+def test_classify_image_on_an_imported_folder_equals_the_hf_pipeline(tmp_path: Path, capsys) -> None:
+    folder = hf_folder(tmp_path / "hf")
+    run = import_hf(folder, tmp_path / "run")
+    assert RunDir(run).read_config().task == "image"
+    assert ImageProcessing.load(run) == ImageProcessing.load(folder)
+    paths = image_fixtures(tmp_path / "images")
+    pipeline = transformers.pipeline("image-classification", model=str(folder))
+    theirs = pipeline([str(path) for path in paths], top_k=4)
+    ours = ImageClassifier.load(run, "cpu").predict(paths, top_k=4)
+    for mine, hf in zip(ours, theirs, strict=True):
+        assert [name for name, _ in mine] == [row["label"] for row in hf]
+        torch.testing.assert_close(
+            torch.tensor([p for _, p in mine]), torch.tensor([row["score"] for row in hf]), atol=1e-5, rtol=0
+        )
+    capsys.readouterr()
+    assert main(["classify-image", str(run), *map(str, paths[:2]), "--top-k", "2"]) == 0
+    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [row[1] for row in printed] == [hf[0]["label"] for hf in theirs[:2]]
+
+
+def test_export_of_an_imported_run_gives_back_the_folder(tmp_path: Path) -> None:
+    folder = hf_folder(tmp_path / "hf", {"resample": 3, "rescale_factor": 1 / 127.5})
+    out = export_hf(import_hf(folder, tmp_path / "run"), tmp_path / "back")
+    original, back = load_file(str(folder / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert sorted(original) == sorted(back)
+    assert all(torch.equal(original[name], back[name]) for name in original)
+    assert ImageProcessing.load(out) == ImageProcessing.load(folder)
+    hf = transformers.ViTForImageClassification.from_pretrained(out).eval()
+    assert [hf.config.id2label[i] for i in range(4)] == CLASSES
+    processor = transformers.AutoImageProcessor.from_pretrained(out)
+    assert processor.resample == 3 and processor.size == {"height": 32, "width": 32}
+
+
+def test_export_of_a_trained_digits_run_gives_its_logits(tmp_path: Path) -> None:
+    run = tmp_path / "digits"
+    args = ["--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "2", "--max-steps", "2"]
+    assert main(["train", "image", "--out", str(run), *args, "--quiet", "--no-bf16"]) == 0
+    out = export_hf(run, tmp_path / "hf")
+    hf = transformers.ViTForImageClassification.from_pretrained(out).eval()
+    assert hf.config.num_channels == 1 and [hf.config.id2label[i] for i in range(10)] == [
+        str(d) for d in range(10)
+    ]
+    classifier = ImageClassifier.load(run, "cpu")
+    x = torch.randn(5, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(pixel_values=x).logits, classifier.model(x), atol=1e-5, rtol=0)
+    assert ImageProcessing.load(out) == classifier.processing
+
+
+def test_folder_refusals_are_one_line(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    hf_vit(HF_CONFIGS[0], with_head=False).save_pretrained(base)
+    with pytest.raises(DataError) as caught:
+        import_hf(base, tmp_path / "out1")
+    assert "no classifier (a ViTModel)" in one_line(caught) and "model.safetensors" in one_line(caught)
+    grey = hf_folder(tmp_path / "grey", {"image_mean": [0.5], "image_std": [0.5]})
+    with pytest.raises(ConfigError) as caught:
+        import_hf(grey, tmp_path / "out2")
+    assert "preprocessor_config.json" in one_line(caught) and "'image_mean' has 1 channels" in one_line(
+        caught
+    )
+    odd = hf_folder(tmp_path / "odd", {"size": {"height": 30, "width": 32}})
+    with pytest.raises(
+        ConfigError, match="'size' \\[30, 32\\] is not a multiple of the model's patch_size 8"
+    ):
+        import_hf(odd, tmp_path / "out3")
+    assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
+    run = import_hf(hf_folder(tmp_path / "hf"), tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["pooling"] = "mean"
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"'model.pooling': ViT needs \"cls\""):
+        export_hf(run, tmp_path / "out4")
+    assert not (tmp_path / "out4").exists()
