@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def write_digits(folder: Path, indices: list[int]) -> list[Path]:
     paths = []
     for i in indices:
         path = folder / f"digit{i}.png"
-        Image.fromarray(images.pixels[i, 0].numpy(), mode="L").save(path)
+        Image.fromarray(images.pixels[i, 0].numpy()).save(path)
         paths.append(path)
     return paths
 
@@ -144,6 +145,7 @@ def test_rollout_of_a_model_reads_its_attention_weights():
 
 def test_a_resumed_run_ends_with_the_same_weights(tmp_path):
     steps = ["--schedule", "constant", "--checkpoint-every", "3", "--drop-path", "0.2", "--deterministic"]
+    steps += ["--random-crop", "0.5", "--flip"]  # augmentation drawn from the RNG that checkpoints keep
     assert main(tiny_args(tmp_path / "whole", *steps)) == 0
     parts = tmp_path / "parts"
     assert main(tiny_args(parts, *steps, steps=3)) == 0
@@ -161,7 +163,7 @@ def folder(tmp_path_factory) -> Path:
         (root / name).mkdir()
         for i in range(8):
             noise = torch.randint(0, 50, (20, 16, 3), generator=generator, dtype=torch.uint8)
-            image = Image.fromarray((noise + base).clamp(0, 255).numpy().astype("uint8"), mode="RGB")
+            image = Image.fromarray((noise + base).clamp(0, 255).numpy().astype("uint8"))
             (image.convert("L") if i % 3 == 0 else image).save(root / name / f"{i}.png")
     return root
 
@@ -192,6 +194,18 @@ def test_a_folder_run_trains_classifies_and_evaluates(folder, tmp_path, capsys):
     assert main(["classify-image", str(out), str(folder / "dark" / "0.png")]) == 0
     name, label, p = capsys.readouterr().out.split("\t")
     assert name.endswith("0.png") and label in ("bright", "dark") and 0.5 <= float(p) <= 1.0
+
+
+def test_skip_bad_images_trains_on_the_rest_and_counts_them(folder, tmp_path, capsys):
+    root = Path(shutil.copytree(folder, tmp_path / "images"))
+    (root / "dark" / "broken.png").write_bytes(b"not a png")
+    args = ["train", "image", "--data", str(root), "--image-size", "16", "--patch-size", "8", "--layers", "1"]
+    small = ["--d-model", "16", "--heads", "2", "--d-ff", "32", "--max-steps", "1", "--quiet", "--no-bf16"]
+    assert main([*args, *small, "--out", str(tmp_path / "refused")]) == 2
+    assert "broken.png" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    assert main([*args, *small, "--out", str(tmp_path / "run"), "--skip-bad-images"]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped 1 unreadable image file(s), e.g. {root / 'dark' / 'broken.png'}" in err
 
 
 def test_the_registry_knows_the_image_task():

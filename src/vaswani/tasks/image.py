@@ -18,6 +18,7 @@ validation split is scored by loss, accuracy and macro-F1.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from vaswani.schema import flag, no_flag
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import epoch_settings
 from vaswani.tasks.settings import absolute, one_stack, validated
+from vaswani.training.distributed import world
 from vaswani.training.trainer import fit_run
 
 TASK = "image"
@@ -135,7 +137,7 @@ def digit_images(processing: ImageProcessing) -> Images:
 
     digits = load_digits()
     grey = (digits.images * 255 / 16).round().astype("uint8")
-    pixels = [image_tensor(processing.resize(Image.fromarray(image, mode="L"))) for image in grey]
+    pixels = [image_tensor(processing.resize(Image.fromarray(image))) for image in grey]
     return Images(torch.stack(pixels), torch.from_numpy(digits.target).long())
 
 
@@ -154,7 +156,7 @@ def held_out(n: int, fractions: Sequence[float], seed: int) -> list[Tensor]:
 def load_images(spec: ImageData, processing: ImageProcessing, quiet: bool = False) -> Splits:
     """The splits of a run's images: the digits' test and validation parts, or the folder's
     validation part, the rest for training. Unreadable files skipped (``skip_bad_images``) are
-    counted in one line on standard error."""
+    counted in one line on standard error (unless ``quiet``: the evaluation of a digits run)."""
     if spec.source == "digits":
         images, classes = digit_images(processing), tuple(str(d) for d in range(10))
         test, valid, train = held_out(
@@ -164,7 +166,10 @@ def load_images(spec: ImageData, processing: ImageProcessing, quiet: bool = Fals
     assert spec.data_dir is not None
     found = load_folder(spec.data_dir, processing, spec.skip_bad_images, spec.classes)
     if found.skipped and not quiet:
-        print(f"vaswani: skipped {len(found.skipped)} unreadable image file(s), e.g. {found.skipped[0]}")
+        print(
+            f"vaswani: skipped {len(found.skipped)} unreadable image file(s), e.g. {found.skipped[0]}",
+            file=sys.stderr,
+        )
     images = Images(found.pixels, found.labels)
     valid, train = held_out(len(images.labels), (spec.valid_fraction,), spec.seed)
     return Splits(images.take(train), images.take(valid), None, found.classes)
@@ -310,7 +315,7 @@ def train_image(
     and the classifier. The run directory keeps the classes (``config.json``) and the
     preprocessing (``preprocessor_config.json``)."""
     processing = ImageProcessing.load(run_dir) if resume else processing_of(run)
-    splits = load_images(run.data, processing, quiet)
+    splits = load_images(run.data, processing, quiet=not world().main)
     if not resume:
         run = RunConfig(run.task, run.model, run.train, run.data.replace(classes=splits.classes))
     task = ImageTask(run, processing, splits)
@@ -319,7 +324,8 @@ def train_image(
     if splits.test is not None:
         test, _, _ = classifier.evaluate(splits.test, run.train.batch_size)
         metrics = {**metrics, **{k.replace("valid_", "test_"): v for k, v in test.items()}}
-        RunDir(run_dir).write_metrics(metrics)
+        if world().main:
+            RunDir(run_dir).write_metrics(metrics)
     return metrics, classifier
 
 
