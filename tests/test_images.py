@@ -291,10 +291,14 @@ def test_random_flip_properties() -> None:
 
 
 def hf_processor(processing: ImageProcessing) -> object:
-    """Hugging Face's ``ViTImageProcessor`` built from ``processing``'s ``preprocessor_config.json``."""
+    """Hugging Face's ``ViTImageProcessor`` built from ``processing``'s ``preprocessor_config.json``: its
+    Pillow backend (``ViTImageProcessorPil`` in transformers 5, whose default backend resizes with
+    torchvision where that is installed; ``ViTImageProcessor`` itself before)."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    return transformers.ViTImageProcessor.from_dict(processing.to_hf())
+    return getattr(transformers, "ViTImageProcessorPil", transformers.ViTImageProcessor).from_dict(
+        processing.to_hf()
+    )
 
 
 @pytest.mark.parametrize(

@@ -228,7 +228,10 @@ def test_classify_image_on_an_imported_folder_equals_the_hf_pipeline(tmp_path: P
     assert RunDir(run).read_config().task == "image"
     assert ImageProcessing.load(run) == ImageProcessing.load(folder)
     paths = image_fixtures(tmp_path / "images")
-    pipeline = transformers.pipeline("image-classification", model=str(folder))
+    pillow = getattr(transformers, "ViTImageProcessorPil", transformers.ViTImageProcessor)  # see test_images
+    pipeline = transformers.pipeline(
+        "image-classification", model=str(folder), image_processor=pillow.from_pretrained(folder)
+    )
     theirs = pipeline([str(path) for path in paths], top_k=4)
     ours = ImageClassifier.load(run, "cpu").predict(paths, top_k=4)
     for mine, hf in zip(ours, theirs, strict=True):
