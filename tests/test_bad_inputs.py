@@ -651,6 +651,17 @@ API = [
         [">= 1, got 0"]),
     Api("evaluate", "a run config of a newer format", lambda x: RunDir(x.paths.newer).read_config(),
         RunDirError, ["format_version 2", "reads up to 1"]),
+    Api("image", "image size not divisible by the patch size",
+        lambda x: ModelConfig(arch="vit", image_size=10, patch_size=4), ConfigError,
+        ["model.image_size", "divisible by patch_size=4"]),
+    Api("image", "load a classify run", lambda x: ImageClassifier.load(x.paths.cls), RunDirError,
+        ["'classify'", "image"]),
+    Api("image", "a non-image file",
+        lambda x: ImageClassifier.load(x.paths.img).predict([x.paths.tmp / "empty.txt"]), DataError,
+        ["empty.txt", "not a readable image"]),
+    Api("image", "pixels not a multiple of the patch size",
+        lambda x: ImageClassifier.load(x.paths.img).model(torch.zeros(1, 1, 8, 7)), InputError,
+        ["multiples of patch_size=2", "(1, 1, 8, 7)"]),
 ]  # fmt: skip
 
 
