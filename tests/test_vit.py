@@ -158,3 +158,15 @@ def test_drop_path_in_a_stack_drops_residual_branches_per_sample():
     out, _ = last(x)
     unchanged = torch.isclose(out, x).flatten(1).all(dim=1)  # both branches of that sample dropped
     assert 0 < int(unchanged.sum()) < 64
+
+
+def test_a_stack_with_drop_path_builds_on_the_meta_device():
+    with torch.device("meta"):
+        stack = BlockStack(vit_config(drop_path=0.3), 4, causal=False, cross=False)
+    assert [getattr(layer.dropout, "1", None) is not None for layer in stack.layers] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert stack.layers[3].dropout[1].p == pytest.approx(0.3)

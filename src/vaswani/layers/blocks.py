@@ -40,8 +40,9 @@ class DropPath(nn.Module):
 
 def drop_path_rates(rate: float, n_layers: int) -> list[float]:
     """The drop-path rate of each of ``n_layers`` blocks: rising linearly from 0 at the first to
-    ``rate`` at the last (timm's and DeiT's ``torch.linspace(0, rate, depth)``)."""
-    return torch.linspace(0.0, rate, n_layers, device="cpu").tolist() if n_layers > 1 else [0.0] * n_layers
+    ``rate`` at the last (timm's and DeiT's ``torch.linspace(0, rate, depth)``, here in Python floats,
+    so that a model built on the meta device gets them too)."""
+    return [rate * i / (n_layers - 1) for i in range(n_layers)] if n_layers > 1 else [0.0] * n_layers
 
 
 @dataclass
