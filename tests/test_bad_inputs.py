@@ -16,7 +16,11 @@ Python API, with its exact behaviour, in three tables.
 ``--debug`` turns the one line back into a traceback (:func:`test_debug_shows_the_traceback`).
 
 The image task's rows (family ``image``) use a tiny digits run: an image size the patch size does
-not divide, a run of another task or a missing or non-image file given to ``classify-image``.
+not divide, a run of another task or a missing or non-image file given to ``classify-image``;
+a truncated image, an unreadable file, an empty class folder, a single class or no folder given to
+``train image --data``, a folder with a class the run lacks given to ``evaluate --data``, and a
+``ViTModel`` folder (no classifier) to ``import-hf``; images of mixed modes and sizes are converted
+as documented (:mod:`vaswani.data.images`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
+from safetensors.torch import save_file
 
 from tests.helpers import (
     encoder_run,
@@ -165,6 +172,36 @@ def bad_files(tmp: Path, data: Path) -> None:
     (tmp / "long.src").write_text("\n".join(lines) + "\n")
     pairs = zip(src.splitlines(), tgt.splitlines(), strict=True)
     (tmp / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    image_files(tmp)
+
+
+def image_files(tmp: Path) -> None:
+    """Image folders for ``train image --data`` (``imgs_bad`` holds a corrupt PNG, ``imgs_empty`` an
+    empty class folder, ``imgs_one`` one class, ``imgs_new`` a class no digit run has), a truncated
+    PNG, one digit-like picture in several modes and sizes (``mixed/``), and a ``ViTModel`` folder."""
+    grey = np.random.default_rng(0).integers(0, 256, (8, 8), dtype=np.uint8)
+    for folder, classes in (("imgs_bad", "ab"), ("imgs_empty", "a"), ("imgs_one", "a"), ("imgs_new", "1x")):
+        for name in classes:
+            (tmp / folder / name).mkdir(parents=True)
+            Image.fromarray(grey).save(tmp / folder / name / "0.png")
+    (tmp / "imgs_bad" / "b" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    (tmp / "imgs_empty" / "b").mkdir()
+    Image.fromarray(grey).resize((40, 40)).save(tmp / "big.png")
+    (tmp / "cut.png").write_bytes((tmp / "big.png").read_bytes()[:60])
+    (tmp / "mixed").mkdir()
+    Image.fromarray(grey).save(tmp / "mixed" / "l.png")
+    Image.fromarray(np.stack([grey] * 3, axis=-1)).save(tmp / "mixed" / "rgb.png")
+    Image.fromarray(np.stack([grey] * 3 + [grey // 2], axis=-1), mode="RGBA").save(tmp / "mixed" / "rgba.png")
+    Image.fromarray(grey.astype(np.uint16) * 257).save(tmp / "mixed" / "wide.png")
+    Image.fromarray(grey).convert("P").save(tmp / "mixed" / "palette.png")
+    Image.fromarray(grey).resize((24, 24), Image.Resampling.NEAREST).save(
+        tmp / "mixed" / "big.jpg", quality=100
+    )
+    (tmp / "hf_vitmodel").mkdir()
+    (tmp / "hf_vitmodel" / "config.json").write_text(
+        '{"model_type": "vit", "hidden_size": 8, "num_attention_heads": 2}'
+    )
+    save_file({"embeddings.cls_token": torch.zeros(1, 1, 8)}, str(tmp / "hf_vitmodel" / "model.safetensors"))
 
 
 @pytest.fixture
@@ -203,6 +240,10 @@ def mlm_train(*extra: str, text: str = "{data}/repeated.txt", out: str = "{tmp}/
 
 def cls_train(*extra: str, train: str = "{data}/train.tsv", dev: str = "{data}/dev.tsv") -> list[str]:
     return tiny_classify_args(Path(train), Path(dev), Path("{tmp}/out"), *extra)
+
+
+def image_train(data: str) -> list[str]:
+    return ["train", "image", "--data", data, "--out", "{tmp}/out", "--image-size", "8", "--patch-size", "4"]
 
 
 def pairs_train(*extra: str) -> list[str]:
@@ -452,6 +493,21 @@ CLI = [
         ["nope.png", "no such image file"]),
     Cli("image", "--top-k 0", ["classify-image", "{img}", "{tmp}/nope.png", "--top-k", "0"],
         ["--top-k", ">= 1"]),
+    Cli("image", "a truncated image file to classify-image", ["classify-image", "{img}", "{tmp}/cut.png"],
+        ["cut.png", "not a readable image"]),
+    Cli("image", "an unreadable file in --data", image_train("{tmp}/imgs_bad"),
+        ["imgs_bad/b/1.png", "not a readable image"]),
+    Cli("image", "an empty class folder in --data", image_train("{tmp}/imgs_empty"),
+        ["imgs_empty/b", "empty class folder"]),
+    Cli("image", "a single class in --data", image_train("{tmp}/imgs_one"),
+        ["imgs_one", "only one class folder (a)", "at least two"]),
+    Cli("image", "no such --data folder", image_train("{tmp}/nowhere"), ["nowhere", "no such image folder"]),
+    Cli("image", "a folder of classes the run lacks to evaluate --data",
+        ["evaluate", "{img}", "--data", "{tmp}/imgs_new"],
+        ["imgs_new/x", "class 'x' is not one of the model's 10 classes"]),
+    Cli("image", "a ViTModel folder (no classifier) to import-hf",
+        ["import-hf", "{tmp}/hf_vitmodel", "{tmp}/out"],
+        ["hf_vitmodel/model.safetensors", "no classifier (a ViTModel)", "ViTForImageClassification"]),
 ]  # fmt: skip
 
 
@@ -689,6 +745,21 @@ def cut_with_a_warning(command: str) -> Callable[[Loaded, pytest.CaptureFixture[
     return check
 
 
+def mixed_image_modes(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """One picture as L, RGB, RGBA, 16-bit, palette and a 3x larger JPEG: each read as the run's one grey
+    channel and resized (:mod:`vaswani.data.images`), so that all but the resized JPEG get the exact
+    probabilities of the L file; one line each."""
+    files = sorted((x.paths.tmp / "mixed").iterdir())
+    out, err = cli_ok(x, ["classify-image", "{img}", *map(str, files), "--top-k", "10"], capsys)
+    rows = {Path(line.split("\t")[0]).name: line.split("\t")[1:] for line in out.splitlines()}
+    assert sorted(rows) == sorted(p.name for p in files) and err == ""
+    assert all(rows[name] == rows["l.png"] for name in ("rgb.png", "rgba.png", "wide.png", "palette.png"))
+    probabilities = ImageClassifier.load(x.paths.img, "cpu").probabilities(
+        [x.paths.tmp / "mixed" / "big.jpg"]
+    )
+    assert probabilities.shape == (1, 10) and float(probabilities.sum()) == pytest.approx(1.0)
+
+
 @dataclass(frozen=True)
 class Documented:
     """An input that looks wrong and has a documented behaviour, which ``check`` asserts."""
@@ -707,6 +778,7 @@ DOCUMENTED = [
     Documented("lm", "zero-size token tensors: empty outputs", zero_size_tensors),
     Documented("classify", "a text longer than max_len: cut, with a warning", cut_with_a_warning("classify")),
     Documented("embed", "a text longer than max_len: cut, with a warning", cut_with_a_warning("embed")),
+    Documented("image", "images of mixed modes and sizes: converted as documented", mixed_image_modes),
 ]
 
 

@@ -34,7 +34,8 @@ def pattern(height: int, width: int, channels: int = 3, seed: int = 0) -> np.nda
 
 
 def fixtures(folder: Path) -> list[Path]:
-    """PNGs of mixed modes and sizes: RGB, L, RGBA, LA, P, P with a transparent colour, 1; a JPEG."""
+    """PNGs of mixed modes and sizes: RGB, L, RGBA, LA, P, P with a transparent colour, 1; two JPEGs, one
+    with an EXIF orientation."""
     folder.mkdir(parents=True, exist_ok=True)
     rgb = Image.fromarray(pattern(37, 53))
     images = {
@@ -46,10 +47,13 @@ def fixtures(folder: Path) -> list[Path]:
         "bilevel.png": Image.fromarray(pattern(24, 24, 1, seed=4) > 127),
         "photo.jpg": Image.fromarray(pattern(64, 48, seed=5)),
     }
+    exif = Image.Exif()
+    exif[0x0112] = 8  # rotated 90° counter-clockwise: both sides turn it upright
+    Image.fromarray(pattern(20, 36, seed=6)).save(folder / "turned.jpg", exif=exif)
     transparent = rgb.resize((31, 29)).quantize(8)
     transparent.info["transparency"] = 0
     images["transparent.png"] = transparent
-    paths = []
+    paths = [folder / "turned.jpg"]
     for name, image in images.items():
         image.save(folder / name)
         paths.append(folder / name)
@@ -112,6 +116,14 @@ def test_unreadable_files_are_one_line_naming_them(tmp_path: Path) -> None:
         assert str(tmp_path / name) in one_line(caught)
     with pytest.raises(DataError, match="is a directory"):
         read_image(tmp_path)
+
+
+def test_an_image_over_pillows_size_limit_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    Image.fromarray(pattern(100, 100)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # refused above twice the limit
+    with pytest.raises(DataError) as caught:
+        read_image(tmp_path / "big.png")
+    assert str(tmp_path / "big.png") in one_line(caught) and "exceeds limit" in one_line(caught)
 
 
 def test_processing_config_is_validated() -> None:
@@ -279,10 +291,14 @@ def test_random_flip_properties() -> None:
 
 
 def hf_processor(processing: ImageProcessing) -> object:
-    """Hugging Face's ``ViTImageProcessor`` built from ``processing``'s ``preprocessor_config.json``."""
+    """Hugging Face's ``ViTImageProcessor`` built from ``processing``'s ``preprocessor_config.json``: its
+    Pillow backend (``ViTImageProcessorPil`` in transformers 5, whose default backend resizes with
+    torchvision where that is installed; ``ViTImageProcessor`` itself before)."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    return transformers.ViTImageProcessor.from_dict(processing.to_hf())
+    return getattr(transformers, "ViTImageProcessorPil", transformers.ViTImageProcessor).from_dict(
+        processing.to_hf()
+    )
 
 
 @pytest.mark.parametrize(

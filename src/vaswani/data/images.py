@@ -82,7 +82,9 @@ class ImageProcessing(Config):
     """What turns an image into a model's input, as Hugging Face's ``ViTImageProcessor`` does it: a resize
     to ``size`` (height, width) with Pillow's ``resample`` filter, a rescale by ``rescale_factor`` (in
     float64, then float32), and ``(x - image_mean) / image_std`` per channel (in float32); each step can be
-    turned off. The defaults are ViTImageProcessor's. ``len(image_mean)`` is the number of channels (1 or
+    turned off: equal to its Pillow backend's output bit for bit (``ViTImageProcessorPil``; transformers 5
+    resizes with torchvision instead where that is installed, which differs at the resize). The defaults
+    are ViTImageProcessor's. ``len(image_mean)`` is the number of channels (1 or
     3). Saved in a run directory as Hugging Face's ``preprocessor_config.json`` (:meth:`save`,
     :meth:`load`)."""
 

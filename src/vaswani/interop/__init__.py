@@ -2,7 +2,7 @@
 
 One module per model family holds its key-mapping table, used in both directions
 (:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.llama`, :mod:`vaswani.interop.marian`,
-:mod:`vaswani.interop.bert`);
+:mod:`vaswani.interop.bert`, :mod:`vaswani.interop.vit`);
 :mod:`vaswani.interop.common` has what they share. Imports are
 chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by the
 Hugging Face family that the run's task names in the task registry (``hf_family``,
@@ -20,7 +20,17 @@ from typing import Any
 
 from vaswani.config import ROTARY, RunConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.interop import bert, bert_folder, gpt2, llama, llama_folder, marian, marian_folder
+from vaswani.interop import (
+    bert,
+    bert_folder,
+    gpt2,
+    llama,
+    llama_folder,
+    marian,
+    marian_folder,
+    vit,
+    vit_folder,
+)
 from vaswani.interop.common import new_folder, read_hf_config
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -35,6 +45,7 @@ IMPORTERS: dict[str, Importer] = {
     gpt2.MODEL_TYPE: gpt2.import_folder,
     llama.MODEL_TYPE: llama_folder.import_folder,
     marian.MODEL_TYPE: marian_folder.import_folder,
+    vit.MODEL_TYPE: vit_folder.import_folder,
 }
 
 
@@ -49,6 +60,7 @@ EXPORTERS: dict[str, tuple[str, Exporter]] = {
     gpt2.MODEL_TYPE: ("GPT-2, or Llama with rotary positions", export_decoder),
     marian.MODEL_TYPE: ("Marian", marian_folder.export_run),
     bert.MODEL_TYPE: ("BERT", bert_folder.export_run),
+    vit.MODEL_TYPE: ("ViTForImageClassification", vit_folder.export_run),
 }
 """Hugging Face family (a task's ``hf_family``) → (its name, its exporter)."""
 

@@ -113,7 +113,7 @@ TASKS: dict[str, TaskSpec] = {
             image.model_of, image.ImageClassifier.load, image.train_image, image.recipe, image.configure,
             image.finish, image.evaluate_run,
             evaluates="accuracy and macro-F1 on --data DIR (one subfolder per class; digits: their test "
-            "split), a confusion matrix written to --out", attention=image_attention,
+            "split), a confusion matrix written to --out", attention=image_attention, hf_family="vit",
         ),
     )
 }  # fmt: skip

@@ -1,0 +1,279 @@
+"""ViT checkpoints in Hugging Face's format (``ViTForImageClassification``, ``ViTModel``), both ways.
+
+Hugging Face's ViT is our :class:`~vaswani.models.vit.ViT`: a patch convolution, [CLS] and learned
+positions, pre-LN blocks with biases everywhere, a final LayerNorm, a linear head on [CLS]. The key
+mapping (:data:`TABLE` and :data:`HEAD_TABLE`, used in both directions; ``{i}`` is the layer, ``*`` is
+``weight`` and ``bias``, nothing is transposed), in the names that ``save_pretrained`` writes
+(transformers 5 renames them in memory, not in files):
+
+=================================================  ==========================================
+Hugging Face                                       vaswani
+=================================================  ==========================================
+vit.embeddings.cls_token                           cls_token
+vit.embeddings.position_embeddings                 position_embeddings
+vit.embeddings.patch_embeddings.projection.*       patch_embed.*
+vit.encoder.layer.{i}.layernorm_before.*           blocks.layers.{i}.self_attn_norm.*
+vit.encoder.layer.{i}.attention.attention.query.*  blocks.layers.{i}.self_attn.q_proj.*
+vit.encoder.layer.{i}.attention.attention.key.*    blocks.layers.{i}.self_attn.k_proj.*
+vit.encoder.layer.{i}.attention.attention.value.*  blocks.layers.{i}.self_attn.v_proj.*
+vit.encoder.layer.{i}.attention.output.dense.*     blocks.layers.{i}.self_attn.out_proj.*
+vit.encoder.layer.{i}.layernorm_after.*            blocks.layers.{i}.ffn_norm.*
+vit.encoder.layer.{i}.intermediate.dense.*         blocks.layers.{i}.ffn.linear1.*
+vit.encoder.layer.{i}.output.dense.*               blocks.layers.{i}.ffn.linear2.*
+vit.layernorm.*                                    blocks.final_norm.*
+classifier.* (ViTForImageClassification)           head.*
+=================================================  ==========================================
+
+An imported model fuses query, key and value into one ``qkv_proj`` (``fused_qkv``: one matrix product
+instead of three), and an exported one splits it again. ``ViTModel`` checkpoints name the same tensors
+without ``vit.`` and have no classifier; their ``pooler.dense.*`` (a tanh layer on [CLS], which nothing
+of vaswani uses) and the masked-image-modelling ``embeddings.mask_token`` are skipped, and a model
+exported without a head loads into ``ViTModel`` with a fresh pooler (its hidden states are ours).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vaswani.config import ModelConfig
+from vaswani.errors import ConfigError
+from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
+from vaswani.interop.common import KeyMap, expand, hf_field, refuse_grouped_heads, rename
+from vaswani.models.vit import ViT
+
+MODEL_TYPE = "vit"
+PREFIX = "vit."
+KINDS = ("weight", "bias")
+LAYER_MODULES = {
+    "layernorm_before": "self_attn_norm",
+    "attention.attention.query": "self_attn.q_proj",
+    "attention.attention.key": "self_attn.k_proj",
+    "attention.attention.value": "self_attn.v_proj",
+    "attention.output.dense": "self_attn.out_proj",
+    "layernorm_after": "ffn_norm",
+    "intermediate.dense": "ffn.linear1",
+    "output.dense": "ffn.linear2",
+}
+TABLE = (
+    KeyMap("embeddings.cls_token", "cls_token"),
+    KeyMap("embeddings.position_embeddings", "position_embeddings"),
+    *(KeyMap(f"embeddings.patch_embeddings.projection.{kind}", f"patch_embed.{kind}") for kind in KINDS),
+    *(
+        KeyMap(f"encoder.layer.{{i}}.{hf}.{kind}", f"blocks.layers.{{i}}.{ours}.{kind}")
+        for hf, ours in LAYER_MODULES.items()
+        for kind in KINDS
+    ),
+    *(KeyMap(f"layernorm.{kind}", f"blocks.final_norm.{kind}") for kind in KINDS),
+)
+HEAD_TABLE = tuple(KeyMap(f"classifier.{kind}", f"head.{kind}") for kind in KINDS)
+SKIPPED = re.compile(r"(vit\.)?(pooler\.dense\.(weight|bias)|embeddings\.mask_token)")
+HEAD_ARCH, BASE_ARCH = "ViTForImageClassification", "ViTModel"
+
+# ViTConfig's defaults (ViT-Base/16 at 224²), for the fields a config.json leaves out.
+HF_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+    "layer_norm_eps": 1e-12, "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
+}  # fmt: skip
+
+
+def vit_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
+    """``hf[name]`` (or ViTConfig's default), refused when it is not a ``kind``."""
+    return hf_field(hf, name, kind, HF_DEFAULTS)
+
+
+def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
+    """Our :class:`ModelConfig` of a ViT ``config.json``.
+
+    hidden_size → d_model, num_attention_heads → n_heads, intermediate_size → d_ff,
+    num_hidden_layers → n_layers, hidden_act → activation, layer_norm_eps → norm_eps,
+    hidden_dropout_prob → dropout, attention_probs_dropout_prob → attn_dropout, image_size →
+    image_size, patch_size → patch_size, num_channels → channels; pre-LN, biases, [CLS] pooling, no
+    drop-path and Hugging Face's initialisation are its design, and q/k/v are fused (see the module).
+    A field ViT cannot follow (``qkv_bias`` false, a non-square ``image_size``, another activation, a
+    size that does not fit) is refused with a :class:`ConfigError` naming it."""
+    model_type = hf.get("model_type", MODEL_TYPE)
+    if model_type != MODEL_TYPE:
+        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
+    if not vit_field(hf, "qkv_bias", bool):
+        raise ConfigError("field 'qkv_bias': false is not supported (vaswani's ViT has every bias)")
+    names = (
+        "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "image_size",
+        "patch_size", "num_channels",
+    )  # fmt: skip
+    sizes = {name: vit_field(hf, name, int) for name in names}
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    activation = vit_field(hf, "hidden_act", str)
+    if activation not in ACTIVATIONS_FROM_HF:
+        raise ConfigError(
+            f"field 'hidden_act': {activation!r} is not supported; "
+            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
+        )
+    rates = {
+        name: vit_field(hf, name, float) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+    }
+    eps = vit_field(hf, "layer_norm_eps", float)
+    fields = {
+        "hidden_size": "d_model", "num_attention_heads": "n_heads", "intermediate_size": "d_ff",
+        "num_hidden_layers": "n_layers", "image_size": "image_size", "patch_size": "patch_size",
+        "num_channels": "channels", "hidden_dropout_prob": "dropout",
+        "attention_probs_dropout_prob": "attn_dropout", "layer_norm_eps": "norm_eps",
+    }  # fmt: skip
+    values = {**sizes, **rates, "layer_norm_eps": eps}
+    try:
+        return ModelConfig(
+            arch="vit",
+            **{ours: values[name] for name, ours in fields.items()},
+            activation=ACTIVATIONS_FROM_HF[activation],
+            norm="layernorm",
+            norm_placement="pre",
+            fused_qkv=True,
+            bias=True,
+            pooling="cls",
+            vit_init="hf",
+            drop_path=0.0,
+        )
+    except ConfigError as exc:  # name Hugging Face's field, not ours
+        ours = re.search(r"'model\.(\w+)'", str(exc))
+        hf_name = next((name for name, mine in fields.items() if ours and mine == ours[1]), None)
+        raise ConfigError(f"field '{hf_name}': {exc}" if hf_name else str(exc)) from None
+
+
+def class_names(hf: Mapping[str, Any], n_classes: int) -> list[str]:
+    """The names of a checkpoint's ``n_classes`` classes from its ``id2label`` (``LABEL_i`` where it
+    has none, as Hugging Face names them)."""
+    labels = hf.get("id2label") or {}
+    if not isinstance(labels, dict):
+        raise ConfigError(f"field 'id2label': expected a mapping of class ids to names, got {labels!r}")
+    names = [labels.get(str(i), labels.get(i, f"LABEL_{i}")) for i in range(n_classes)]  # type: ignore[call-overload]
+    if len(set(names)) != len(names) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigError(
+            f"field 'id2label': {n_classes} distinct, non-empty class names needed, got {names}"
+        )
+    return names
+
+
+def check_expressible(cfg: ModelConfig, with_head: bool) -> None:
+    """Refuse, naming the field, a config that Hugging Face's ViT cannot express. Sizes, dropout,
+    activation, eps, fused q/k/v and the initialisation are free, and so is drop-path (training only);
+    a classifier needs [CLS] pooling."""
+    refuse_grouped_heads(cfg, "ViT")
+    needed: dict[str, Any] = {
+        "arch": "vit", "norm": "layernorm", "norm_placement": "pre", "bias": True, "ffn": "plain",
+        "attn_window": None,
+    }  # fmt: skip
+    if with_head:
+        needed["pooling"] = "cls"
+    for name, value in needed.items():
+        found = getattr(cfg, name)
+        if found != value:
+            raise ConfigError(
+                f"config field 'model.{name}': ViT needs {json.dumps(value)}, got {json.dumps(found)}"
+            )
+
+
+def config_to_hf(cfg: ModelConfig, classes: Sequence[str]) -> dict[str, Any]:
+    """The ``config.json`` of ``cfg`` as a ``ViTForImageClassification`` of ``classes`` (or a
+    ``ViTModel`` when there are none): the inverse of :func:`config_from_hf` and :func:`class_names`."""
+    check_expressible(cfg, bool(classes))
+    config: dict[str, Any] = {
+        "model_type": MODEL_TYPE,
+        "architectures": [HEAD_ARCH if classes else BASE_ARCH],
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.d_ff,
+        "hidden_act": ACTIVATIONS_TO_HF[cfg.activation],
+        "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attn_dropout,
+        "layer_norm_eps": cfg.norm_eps,
+        "initializer_range": 0.02,
+        "image_size": cfg.image_size,
+        "patch_size": cfg.patch_size,
+        "num_channels": cfg.channels,
+        "qkv_bias": True,
+        "encoder_stride": cfg.patch_size,
+    }
+    if classes:
+        config["id2label"] = {str(i): name for i, name in enumerate(classes)}
+        config["label2id"] = {name: i for i, name in enumerate(classes)}
+    return config
+
+
+def _rows(cfg: ModelConfig, with_head: bool) -> list[KeyMap]:
+    """The table for ``cfg``: with the classifier, the encoder's Hugging Face names carry ``vit.``."""
+    rows = expand(TABLE, cfg.n_layers)
+    if not with_head:
+        return rows
+    return [KeyMap(PREFIX + row.hf, row.ours) for row in rows] + list(HEAD_TABLE)
+
+
+def _our_shapes(cfg: ModelConfig, n_classes: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each of our tensors with separate q/k/v (on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = ViT(cfg.replace(fused_qkv=False), n_classes)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def n_classes_of(tensors: Mapping[str, Tensor]) -> int:
+    """The classes of a checkpoint's classifier (``classifier.weight``'s rows; 0 without one)."""
+    head = tensors.get(HEAD_TABLE[0].hf)
+    return 0 if head is None else int(head.shape[0])
+
+
+def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """Our state dict (for ``ViT(cfg, n_classes_of(tensors)).load_state_dict(..., strict=True)``) of
+    ViT tensors, named with or without ``vit.``, by the tables; q/k/v fused when ``cfg.fused_qkv``. A
+    missing, unexpected or misshapen tensor is a :class:`~vaswani.errors.DataError` naming it; the
+    pooler and the mask token are skipped."""
+    check_expressible(cfg, False)
+    n_classes = n_classes_of(tensors)
+    named: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        if SKIPPED.fullmatch(name):
+            continue
+        base = name.removeprefix(PREFIX)
+        named[PREFIX + base if n_classes and not base.startswith("classifier.") else base] = tensor
+    state = rename(named, _rows(cfg, bool(n_classes)), to_ours=True, our_shapes=_our_shapes(cfg, n_classes))
+    return _fuse_qkv(state) if cfg.fused_qkv else state
+
+
+def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """ViT tensors (``ViTForImageClassification`` names when ``state`` has a head, ``ViTModel``
+    names without; contiguous, safetensors-ready) of our state dict, fused q/k/v split."""
+    n_classes = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
+    check_expressible(cfg, bool(n_classes))
+    state = _split_qkv(state) if cfg.fused_qkv else dict(state)
+    return rename(state, _rows(cfg, bool(n_classes)), to_ours=False, our_shapes=_our_shapes(cfg, n_classes))
+
+
+def _fuse_qkv(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Each layer's ``q_proj``, ``k_proj`` and ``v_proj`` as one ``qkv_proj`` (stacked in that order)."""
+    fused: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if ".self_attn.q_proj." in name:
+            parts = [state[name.replace(".q_proj.", f".{p}_proj.")] for p in "qkv"]
+            fused[name.replace(".q_proj.", ".qkv_proj.")] = torch.cat(parts)
+        elif ".self_attn.k_proj." not in name and ".self_attn.v_proj." not in name:
+            fused[name] = tensor
+    return fused
+
+
+def _split_qkv(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Each fused ``qkv_proj`` split into separate ``q_proj``, ``k_proj`` and ``v_proj``."""
+    split: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if ".self_attn.qkv_proj." in name:
+            for part, chunk in zip("qkv", tensor.chunk(3), strict=True):
+                split[name.replace(".qkv_proj.", f".{part}_proj.")] = chunk
+        else:
+            split[name] = tensor
+    return split

@@ -1,0 +1,105 @@
+"""ViT folders both ways: ``import-hf`` of a ``ViTForImageClassification`` folder into an ``image`` run and
+``export-hf`` of one (the config conversion and key table are :mod:`vaswani.interop.vit`'s).
+
+A run keeps the image processor's settings as Hugging Face's ``preprocessor_config.json``
+(:class:`~vaswani.data.images.ImageProcessing`), which ``classify-image`` reads: an import copies the
+folder's (one without it gets ``ViTImageProcessor``'s defaults at the model's ``image_size``), an export
+writes the run's. The class names are the checkpoint's ``id2label``. An imported run has no training
+data of its own: its ``data`` section is the image task's default apart from the classes, so ``vaswani
+evaluate`` wants ``--data DIR`` for it. A ``ViTModel`` folder (no classifier) is refused: every image
+run classifies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.images import PREPROCESSOR, ImageProcessing
+from vaswani.errors import ConfigError, DataError
+from vaswani.interop.common import read_hf_weights, write_json, write_safetensors
+from vaswani.interop.vit import (
+    BASE_ARCH,
+    HEAD_ARCH,
+    class_names,
+    config_from_hf,
+    config_to_hf,
+    n_classes_of,
+    state_from_hf,
+    state_to_hf,
+)
+from vaswani.rundir import RunDir
+from vaswani.tasks import registry
+from vaswani.tasks.image import TASK, ImageData, model_of
+
+
+def read_processing(src: Path, cfg: ModelConfig) -> ImageProcessing:
+    """The image processor of the folder ``src`` (its ``preprocessor_config.json``, or
+    ``ViTImageProcessor``'s defaults at ``cfg.image_size``), refused naming the field when its images
+    do not fit the model: another channel count, a size that is no multiple of the patch size."""
+    path = src / PREPROCESSOR
+    if not path.is_file():
+        side, channels = cfg.image_size, cfg.channels
+        return ImageProcessing(size=(side, side), image_mean=(0.5,) * channels, image_std=(0.5,) * channels)
+    processing = ImageProcessing.load(src)
+    if processing.channels != cfg.channels:
+        raise ConfigError(
+            f"{path}: 'image_mean' has {processing.channels} channels, the model "
+            f"{cfg.channels} (num_channels)"
+        )
+    if processing.do_resize and any(side % cfg.patch_size for side in processing.size):
+        raise ConfigError(
+            f"{path}: 'size' {list(processing.size)} is not a multiple of the model's "
+            f"patch_size {cfg.patch_size}"
+        )
+    return processing
+
+
+def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
+    """Write a vaswani ``image`` run into ``out`` from the ``ViTForImageClassification`` folder ``src``:
+    ``config.json`` (the classes from ``id2label``), the weights, ``preprocessor_config.json``."""
+    config_path = src / RunDir.CONFIG
+    try:
+        cfg = config_from_hf(hf_config)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    tensors, weights_path = read_hf_weights(src)
+    n_classes = n_classes_of(tensors)
+    if n_classes < 2:
+        what = f"a classifier of {n_classes} class" if n_classes else f"no classifier (a {BASE_ARCH})"
+        raise DataError(f"{weights_path}: {what}; vaswani imports a {HEAD_ARCH} of two or more classes")
+    try:
+        classes = class_names(hf_config, n_classes)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+    processing = read_processing(src, cfg)
+    try:
+        state = state_from_hf(tensors, cfg)
+    except DataError as exc:
+        raise DataError(f"{weights_path}: {exc}") from None
+    run = RunConfig(TASK, cfg, registry.configure(TASK).train, ImageData(classes=tuple(classes)))
+    model = model_of(run)
+    model.load_state_dict(state, strict=True)
+    folder = RunDir(out)
+    folder.write_config(run)
+    folder.save_weights(model)
+    processing.save(out)
+
+
+def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
+    """Write a Hugging Face ``ViTForImageClassification`` folder into ``out`` from the ``image`` run
+    ``run_dir``: ``config.json`` (``id2label`` the run's classes), ``model.safetensors`` and the run's
+    ``preprocessor_config.json``. (``run`` is read again with the image task's data section.)"""
+    run = RunDir(run_dir).read_config(TASK, ImageData)
+    classes = run.data.classes or ()
+    try:
+        hf_config = config_to_hf(run.model, classes)
+    except ConfigError as exc:
+        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
+    processing = ImageProcessing.load(run_dir)
+    model = RunDir(run_dir).load_weights(model_of(run))
+    write_json(out / RunDir.CONFIG, hf_config)
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model))
+    processing.save(out)
