@@ -39,6 +39,7 @@ from vaswani.interop.common import (
     expand,
     read_hf_weights,
     rename,
+    split_qkv,
     write_json,
     write_safetensors,
 )
@@ -105,24 +106,12 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: boo
     return state
 
 
-def _split_qkv(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Each fused ``qkv_proj`` split into BERT's separate ``q_proj``, ``k_proj`` and ``v_proj``."""
-    split: dict[str, Tensor] = {}
-    for name, tensor in state.items():
-        if ".self_attn.qkv_proj." in name:
-            for part, chunk in zip("qkv", tensor.chunk(3), strict=True):
-                split[name.replace(".qkv_proj.", f".{part}_proj.")] = chunk
-        else:
-            split[name] = tensor
-    return split
-
-
 def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool) -> dict[str, Tensor]:
     """BERT tensors (``BertForMaskedLM`` names with ``mlm_head``, ``BertModel`` names without;
     contiguous, unshared, safetensors-ready) of our state dict: fused projections are split and a
     tied decoder left out, as ``save_pretrained`` does."""
     check_expressible(cfg)
-    state = _split_qkv(state) if cfg.fused_qkv else dict(state)
+    state = split_qkv(state, cfg) if cfg.fused_qkv else dict(state)
     if cfg.tie_embeddings != "none":
         state.pop(UNTIED_DECODER.ours, None)
     hf = rename(state, _rows(cfg, mlm_head), to_ours=False, our_shapes=_our_shapes(cfg, mlm_head))

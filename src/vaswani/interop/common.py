@@ -185,6 +185,20 @@ def write_lm_folder(
     write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
+def split_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """``state`` with each layer's fused ``qkv_proj`` split into ``q_proj``, ``k_proj`` and
+    ``v_proj`` (rows d_model, d_kv, d_kv: the key/value heads of ``cfg``), in place of it."""
+    d_kv = (cfg.n_kv_heads or cfg.n_heads) * (cfg.d_model // cfg.n_heads)
+    split: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if ".self_attn.qkv_proj." in name:
+            for part, chunk in zip("qkv", tensor.split([cfg.d_model, d_kv, d_kv]), strict=True):
+                split[name.replace(".qkv_proj.", f".{part}_proj.")] = chunk
+        else:
+            split[name] = tensor
+    return split
+
+
 def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
     """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
     refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a

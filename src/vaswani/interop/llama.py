@@ -44,7 +44,7 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import KeyMap, decoder_state_from_hf, expand, hf_field, rename
+from vaswani.interop.common import KeyMap, decoder_state_from_hf, expand, hf_field, rename, split_qkv
 from vaswani.models.gpt import GPT
 
 MODEL_TYPE = "llama"
@@ -305,17 +305,6 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, 
     return decoder_state_from_hf(tensors, cfg, rows, shapes, PREFIX, UNTIED_HEAD, ROTARY_BUFFER)
 
 
-def _separate_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """Each layer's fused ``qkv_proj`` split into ``q_proj``, ``k_proj`` and ``v_proj``."""
-    d_kv = (cfg.n_kv_heads or cfg.n_heads) * (cfg.d_model // cfg.n_heads)
-    separate = dict(state)
-    for name in [n for n in state if ".self_attn.qkv_proj." in n]:
-        parts = separate.pop(name).split([cfg.d_model, d_kv, d_kv])
-        for part, tensor in zip("qkv", parts, strict=True):
-            separate[name.replace("qkv_proj", f"{part}_proj")] = tensor
-    return separate
-
-
 def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
     """Llama tensors (``LlamaForCausalLM`` names, contiguous, safetensors-ready) of our state
     dict, by the table. Fused q/k/v are split; interleaved rotary heads are reordered to the
@@ -325,7 +314,7 @@ def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tens
     if cfg.tie_embeddings != "none":
         state.pop(UNTIED_HEAD.ours, None)
     if cfg.fused_qkv:
-        state = _separate_qkv(state, cfg)
+        state = split_qkv(state, cfg)
     if cfg.position == "rope_interleaved":
         for name in [n for n in state if re.search(r"\.self_attn\.[qk]_proj\.", n)]:
             heads = cfg.n_heads if ".q_proj." in name else cfg.n_kv_heads or cfg.n_heads

@@ -44,7 +44,7 @@ from torch import Tensor
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
-from vaswani.interop.common import KeyMap, expand, hf_field, refuse_grouped_heads, rename
+from vaswani.interop.common import KeyMap, expand, hf_field, refuse_grouped_heads, rename, split_qkv
 from vaswani.models.vit import ViT
 
 MODEL_TYPE = "vit"
@@ -251,7 +251,7 @@ def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tens
     names without; contiguous, safetensors-ready) of our state dict, fused q/k/v split."""
     n_classes = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
     check_expressible(cfg, bool(n_classes))
-    state = _split_qkv(state) if cfg.fused_qkv else dict(state)
+    state = split_qkv(state, cfg) if cfg.fused_qkv else dict(state)
     return rename(state, _rows(cfg, bool(n_classes)), to_ours=False, our_shapes=_our_shapes(cfg, n_classes))
 
 
@@ -265,15 +265,3 @@ def _fuse_qkv(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         elif ".self_attn.k_proj." not in name and ".self_attn.v_proj." not in name:
             fused[name] = tensor
     return fused
-
-
-def _split_qkv(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Each fused ``qkv_proj`` split into separate ``q_proj``, ``k_proj`` and ``v_proj``."""
-    split: dict[str, Tensor] = {}
-    for name, tensor in state.items():
-        if ".self_attn.qkv_proj." in name:
-            for part, chunk in zip("qkv", tensor.chunk(3), strict=True):
-                split[name.replace(".qkv_proj.", f".{part}_proj.")] = chunk
-        else:
-            split[name] = tensor
-    return split
