@@ -60,11 +60,7 @@ from typing import Any
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import (
-    KeyMap,
-    hf_field,
-    refuse_grouped_heads,
-)
+from vaswani.interop.common import KeyMap, check_sizes, hf_field, refuse_grouped_heads
 from vaswani.models.bert import POOLER_KEYS
 from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
 
@@ -169,9 +165,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         "max_position_embeddings", "type_vocab_size",
     )  # fmt: skip
     sizes = {name: bert_field(hf, name, int) for name in names}
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    check_sizes(sizes)
     if sizes["hidden_size"] % sizes["num_attention_heads"]:
         raise ConfigError(
             f"field 'num_attention_heads': must divide hidden_size={sizes['hidden_size']}, "

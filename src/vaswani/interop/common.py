@@ -199,6 +199,13 @@ def split_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor
     return split
 
 
+def check_sizes(sizes: Mapping[str, int]) -> None:
+    """Refuse, naming the field, a size of a Hugging Face config below 1."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+
+
 def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
     """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
     refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a

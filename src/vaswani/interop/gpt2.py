@@ -48,6 +48,7 @@ from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import (
     KeyMap,
+    check_sizes,
     decoder_state_from_hf,
     expand,
     hf_field,
@@ -143,9 +144,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     n_inner = hf.get("n_inner")
     if n_inner is not None:
         sizes["n_inner"] = _hf_field(hf, "n_inner", int)
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    check_sizes(sizes)
     if sizes["n_embd"] % sizes["n_head"]:
         raise ConfigError(f"field 'n_head': must divide n_embd={sizes['n_embd']}, got {sizes['n_head']}")
     activation = _hf_field(hf, "activation_function", str)

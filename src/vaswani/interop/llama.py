@@ -44,7 +44,15 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import KeyMap, decoder_state_from_hf, expand, hf_field, rename, split_qkv
+from vaswani.interop.common import (
+    KeyMap,
+    check_sizes,
+    decoder_state_from_hf,
+    expand,
+    hf_field,
+    rename,
+    split_qkv,
+)
 from vaswani.models.gpt import GPT
 
 MODEL_TYPE = "llama"
@@ -139,9 +147,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     for name in ("num_key_value_heads", "head_dim"):
         if hf.get(name) is not None:
             sizes[name] = _hf_field(hf, name, int)
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    check_sizes(sizes)
     if sizes["hidden_size"] % heads:
         raise ConfigError(
             f"field 'num_attention_heads': must divide hidden_size={sizes['hidden_size']}, got {heads}"

@@ -49,11 +49,7 @@ from typing import Any
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import (
-    KeyMap,
-    hf_field,
-    refuse_grouped_heads,
-)
+from vaswani.interop.common import KeyMap, check_sizes, hf_field, refuse_grouped_heads
 from vaswani.tokenizer import TextTokenizer
 
 MODEL_TYPE = "marian"
@@ -163,9 +159,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     sizes["decoder_vocab_size"] = sizes["vocab_size"]
     if hf.get("decoder_vocab_size") is not None:
         sizes["decoder_vocab_size"] = marian_field(hf, "decoder_vocab_size", int)
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    check_sizes(sizes)
     if sizes["d_model"] % sizes["heads"]:
         raise ConfigError(
             f"field 'encoder_attention_heads': must divide d_model={sizes['d_model']}, got {sizes['heads']}"

@@ -44,7 +44,15 @@ from torch import Tensor
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
-from vaswani.interop.common import KeyMap, expand, hf_field, refuse_grouped_heads, rename, split_qkv
+from vaswani.interop.common import (
+    KeyMap,
+    check_sizes,
+    expand,
+    hf_field,
+    refuse_grouped_heads,
+    rename,
+    split_qkv,
+)
 from vaswani.models.vit import ViT
 
 MODEL_TYPE = "vit"
@@ -108,9 +116,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         "patch_size", "num_channels",
     )  # fmt: skip
     sizes = {name: vit_field(hf, name, int) for name in names}
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
+    check_sizes(sizes)
     activation = vit_field(hf, "hidden_act", str)
     if activation not in ACTIVATIONS_FROM_HF:
         raise ConfigError(
