@@ -61,7 +61,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from timing import Row, add_clock_flag, available_cores, clock, interleave, memory_kib, use_clock
+from timing import (
+    Row,
+    add_clock_flag,
+    available_cores,
+    clock,
+    comparison_table,
+    interleave,
+    memory_kib,
+    use_clock,
+)
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
@@ -296,18 +305,6 @@ def bench_memory(folder: Path, batch: Batch, labels: Tensor, steps: int, threads
     return Row("fine-tuning peak RSS growth, MiB (lower is better)", "fp32", [mib["ours"][0]], [mib["HF"][0]])
 
 
-def markdown_table(rows: list[Row], notes: str) -> str:
-    lines = [
-        "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF spread | target |",
-        "|---|---|---:|---:|---:|---|---|",
-    ]
-    for r in rows:
-        ours, hf = r.cells()
-        ratio, spread = r.ratio_cells()
-        lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
-    return "\n".join(lines) + "\n\n" + notes
-
-
 def run(args: argparse.Namespace, folder: Path, tokenizer: WordPieceTokenizer, threads: int) -> None:
     """The benchmark on the BERT ``folder``, inputs by ``tokenizer``; prints the progress and the table."""
     hf_config = read_hf_config(folder)
@@ -370,7 +367,7 @@ def run(args: argparse.Namespace, folder: Path, tokenizer: WordPieceTokenizer, t
         f"{platform.python_version()}, {now}; spread: interquartile range of the per-pair ratios "
         "(min–max under 4 pairs)"
     )
-    print(markdown_table(rows, notes))
+    print(comparison_table(rows, notes))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -209,3 +209,17 @@ def refuse(message: str) -> NoReturn:
     """Print ``message`` (one line) on stderr and exit with status 2, as argparse does."""
     print(message, file=sys.stderr)
     raise SystemExit(2)
+
+
+def comparison_table(rows: list[Row], notes: str) -> str:
+    """The markdown table of ``rows`` (ours against Hugging Face: medians, ratio, spread, target),
+    followed by ``notes``."""
+    lines = [
+        "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF spread | target |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        ours, hf = r.cells()
+        ratio, spread = r.ratio_cells()
+        lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
+    return "\n".join(lines) + "\n\n" + notes

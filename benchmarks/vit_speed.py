@@ -52,6 +52,7 @@ from timing import (
     autocast,
     available_cores,
     bench_device,
+    comparison_table,
     device_description,
     interleave,
     memory_around,
@@ -219,18 +220,6 @@ def bench_memory(folder: Path, args: argparse.Namespace, size: int, threads: int
     return Row(label, "bf16" if bf16 else "fp32", [mib["ours"]], [mib["HF"]])
 
 
-def markdown_table(rows: list[Row], notes: str) -> str:
-    lines = [
-        "| benchmark | precision | ours (median) | HF (median) | ours/HF | ours/HF spread | target |",
-        "|---|---|---:|---:|---:|---|---|",
-    ]
-    for r in rows:
-        ours, hf = r.cells()
-        ratio, spread = r.ratio_cells()
-        lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
-    return "\n".join(lines) + "\n\n" + notes
-
-
 def run(args: argparse.Namespace, folder: Path, threads: int, device: torch.device) -> None:
     """The benchmark on the ViT ``folder``; prints the progress and the table."""
     config = read_hf_config(folder)
@@ -275,7 +264,7 @@ def run(args: argparse.Namespace, folder: Path, threads: int, device: torch.devi
         f"{threads} threads, {args.clock} clock, {os.cpu_count()} CPUs, python {platform.python_version()}, "
         f"{now}; spread: interquartile range of the per-pair ratios (min–max under 4 pairs)"
     )
-    print(markdown_table(rows, notes))
+    print(comparison_table(rows, notes))
 
 
 def main(argv: list[str] | None = None) -> None:
