@@ -13,8 +13,12 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from torch import nn
 
+from tests.helpers import perturb, write_run_dir
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import TextData
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
+from vaswani.models.gpt import GPT
 from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -90,6 +94,15 @@ def assert_greedy_equals_generate(model: nn.Module, hf: Any, vocab: int, eos: in
         )[:, ids.shape[1] :]  # fmt: skip
         assert theirs.shape == (ids.shape[0], 50)
         assert torch.equal(ours, theirs)
+
+
+def write_lm_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int) -> GPT:
+    """A vaswani lm run directory holding a GPT with random weights (biases and norm gains too)."""
+    torch.manual_seed(seed)
+    model = perturb(GPT(cfg).eval(), 0.1)
+    run = RunConfig("lm", cfg, TrainConfig(), TextData(source="default"))
+    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
+    return model
 
 
 def marian_pad(config: dict[str, Any]) -> int:

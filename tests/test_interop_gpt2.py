@@ -13,11 +13,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tests.helpers import one_line, perturb, write_run_dir
-from tests.hf import assert_greedy_equals_generate, hf_folder, randomise
+from tests.helpers import one_line
+from tests.hf import assert_greedy_equals_generate, hf_folder, randomise, write_lm_run
 from vaswani.cli import main
-from vaswani.config import ModelConfig, RunConfig, TrainConfig
-from vaswani.data.config import TextData
+from vaswani.config import ModelConfig, RunConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
@@ -56,15 +55,6 @@ def hf_model(seed: int, eos_id: int, **config: Any) -> Any:
         transformers.GPT2Config(bos_token_id=eos_id, eos_token_id=eos_id, **config)
     )
     return randomise(model, ".ln_").eval()  # the LayerNorms' names hold ".ln_"
-
-
-def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int) -> GPT:
-    """A vaswani lm run directory holding a GPT with random weights (biases and norms too)."""
-    torch.manual_seed(seed)
-    model = perturb(GPT(cfg).eval(), 0.1)
-    run = RunConfig("lm", cfg, TrainConfig(), TextData(source="default"))
-    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
-    return model
 
 
 @torch.no_grad()
@@ -109,7 +99,7 @@ def test_exported_run_loads_in_transformers_with_the_same_logits(tmp_path, char_
     cfg = ModelConfig.preset(
         "gpt-mini", n_decoder_layers=2, d_model=48, n_heads=4, d_ff=96, max_len=40, tgt_vocab_size=64
     ).replace(**changes)
-    ours = write_run(tmp_path / "run", cfg, char_tokenizer, seed=2)
+    ours = write_lm_run(tmp_path / "run", cfg, char_tokenizer, seed=2)
     out = export_hf(tmp_path / "run", tmp_path / "hf")
     hf, info = transformers.GPT2LMHeadModel.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info
@@ -298,7 +288,7 @@ def test_runs_of_other_tasks_or_shapes_are_not_exported(tmp_path, char_tokenizer
     assert "'summarization'" in one_line(exc)
     assert "lm (as GPT-2, or Llama with rotary positions), translation (as Marian)" in one_line(exc)
     cfg = ModelConfig.preset("gpt-mini", n_decoder_layers=1, d_model=32, n_heads=4, d_ff=64, norm="post_ln")
-    write_run(tmp_path / "post_ln", cfg.replace(tgt_vocab_size=64), char_tokenizer, seed=7)
+    write_lm_run(tmp_path / "post_ln", cfg.replace(tgt_vocab_size=64), char_tokenizer, seed=7)
     with pytest.raises(ConfigError) as exc:
         export_hf(tmp_path / "post_ln", tmp_path / "out2")
     assert "model.norm" in one_line(exc)

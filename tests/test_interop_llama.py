@@ -6,16 +6,14 @@ without it). The CLI, the tokenizers, the ``llama-mini`` preset and few-shot pro
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.helpers import one_line, perturb, write_run_dir
-from tests.hf import assert_greedy_equals_generate, hf_folder, randomise
-from vaswani.config import ModelConfig, RunConfig, TrainConfig
-from vaswani.data.config import TextData
+from tests.helpers import one_line
+from tests.hf import assert_greedy_equals_generate, hf_folder, randomise, write_lm_run
+from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
@@ -68,15 +66,6 @@ def llama_cfg(**changes: Any) -> ModelConfig:
     return ModelConfig.preset("llama-mini", **sizes, tgt_vocab_size=64).replace(**changes)
 
 
-def write_run(run_dir: Path, cfg: ModelConfig, tokenizer: LMTokenizer, seed: int) -> GPT:
-    """A vaswani lm run directory holding a GPT with random weights (norm gains too)."""
-    torch.manual_seed(seed)
-    model = perturb(GPT(cfg).eval(), 0.1)
-    run = RunConfig("lm", cfg, TrainConfig(), TextData(source="default"))
-    write_run_dir(run_dir, run, model, {"tokenizer.json": tokenizer})
-    return model
-
-
 @torch.no_grad()
 def assert_same_logits(hf: Any, ours: GPT, vocab: int) -> None:
     """The logits of both on three random rows of 17 tokens, and of a left-padded batch (position
@@ -126,7 +115,7 @@ def test_pickled_weights_of_llama_model_names_with_rotary_buffers_are_imported(t
     ids=["llama-mini", "mha-untied-theta300", "fused-interleaved-mqa", "bias-gelu"],
 )
 def test_exported_run_loads_in_transformers_with_the_same_logits(tmp_path, char_tokenizer, changes):
-    ours = write_run(tmp_path / "run", llama_cfg(**changes), char_tokenizer, seed=2)
+    ours = write_lm_run(tmp_path / "run", llama_cfg(**changes), char_tokenizer, seed=2)
     out = export_hf(tmp_path / "run", tmp_path / "hf")
     hf, info = transformers.LlamaForCausalLM.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info
@@ -146,7 +135,7 @@ def test_greedy_generation_matches_transformers_token_for_token(tmp_path, char_t
             import_hf(hf_folder(tmp_path / "hf", hf, char_tokenizer), tmp_path / "run")
         ).model
     else:
-        model = write_run(tmp_path / "run", llama_cfg(max_len=80), char_tokenizer, seed=3)
+        model = write_lm_run(tmp_path / "run", llama_cfg(max_len=80), char_tokenizer, seed=3)
         hf = transformers.LlamaForCausalLM.from_pretrained(
             export_hf(tmp_path / "run", tmp_path / "hf")
         ).eval()
@@ -228,7 +217,7 @@ def test_configs_llama_cannot_express_are_refused(changes, field):
 
 
 def test_a_rotary_run_llama_cannot_hold_is_refused_on_export_and_nothing_is_written(tmp_path, char_tokenizer):
-    write_run(tmp_path / "run", llama_cfg(norm="layernorm"), char_tokenizer, seed=5)
+    write_lm_run(tmp_path / "run", llama_cfg(norm="layernorm"), char_tokenizer, seed=5)
     with pytest.raises(ConfigError) as exc:
         export_hf(tmp_path / "run", tmp_path / "out")
     assert "Llama" in one_line(exc) and "model.norm" in one_line(exc)
