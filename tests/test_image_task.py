@@ -19,7 +19,8 @@ from vaswani.data.images import ImageProcessing
 from vaswani.models.vit import ViT
 from vaswani.tasks import registry
 from vaswani.tasks.attention import attention_rollout, image_attention
-from vaswani.tasks.image import ImageClassifier, ImageData, digit_images, held_out, load_images
+from vaswani.tasks.image import ImageClassifier
+from vaswani.tasks.image_data import ImageData, digit_images, held_out, load_images
 
 pytestmark = pytest.mark.slow
 

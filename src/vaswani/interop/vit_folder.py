@@ -32,7 +32,8 @@ from vaswani.interop.vit import (
 )
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.image import TASK, ImageData, model_of
+from vaswani.tasks.image import TASK, model_of
+from vaswani.tasks.image_data import ImageData
 
 
 def read_processing(src: Path, cfg: ModelConfig) -> ImageProcessing:

@@ -1,127 +1,50 @@
 """Image classification with a ViT (:mod:`vaswani.models.vit`): the task adapter and the classifier
 that uses a run.
 
-The images come from scikit-learn's 8 × 8 handwritten digits (shipped with it: no download; 1,797
-images of 10 classes, their 0-16 ink values written as 8-bit grey, round(v · 255 / 16)) or from a
-folder of one subfolder per class (``--data DIR``, the ImageFolder layout, read by
-:mod:`vaswani.data.images`). A fixed ``valid_fraction`` of them is held out for validation, and of
-the digits also a fixed ``test_fraction`` for the test that follows training (both drawn with the
-data ``seed``). Every image is resized, rescaled and normalised as Hugging Face's
-``ViTImageProcessor`` does (:class:`~vaswani.data.images.ImageProcessing`, saved in the run as
-``preprocessor_config.json`` and used again by ``classify-image``); training images may then be
-augmented: a random resized crop (``crop_scale``: the smallest area kept) and a left-right flip,
-drawn from torch's random state, which checkpoints keep, so that a resumed run sees the same.
-
-Training minimises the cross-entropy of the gold class (with the run's label smoothing); the
-validation split is scored by loss, accuracy and macro-F1.
+The images (scikit-learn's digits or a folder) and their batches are :mod:`vaswani.tasks.image_data`'s.
+Every image is resized, rescaled and normalised as Hugging Face's ``ViTImageProcessor`` does
+(:class:`~vaswani.data.images.ImageProcessing`, saved in the run as ``preprocessor_config.json`` and
+used again by ``classify-image``). Training minimises the cross-entropy of the gold class (with the
+run's label smoothing); the validation split is scored by loss, accuracy and macro-F1.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, TrainConfig
-from vaswani.data.config import DataConfig
-from vaswani.data.images import (
-    ImageProcessing,
-    image_tensor,
-    load_folder,
-    random_flip,
-    random_resized_crop,
-    read_image,
-    scan_folder,
-)
+from vaswani.data.images import ImageProcessing, load_folder, read_image, scan_folder
 from vaswani.errors import ConfigError
 from vaswani.metrics import accuracy_and_macro_f1
 from vaswani.models.vit import ViT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
-from vaswani.schema import flag, no_flag
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import epoch_settings
+from vaswani.tasks.image_data import (
+    DIGITS,
+    ImageBatch,
+    ImageBatches,
+    ImageData,
+    Images,
+    Splits,
+    fixed_batches,
+    load_images,
+)
 from vaswani.tasks.settings import absolute, one_stack, validated
 from vaswani.training.distributed import world
 from vaswani.training.trainer import fit_run
 
 TASK = "image"
-DIGITS = 1797  # images in scikit-learn's digits
 CONFUSION = "confusion_matrix.png"
-
-
-@dataclass(frozen=True)
-class ImageData(DataConfig):
-    """Images for a classifier: scikit-learn's digits (``source="digits"``) or the folder
-    ``data_dir`` (``source="folder"``); ``classes`` are the class names in order (the digits' 0-9,
-    or the folder's subfolders, sorted)."""
-
-    source: str = no_flag("digits")
-    data_dir: str | None = flag(
-        None, "a folder of one subfolder of images per class (default: scikit-learn's digits)", flag="--data"
-    )
-    seed: int = flag(0, "seed of the held-out splits", flags=("--data-seed",))
-    valid_fraction: float = flag(0.1, "images held out for validation (default 0.1)")
-    test_fraction: float = flag(0.2, "digits held out for the test after training (default 0.2)")
-    crop_scale: float | None = flag(
-        None,
-        "random resized crops of at least this fraction of the area (default: none)",
-        flag="--random-crop",
-        metavar="MIN",
-    )
-    flip: bool = flag(False, "mirror training images left-right at random")
-    skip_bad_images: bool = flag(False, "skip (and count) unreadable image files")
-    classes: tuple[str, ...] | None = no_flag(None)
-
-    def _check(self) -> None:
-        self._one_of("source", ("digits", "folder"))
-        if self.source == "folder" and self.data_dir is None:
-            self._fail("data_dir", "source 'folder' needs the image folder (--data DIR)")
-        for name in ("valid_fraction", "test_fraction"):
-            if not 0.0 < getattr(self, name) < 0.5:
-                self._fail(name, f"must be in (0, 0.5), got {getattr(self, name)}")
-        if self.crop_scale is not None and not 0.0 < self.crop_scale <= 1.0:
-            self._fail("crop_scale", f"must be in (0, 1], got {self.crop_scale}")
-        if self.classes is not None and (len(self.classes) < 2 or len(set(self.classes)) < len(self.classes)):
-            self._fail("classes", f"two or more distinct classes, got {list(self.classes)}")
-
-
-@dataclass
-class Images:
-    """Images resized but not yet normalised: ``pixels`` uint8 (n, C, H, W), ``labels`` (n,)."""
-
-    pixels: Tensor
-    labels: Tensor
-
-    def take(self, indices: Tensor) -> Images:
-        return Images(self.pixels[indices], self.labels[indices])
-
-
-@dataclass
-class Splits:
-    """The training, validation and (digits) test images of a run, and the class names."""
-
-    train: Images
-    valid: Images
-    test: Images | None
-    classes: tuple[str, ...]
-
-
-@dataclass
-class ImageBatch:
-    """Model inputs ``pixels`` float32 (batch, C, H, W) and the gold class ids ``labels`` (batch,)."""
-
-    pixels: Tensor
-    labels: Tensor
 
 
 def processing_of(run: RunConfig) -> ImageProcessing:
@@ -129,86 +52,6 @@ def processing_of(run: RunConfig) -> ImageProcessing:
     then (x − 0.5) / 0.5 per channel: ``ViTImageProcessor``'s defaults."""
     size, channels = run.model.image_size, run.model.channels
     return ImageProcessing(size=(size, size), image_mean=(0.5,) * channels, image_std=(0.5,) * channels)
-
-
-def digit_images(processing: ImageProcessing) -> Images:
-    """scikit-learn's digits as 8-bit grey images, resized by ``processing``."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    grey = (digits.images * 255 / 16).round().astype("uint8")
-    pixels = [image_tensor(processing.resize(Image.fromarray(image))) for image in grey]
-    return Images(torch.stack(pixels), torch.from_numpy(digits.target).long())
-
-
-def held_out(n: int, fractions: Sequence[float], seed: int) -> list[Tensor]:
-    """Indices of ``n`` items in ``len(fractions) + 1`` disjoint parts drawn at random by ``seed``:
-    one of round(f · n) items (at least 1) per fraction, then the rest."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    parts, start = [], 0
-    for fraction in fractions:
-        size = max(1, round(fraction * n))
-        parts.append(order[start : start + size])
-        start += size
-    return [*parts, order[start:]]
-
-
-def load_images(spec: ImageData, processing: ImageProcessing, quiet: bool = False) -> Splits:
-    """The splits of a run's images: the digits' test and validation parts, or the folder's
-    validation part, the rest for training. Unreadable files skipped (``skip_bad_images``) are
-    counted in one line on standard error (unless ``quiet``: the evaluation of a digits run)."""
-    if spec.source == "digits":
-        images, classes = digit_images(processing), tuple(str(d) for d in range(10))
-        test, valid, train = held_out(
-            len(images.labels), (spec.test_fraction, spec.valid_fraction), spec.seed
-        )
-        return Splits(images.take(train), images.take(valid), images.take(test), classes)
-    assert spec.data_dir is not None
-    found = load_folder(spec.data_dir, processing, spec.skip_bad_images, spec.classes)
-    if found.skipped and not quiet:
-        print(
-            f"vaswani: skipped {len(found.skipped)} unreadable image file(s), e.g. {found.skipped[0]}",
-            file=sys.stderr,
-        )
-    images = Images(found.pixels, found.labels)
-    valid, train = held_out(len(images.labels), (spec.valid_fraction,), spec.seed)
-    return Splits(images.take(train), images.take(valid), None, found.classes)
-
-
-class ImageBatches(Sequence[ImageBatch]):
-    """The training batches of :class:`ImageTask`: fixed groups of ``batch_size`` images (shuffled
-    once by ``seed``), each normalised when read and, if asked, augmented with draws from torch's
-    random state (a random resized crop of at least ``crop_scale`` of the area, a flip)."""
-
-    def __init__(
-        self, images: Images, processing: ImageProcessing, batch_size: int, seed: int, spec: ImageData
-    ) -> None:
-        self.images, self.processing, self.spec = images, processing, spec
-        order = torch.randperm(len(images.labels), generator=torch.Generator().manual_seed(seed))
-        self.groups = list(order.split(batch_size))
-
-    def __len__(self) -> int:
-        return len(self.groups)
-
-    def __getitem__(self, i: int) -> ImageBatch:  # type: ignore[override]
-        chosen = self.images.take(self.groups[i])
-        pixels = self.processing.normalize(chosen.pixels)
-        if self.spec.crop_scale is not None or self.spec.flip:
-            generator = torch.Generator().manual_seed(int(torch.randint(2**62, (1,))))
-            if self.spec.crop_scale is not None:
-                size = (pixels.shape[2], pixels.shape[3])
-                pixels = random_resized_crop(pixels, size, generator, (self.spec.crop_scale, 1.0))
-            if self.spec.flip:
-                pixels = random_flip(pixels, generator)
-        return ImageBatch(pixels, chosen.labels)
-
-
-def fixed_batches(images: Images, processing: ImageProcessing, batch_size: int) -> list[ImageBatch]:
-    """``images`` in order, normalised, ``batch_size`` a batch (for scoring)."""
-    return [
-        ImageBatch(processing.normalize(images.pixels[i : i + batch_size]), images.labels[i : i + batch_size])
-        for i in range(0, len(images.labels), batch_size)
-    ]
 
 
 class ImageTask:

@@ -23,7 +23,7 @@ from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
 from vaswani.errors import RunDirError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks import bert, classify, encoder, image, lm, mlm, tag, translation, translator
+from vaswani.tasks import bert, classify, encoder, image, image_data, lm, mlm, tag, translation, translator
 from vaswani.tasks.attention import (
     AttentionMap,
     ImageAttention,
@@ -109,7 +109,7 @@ TASKS: dict[str, TaskSpec] = {
             evaluates="accuracy on --labeled (CoNLL-U)",
         ),
         TaskSpec(
-            "image", "train a ViT image classifier (default: scikit-learn's digits)", image.ImageData,
+            "image", "train a ViT image classifier (default: scikit-learn's digits)", image_data.ImageData,
             image.model_of, image.ImageClassifier.load, image.train_image, image.recipe, image.configure,
             image.finish, image.evaluate_run,
             evaluates="accuracy and macro-F1 on --data DIR (one subfolder per class; digits: their test "
