@@ -275,11 +275,11 @@ def test_export_of_a_trained_digits_run_gives_its_logits(tmp_path: Path) -> None
 
 
 def test_folder_refusals_are_one_line(tmp_path: Path) -> None:
-    base = tmp_path / "base"
-    hf_vit(HF_CONFIGS[0], with_head=False).save_pretrained(base)
+    single = tmp_path / "single"
+    hf_vit({**HF_CONFIGS[0], "num_labels": 1}).save_pretrained(single)
     with pytest.raises(DataError) as caught:
-        import_hf(base, tmp_path / "out1")
-    assert "no classifier (a ViTModel)" in one_line(caught) and "model.safetensors" in one_line(caught)
+        import_hf(single, tmp_path / "out1")
+    assert "a classifier of 1 class" in one_line(caught) and "model.safetensors" in one_line(caught)
     grey = hf_folder(tmp_path / "grey", {"image_mean": [0.5], "image_std": [0.5]})
     with pytest.raises(ConfigError) as caught:
         import_hf(grey, tmp_path / "out2")

@@ -4,10 +4,11 @@
 A run keeps the image processor's settings as Hugging Face's ``preprocessor_config.json``
 (:class:`~vaswani.data.images.ImageProcessing`), which ``classify-image`` reads: an import copies the
 folder's (one without it gets ``ViTImageProcessor``'s defaults at the model's ``image_size``), an export
-writes the run's. The class names are the checkpoint's ``id2label``. An imported run has no training
-data of its own: its ``data`` section is the image task's default apart from the classes, so ``vaswani
-evaluate`` wants ``--data DIR`` for it. A ``ViTModel`` folder (no classifier) is refused: every image
-run classifies.
+writes the run's. The class names are the checkpoint's ``id2label``. An imported run has no images of
+its own (its data ``source`` is ``"imported"``), so ``vaswani evaluate`` wants ``--data DIR`` for it. A
+``ViTModel`` folder (no classifier) becomes a run without classes: an encoder that ``vaswani train
+image --init RUN_DIR --data DIR`` fine-tunes with a new classifier, and that exports as a ``ViTModel``
+again; ``classify-image`` refuses it in one line.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def read_processing(src: Path, cfg: ModelConfig) -> ImageProcessing:
 
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
-    """Write a vaswani ``image`` run into ``out`` from the ``ViTForImageClassification`` folder ``src``:
-    ``config.json`` (the classes from ``id2label``), the weights, ``preprocessor_config.json``."""
+    """Write a vaswani ``image`` run into ``out`` from the ``ViTForImageClassification`` (or
+    ``ViTModel``) folder ``src``: ``config.json`` (the classes from ``id2label``; none without a
+    classifier), the weights, ``preprocessor_config.json``."""
     config_path = src / RunDir.CONFIG
     try:
         cfg = config_from_hf(hf_config)
@@ -68,9 +70,11 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         raise ConfigError(f"{config_path}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     n_classes = n_classes_of(tensors)
-    if n_classes < 2:
-        what = f"a classifier of {n_classes} class" if n_classes else f"no classifier (a {BASE_ARCH})"
-        raise DataError(f"{weights_path}: {what}; vaswani imports a {HEAD_ARCH} of two or more classes")
+    if n_classes == 1:
+        raise DataError(
+            f"{weights_path}: a classifier of 1 class; vaswani imports a {HEAD_ARCH} of two or more "
+            f"classes, or a {BASE_ARCH}"
+        )
     try:
         classes = class_names(hf_config, n_classes)
     except ConfigError as exc:
@@ -80,7 +84,9 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         state = state_from_hf(tensors, cfg)
     except DataError as exc:
         raise DataError(f"{weights_path}: {exc}") from None
-    run = RunConfig(TASK, cfg, registry.configure(TASK).train, ImageData(classes=tuple(classes)))
+    run = RunConfig(
+        TASK, cfg, registry.configure(TASK).train, ImageData(source="imported", classes=tuple(classes))
+    )
     model = model_of(run)
     model.load_state_dict(state, strict=True)
     folder = RunDir(out)
@@ -90,9 +96,10 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
 
 
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
-    """Write a Hugging Face ``ViTForImageClassification`` folder into ``out`` from the ``image`` run
-    ``run_dir``: ``config.json`` (``id2label`` the run's classes), ``model.safetensors`` and the run's
-    ``preprocessor_config.json``. (``run`` is read again with the image task's data section.)"""
+    """Write a Hugging Face ``ViTForImageClassification`` folder (a ``ViTModel`` for a run without
+    classes) into ``out`` from the ``image`` run ``run_dir``: ``config.json`` (``id2label`` the run's
+    classes), ``model.safetensors`` and the run's ``preprocessor_config.json``. (``run`` is read again
+    with the image task's data section.)"""
     run = RunDir(run_dir).read_config(TASK, ImageData)
     classes = run.data.classes or ()
     try:

@@ -11,7 +11,7 @@ run's label smoothing); the validation split is scored by loss, accuracy and mac
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from vaswani.training.trainer import fit_run
 
 TASK = "image"
 CONFUSION = "confusion_matrix.png"
+INIT_FREE = ("dropout", "attn_dropout", "drop_path")  # what a run started from --init may change
 
 
 def processing_of(run: RunConfig) -> ImageProcessing:
@@ -100,8 +101,11 @@ class ImageClassifier:
     ``ImageClassifier.load(run_dir).predict(["a.png"])``."""
 
     def __init__(self, model: ViT, processing: ImageProcessing, data: ImageData) -> None:
-        if data.classes is None:
-            raise ConfigError("config field 'data.classes': an image classifier run needs its classes")
+        if not data.classes:
+            raise ConfigError(
+                "config field 'data.classes': this ViT has no classifier (an imported ViTModel); "
+                "fine-tune one with: vaswani train image --init RUN_DIR --data DIR"
+            )
         self.model, self.processing, self.data = model, processing, data
         self.classes: tuple[str, ...] = data.classes
 
@@ -110,6 +114,11 @@ class ImageClassifier:
         """The classifier of an ``image`` run on ``device`` (the weights read on the CPU, then moved)."""
         where = resolve_device(device)
         run = RunDir(run_dir).read_config(TASK, ImageData)
+        if not run.data.classes:
+            raise ConfigError(
+                f"{run_dir}: a ViT without a classifier (an imported ViTModel); "
+                f"fine-tune one with: vaswani train image --init {run_dir} --data DIR"
+            )
         processing = ImageProcessing.load(Path(run_dir))
         model = RunDir(run_dir).load_weights(model_of(run)).to(where)
         return cls(model.eval(), processing, run.data)
@@ -145,10 +154,27 @@ class ImageClassifier:
 
 
 def model_of(run: RunConfig) -> ViT:
-    """The (untrained) model of an ``image`` run."""
+    """The (untrained) model of an ``image`` run: a classifier of its classes, or the bare encoder of
+    an imported ``ViTModel`` (no classes)."""
     if run.data.classes is None:
         raise ConfigError("config field 'data.classes': an image classifier run needs its classes")
     return ViT(run.model, len(run.data.classes))
+
+
+def with_pretrained(build: Callable[[], ViT], init: Path) -> Callable[[], ViT]:
+    """``build`` followed by copying the encoder of the image run ``init`` into the model: every
+    weight but the classifier, which stays freshly initialised (the classes are the new data's)."""
+
+    def built() -> ViT:
+        model = build()
+        pretrained = RunDir(init).load_weights(model_of(RunDir(init).read_config(TASK, ImageData)))
+        encoder = {k: v for k, v in pretrained.state_dict().items() if not k.startswith("head.")}
+        missing, unexpected = model.load_state_dict(encoder, strict=False)
+        if unexpected or any(not k.startswith("head.") for k in missing):
+            raise ConfigError(f"--init {init}: its ViT does not fit this model (missing {missing})")
+        return model
+
+    return built
 
 
 def train_image(
@@ -157,12 +183,21 @@ def train_image(
     """Train (or, with ``resume``, continue) an image classifier in ``run_dir``; return the metrics
     and the classifier. The run directory keeps the classes (``config.json``) and the
     preprocessing (``preprocessor_config.json``)."""
-    processing = ImageProcessing.load(run_dir) if resume else processing_of(run)
+    init = None if resume or run.data.init is None else Path(run.data.init)
+    if resume:
+        processing = ImageProcessing.load(run_dir)
+    else:
+        processing = processing_of(run) if init is None else ImageProcessing.load(init)
     splits = load_images(run.data, processing, quiet=not world().main)
     if not resume:
         run = RunConfig(run.task, run.model, run.train, run.data.replace(classes=splits.classes))
     task = ImageTask(run, processing, splits)
-    metrics, model = fit_run(run, run_dir, task, lambda: model_of(run), processing.save, resume, quiet)
+
+    def build() -> ViT:
+        return model_of(run)
+
+    maker = build if init is None else with_pretrained(build, init)
+    metrics, model = fit_run(run, run_dir, task, maker, processing.save, resume, quiet)
     classifier = ImageClassifier(model.eval(), processing, run.data)
     if splits.test is not None:
         test, _, _ = classifier.evaluate(splits.test, run.train.batch_size)
@@ -200,8 +235,27 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 
 def recipe(flags: Sections) -> str:
-    """The digits recipe, or the folder one once ``--data`` is given."""
-    return "image-folder" if flags.get("data", {}).get("data_dir") is not None else "image"
+    """The digits recipe, the folder one once ``--data`` is given, the fine-tuning one with ``--init``."""
+    data = flags.get("data", {})
+    if data.get("init") is not None:
+        return "image-init"
+    return "image-folder" if data.get("data_dir") is not None else "image"
+
+
+def pretrained_model(sections: Sections, flags: Sections, source: str) -> dict[str, Any]:
+    """The model section of a run that starts from ``--init RUN_DIR``: that run's model, with only
+    the regularisation (``INIT_FREE``: dropout, drop-path) changed by the flags or a config file.
+    Another model field is refused, naming it."""
+    init = Path(sections["data"]["init"])
+    pretrained = RunDir(init).read_config(TASK, ImageData).model.to_dict()
+    given = {**sections.get("model", {}), **flags.get("model", {})}
+    fixed = [name for name, value in given.items() if name not in INIT_FREE and value != pretrained.get(name)]
+    if fixed:
+        raise ConfigError(
+            f"{source}: config field 'model.{fixed[0]}': the model of an --init run is fixed "
+            f"(only {', '.join(INIT_FREE)} may change)"
+        )
+    return {**pretrained, **{name: given[name] for name in INIT_FREE if name in given}}
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
@@ -211,7 +265,9 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     data = sections.setdefault("data", {})
     if data.get("data_dir") is not None:
         data["source"] = "folder"
-    absolute(data, ("data_dir",))
+    absolute(data, ("data_dir", "init"))
+    if data.get("init") is not None:
+        sections["model"] = pretrained_model(sections, flags, source)
     one_stack(sections.setdefault("model", {}), "vit", source)
     spec = ImageData.from_dict(data, source=source)
     train = sections.setdefault("train", {})

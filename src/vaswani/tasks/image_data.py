@@ -38,8 +38,11 @@ DIGITS = 1797  # images in scikit-learn's digits
 @dataclass(frozen=True)
 class ImageData(DataConfig):
     """Images for a classifier: scikit-learn's digits (``source="digits"``) or the folder
-    ``data_dir`` (``source="folder"``); ``classes`` are the class names in order (the digits' 0-9,
-    or the folder's subfolders, sorted)."""
+    ``data_dir`` (``source="folder"``); ``source="imported"`` is a run imported from a checkpoint,
+    with no images of its own. ``classes`` are the class names in order (the digits' 0-9, or the
+    folder's subfolders, sorted); none (``()``) is an imported ``ViTModel``: an encoder without a
+    classifier, which ``--init`` fine-tunes. ``init`` is the image run whose ViT a new run starts from
+    (its model, weights and preprocessing; the classifier is new, for the data's classes)."""
 
     source: str = no_flag("digits")
     data_dir: str | None = flag(
@@ -56,10 +59,15 @@ class ImageData(DataConfig):
     )
     flip: bool = flag(False, "mirror training images left-right at random")
     skip_bad_images: bool = flag(False, "skip (and count) unreadable image files")
+    init: str | None = flag(
+        None,
+        "start from this image run's ViT (e.g. one imported with import-hf), with a new classifier",
+        metavar="RUN_DIR",
+    )
     classes: tuple[str, ...] | None = no_flag(None)
 
     def _check(self) -> None:
-        self._one_of("source", ("digits", "folder"))
+        self._one_of("source", ("digits", "folder", "imported"))
         if self.source == "folder" and self.data_dir is None:
             self._fail("data_dir", "source 'folder' needs the image folder (--data DIR)")
         for name in ("valid_fraction", "test_fraction"):
@@ -67,7 +75,14 @@ class ImageData(DataConfig):
                 self._fail(name, f"must be in (0, 0.5), got {getattr(self, name)}")
         if self.crop_scale is not None and not 0.0 < self.crop_scale <= 1.0:
             self._fail("crop_scale", f"must be in (0, 1], got {self.crop_scale}")
-        if self.classes is not None and (len(self.classes) < 2 or len(set(self.classes)) < len(self.classes)):
+        if self.source == "imported" and (self.data_dir is not None or self.init is not None):
+            self._fail("source", "an imported run has no data folder and no --init of its own")
+        headless = self.classes == () and self.source == "imported"  # an imported ViTModel
+        if (
+            self.classes is not None
+            and not headless
+            and (len(self.classes) < 2 or len(set(self.classes)) < len(self.classes))
+        ):
             self._fail("classes", f"two or more distinct classes, got {list(self.classes)}")
 
 
