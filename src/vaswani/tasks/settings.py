@@ -3,8 +3,9 @@ flags, then the task's own rules (its ``configure`` hook), then validation.
 
 :func:`run_config` is what ``vaswani train TASK`` and the Python API (:func:`vaswani.tasks.registry.
 configure`) both call. A task's hook gets the merged ``sections`` (model, train, data: plain dicts)
-and the ``flags`` alone (what the user set on the command line, for rules such as "--src and --tgt
-go together"), and returns the validated :class:`~vaswani.config.RunConfig`.
+and what the user set (the flags, and the data fields of the ``--config`` file under the data flags:
+for rules such as "--src and --tgt go together" and for which data the user named), and returns the
+validated :class:`~vaswani.config.RunConfig`.
 """
 
 from __future__ import annotations
@@ -48,15 +49,23 @@ def one_stack(model: dict[str, Any], arch: str, source: str) -> None:
 
 
 def run_config(
-    recipe: str,
+    recipe: Any,
     configure: Any,
     flags: Sections,
     preset: str | None = None,
     config: Path | None = None,
 ) -> RunConfig:
-    """The packaged ``recipe`` < ``preset`` < the YAML file ``config`` < ``flags``, resolved
-    (``bf16: auto``) and handed to the task's ``configure(sections, flags, source)`` hook."""
-    sections = recipes.packaged(recipe)
+    """The packaged recipe < ``preset`` < the YAML file ``config`` < ``flags``, resolved (``bf16:
+    auto``) and handed to the task's ``configure(sections, flags, source)`` hook.
+
+    ``recipe(given)`` names the packaged recipe, and the hook reads which data the user named
+    (``--src``, ``--text``, ``--init``...) from its ``flags``: both get the data fields of the
+    ``config`` file under those of the flags, so that a file's ``data.src`` picks the user's files as
+    ``--src`` does, and a ``--src`` flag beats the file's ``data.src``."""
+    user = {s: dict(v) for s, v in flags.items()}
+    if config is not None:
+        user["data"] = {**recipes.read(config).get("data", {}), **flags.get("data", {})}
+    sections = recipes.packaged(recipe(user))
     fields = {s: dict(v) for s, v in flags.items()}
     preset = fields.get("model", {}).pop("preset", preset)  # the CLI's --preset travels with the flags
     if preset is not None:
@@ -65,7 +74,7 @@ def run_config(
         sections = recipes.read(config, base=sections)
     sections = recipes.resolved(recipes.merge(sections, fields))
     source = str(config) if config is not None else "flags"
-    return configure(sections, flags, source)
+    return configure(sections, user, source)
 
 
 def text_recipe(task: str, flags: Sections) -> str:
