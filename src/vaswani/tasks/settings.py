@@ -10,6 +10,7 @@ validated :class:`~vaswani.config.RunConfig`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,9 @@ def run_config(
     ``config`` file under those of the flags, so that a file's ``data.src`` picks the user's files as
     ``--src`` does, and a ``--src`` flag beats the file's ``data.src``."""
     user = {s: dict(v) for s, v in flags.items()}
+    in_file = recipes.read(config) if config is not None else {}
     if config is not None:
-        user["data"] = {**recipes.read(config).get("data", {}), **flags.get("data", {})}
+        user["data"] = {**in_file.get("data", {}), **flags.get("data", {})}
     sections = recipes.packaged(recipe(user))
     fields = {s: dict(v) for s, v in flags.items()}
     preset = fields.get("model", {}).pop("preset", preset)  # the CLI's --preset travels with the flags
@@ -74,7 +76,22 @@ def run_config(
         sections = recipes.read(config, base=sections)
     sections = recipes.resolved(recipes.merge(sections, fields))
     source = str(config) if config is not None else "flags"
-    return configure(sections, user, source)
+    try:
+        return configure(sections, user, source)
+    except ConfigError as exc:
+        raise _naming_the_file(exc, source, in_file, flags) from None
+
+
+def _naming_the_file(exc: ConfigError, source: str, in_file: Sections, flags: Sections) -> ConfigError:
+    """``exc``, led by the config file ``source`` when the field it names was set there (and not
+    by a flag, which the CLI names instead)."""
+    found = re.search(r"config field '(model|train|data)\.(\w+)'", str(exc))
+    if found is None or str(exc).startswith(f"{source}:"):
+        return exc
+    section, name = found.groups()
+    if name in in_file.get(section, {}) and name not in flags.get(section, {}):
+        return ConfigError(f"{source}: {exc}")
+    return exc
 
 
 def text_recipe(task: str, flags: Sections) -> str:
