@@ -159,6 +159,11 @@ def bad_files(tmp: Path, data: Path) -> None:
         "hf_t5/config.json": '{"model_type": "t5"}\n',
         "hf_broken/config.json": '{"model_type": \n',
         "hf_gpt2/config.json": '{"model_type": "gpt2"}\n',
+        "inf.yaml": "train:\n  clip_norm: .inf\n",
+        "alias.yaml": "model:\n  d_model: &w 64\n  d_ff: *w\n",
+        "deep_run/config.json": "[" * 100_000,
+        "hf_deep/config.json": "[" * 100_000,
+        "bom.txt": "\ufeffa b\n",
     }
     for name, text in texts.items():
         (tmp / name).parent.mkdir(exist_ok=True)
@@ -328,6 +333,20 @@ CLI = [
     Cli("translation", "unknown length penalty", decode("--beam", "2", "--length-penalty-kind", "wu"),
         ["gnmt", "simple", "'wu'"]),
     Cli("translation", "seed without sampling", decode("--seed", "1"), ["--seed", "--temperature"]),
+    Cli("translation", "clipping at infinity (a flag)", tr_train("--clip-norm", "inf"),
+        ["--clip-norm", "train.clip_norm", "finite", "inf"]),
+    Cli("translation", "clipping at infinity (a config file)", tr_train("--config", "{tmp}/inf.yaml"),
+        ["inf.yaml", "train.clip_norm", "finite"]),
+    Cli("translation", "a seed past 32 bits", tr_train("--seed", str(2**70)),
+        ["--seed", "train.seed", "[0, "]),
+    Cli("translation", "a negative data seed", tr_train("--data-seed", "-1"), ["--data-seed", "data.seed"]),
+    Cli("translation", "YAML aliases in a config file", tr_train("--config", "{tmp}/alias.yaml"),
+        ["alias.yaml:2", "aliases"]),
+    Cli("translation", "a config.json nested 100000 deep", ["translate", "{tmp}/deep_run", "a"],
+        ["deep_run/config.json", "nested too deeply"]),
+    Cli("translation", "translate an empty text", ["translate", "{tr}", "a", ""], ["input line 2 is empty"]),
+    Cli("translation", "translate an empty line of standard input", ["translate", "{tr}"],
+        ["input line 2 is empty"], stdin=b"a b\n \nc\n"),
     # train lm, generate
     Cli("lm", "missing text", lm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
     Cli("lm", "non-UTF-8 text", lm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
@@ -350,6 +369,13 @@ CLI = [
     Cli("lm", "top-p above 1", generate("a", "--top-p", "1.5"), ["--top-p", "1.5"]),
     Cli("lm", "negative temperature", generate("a", "--temperature", "-1"), ["--temperature"]),
     Cli("lm", "top-k 0", generate("a", "--top-k", "0"), ["--top-k"]),
+    Cli("lm", "negative top-k", generate("a", "--top-k", "-3"), ["--top-k", ">= 1"]),
+    Cli("lm", "a sampling seed past 64 bits", generate("a", "--seed", str(2**70)), ["--seed", "at most"]),
+    Cli("lm", "10**30 new tokens", generate("a", "--max-new-tokens", str(10**30)),
+        ["--max-new-tokens", "at most"]),
+    Cli("lm", "infinite temperature", generate("a", "--temperature", "inf"), ["--temperature", "finite"]),
+    Cli("lm", "an empty stop string", generate("a", "--stop", ""), ["--stop", "empty"]),
+    Cli("lm", "a NaN learning rate", lm_train("--lr", "nan"), ["--lr", "train.lr"]),
     Cli("lm", "generate with no run", ["generate", "{tmp}/none", "a"], ["none", "no such run"]),
     Cli("lm", "generate with a translation run", ["generate", "{tr}", "a"],
         ["translation_run", "'translation'"]),
@@ -429,6 +455,8 @@ CLI = [
         ["hf_t5/config.json", "'t5'", "supported"]),
     Cli("interop", "import a config.json that is not JSON", ["import-hf", "{tmp}/hf_broken", "{tmp}/out"],
         ["hf_broken/config.json", "not valid JSON"]),
+    Cli("interop", "import a config.json nested 100000 deep", ["import-hf", "{tmp}/hf_deep", "{tmp}/out"],
+        ["hf_deep/config.json", "nested too deeply"]),
     Cli("interop", "import GPT-2 without a tokenizer", ["import-hf", "{tmp}/hf_gpt2", "{tmp}/out"],
         ["hf_gpt2", "no tokenizer"]),
     Cli("interop", "export a classify run", ["export-hf", "{cls}", "{tmp}/out"],
@@ -489,6 +517,9 @@ CLI = [
         ["classify_run", "task 'classify'", "vaswani classify-image", "task image"]),
     Cli("image", "a non-image file to classify-image", ["classify-image", "{img}", "{tmp}/empty.txt"],
         ["empty.txt", "not a readable image"]),
+    Cli("image", "a NaN validation fraction",
+        ["train", "image", "--valid-fraction", "nan", "--out", "{tmp}/out"],
+        ["--valid-fraction", "data.valid_fraction", "(0, 0.5)"]),
     Cli("image", "a missing image file", ["classify-image", "{img}", "{tmp}/nope.png"],
         ["nope.png", "no such image file"]),
     Cli("image", "--top-k 0", ["classify-image", "{img}", "{tmp}/nope.png", "--top-k", "0"],
@@ -632,6 +663,10 @@ API = [
     Api("mlm", "negative d_ff", lambda x: ModelConfig(d_ff=-1), ConfigError, ["model.d_ff", "> 0"]),
     Api("lm", "zero batch tokens", lambda x: TrainConfig(batch_tokens=0), ConfigError,
         ["train.batch_tokens"]),
+    Api("lm", "clipping at infinity", lambda x: TrainConfig(clip_norm=float("inf")), ConfigError,
+        ["train.clip_norm", "finite"]),
+    Api("lm", "an empty stop string", lambda x: DecodingConfig(stop=("",)), ConfigError,
+        ["decoding.stop", "empty"]),
     Api("translation", "parallel files of unequal length",
         lambda x: read_parallel(x.paths.data / "train.src", x.paths.tmp / "short.tgt"), DataError,
         ["short.tgt has 99", "100 lines"]),
@@ -745,6 +780,20 @@ def cut_with_a_warning(command: str) -> Callable[[Loaded, pytest.CaptureFixture[
     return check
 
 
+def bom_stripped(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """A UTF-8 byte-order mark at the start of a file or of standard input is not text: dropped."""
+    assert read_lines(x.paths.tmp / "bom.txt") == ["a b"]
+    plain = run_cli(x.paths, ["translate", "{tr}", "a b"], b"", capsys)
+    assert run_cli(x.paths, ["translate", "{tr}"], "\ufeffa b\n".encode(), capsys) == plain
+    assert plain[0] == 0
+
+
+def empty_prompt(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """``generate RUN ""`` is unconditional generation from the start, as no prompt at all is."""
+    argv = ["generate", "{lm}", "--max-new-tokens", "5", "--temperature", "0"]
+    assert cli_ok(x, [*argv, ""], capsys) == cli_ok(x, argv, capsys)
+
+
 def mixed_image_modes(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     """One picture as L, RGB, RGBA, 16-bit, palette and a 3x larger JPEG: each read as the run's one grey
     channel and resized (:mod:`vaswani.data.images`), so that all but the resized JPEG get the exact
@@ -779,6 +828,8 @@ DOCUMENTED = [
     Documented("classify", "a text longer than max_len: cut, with a warning", cut_with_a_warning("classify")),
     Documented("embed", "a text longer than max_len: cut, with a warning", cut_with_a_warning("embed")),
     Documented("image", "images of mixed modes and sizes: converted as documented", mixed_image_modes),
+    Documented("translation", "a byte-order mark: dropped", bom_stripped),
+    Documented("lm", "an empty prompt: generation from the start", empty_prompt),
 ]
 
 

@@ -117,20 +117,28 @@ class ModelConfig(Config):
     _section = "model"
 
     arch: str = flag("encoder_decoder", "the model's stacks", choices=ARCHS)
-    vocab_size: int = no_flag(32000)  # set from the tokenizer (--vocab-size sizes the tokenizer)
-    src_vocab_size: int | None = flag(None, "source vocabulary (set from the tokenizer)")
-    tgt_vocab_size: int | None = flag(None, "target vocabulary (set from the tokenizer)")
-    d_model: int = flag(512, "model width")
-    n_heads: int = flag(8, "attention heads", flag="--heads")
+    vocab_size: int = no_flag(
+        32000, range="(0, inf)"
+    )  # set from the tokenizer (--vocab-size sizes the tokenizer)
+    src_vocab_size: int | None = flag(None, "source vocabulary (set from the tokenizer)", range="(0, inf)")
+    tgt_vocab_size: int | None = flag(None, "target vocabulary (set from the tokenizer)", range="(0, inf)")
+    d_model: int = flag(512, "model width", range="(0, inf)")
+    n_heads: int = flag(8, "attention heads", flag="--heads", range="(0, inf)")
     n_kv_heads: int | None = flag(
-        None, "key/value heads shared by groups of query heads (1: multi-query; default: --heads)"
+        None,
+        "key/value heads shared by groups of query heads (1: multi-query; default: --heads)",
+        range="[1, inf)",
     )
-    d_ff: int = flag(2048, "feed-forward width")
-    n_layers: int = flag(6, "layers of every stack of the model", flag="--layers")
-    n_encoder_layers: int | None = flag(None, "encoder layers (default: --layers)", flag="--encoder-layers")
-    n_decoder_layers: int | None = flag(None, "decoder layers (default: --layers)", flag="--decoder-layers")
-    dropout: float = flag(0.1)
-    attn_dropout: float = flag(0.0, "dropout of the attention weights")
+    d_ff: int = flag(2048, "feed-forward width", range="(0, inf)")
+    n_layers: int = flag(6, "layers of every stack of the model", flag="--layers", range="(0, inf)")
+    n_encoder_layers: int | None = flag(
+        None, "encoder layers (default: --layers)", flag="--encoder-layers", range="(0, inf)"
+    )
+    n_decoder_layers: int | None = flag(
+        None, "decoder layers (default: --layers)", flag="--decoder-layers", range="(0, inf)"
+    )
+    dropout: float = flag(0.1, range="[0, 1)")
+    attn_dropout: float = flag(0.0, "dropout of the attention weights", range="[0, 1)")
     activation: str = flag(
         "relu",
         "the activation (swiglu, geglu: the gated feed-forward with silu, gelu)",
@@ -147,30 +155,37 @@ class ModelConfig(Config):
     norm_placement: str | None = flag(
         None, "post (the paper's) or pre (default post)", choices=NORM_PLACEMENTS
     )
-    norm_eps: float = flag(1e-5, "the norms' epsilon")
+    norm_eps: float = flag(1e-5, "the norms' epsilon", range="(0, inf)")
     position: str = flag("sinusoidal", choices=POSITIONS)
-    max_len: int = flag(512, "longest sequence (a language model's context)")
-    rel_clip: int = flag(16, "clipping distance k of relative positions")
-    rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles")
+    max_len: int = flag(512, "longest sequence (a language model's context)", range="(0, inf)")
+    rel_clip: int = flag(16, "clipping distance k of relative positions", range="(0, inf)")
+    rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles", range="(0, inf)")
     attn_window: int | None = flag(
-        None, "local attention: keys at most N positions away (causal: itself + N before)", metavar="N"
+        None,
+        "local attention: keys at most N positions away (causal: itself + N before)",
+        metavar="N",
+        range="[1, inf)",
     )
     fused_qkv: bool = flag(False, "one projection for queries, keys and values")
     bias: bool = flag(True, "biases in the projections and norms")
     scale_embeddings: bool = flag(True, "multiply embeddings by sqrt(d_model)")
     tie_embeddings: str = flag("all", "embedding tying", flag="--tie", choices=TIES)
-    pad_id: int = no_flag(0)
+    pad_id: int = no_flag(0, range="[0, inf)")
     output_bias: bool = flag(False, "a bias on the output projection")
-    type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)")
+    type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)", range="[0, inf)")
     pooler: bool = flag(True, "the [CLS] pooler (BERT)")
-    image_size: int = flag(224, "side of a ViT's square images, in pixels")
-    patch_size: int = flag(16, "side of a ViT's square patches, in pixels (divides --image-size)")
-    channels: int = flag(3, "colour channels of a ViT's images (3: RGB, 1: greyscale)")
+    image_size: int = flag(224, "side of a ViT's square images, in pixels", range="(0, inf)")
+    patch_size: int = flag(
+        16, "side of a ViT's square patches, in pixels (divides --image-size)", range="(0, inf)"
+    )
+    channels: int = flag(3, "colour channels of a ViT's images (3: RGB, 1: greyscale)", range="(0, inf)")
     pooling: str = flag(
         "cls", "a ViT's image vector: the [CLS] state (default) or the patches' mean", choices=IMAGE_POOLS
     )
     vit_init: str = flag("hf", "a ViT's initialisation: hf (Hugging Face's) or timm", choices=VIT_INITS)
-    drop_path: float = flag(0.0, "stochastic depth: the last block's rate, from 0 at the first (0: off)")
+    drop_path: float = flag(
+        0.0, "stochastic depth: the last block's rate, from 0 at the first (0: off)", range="[0, 1)"
+    )
 
     def _check(self) -> None:
         self._one_of("arch", ARCHS)
@@ -183,32 +198,22 @@ class ModelConfig(Config):
         self._one_of("tie_embeddings", TIES)
         self._one_of("pooling", IMAGE_POOLS)
         self._one_of("vit_init", VIT_INITS)
-        self._positive(
-            "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
-            "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "rope_theta", "norm_eps",
-            "image_size", "patch_size", "channels",
-        )  # fmt: skip
         for name, value in resolved_sides(vars(self)).items():  # see vaswani.aliases
             object.__setattr__(self, name, value)
-        self._fraction("dropout", "attn_dropout", "drop_path")
         if self.image_size % self.patch_size:
             self._fail(
                 "image_size", f"must be divisible by patch_size={self.patch_size}, got {self.image_size}"
             )
         if self.d_model % self.n_heads:
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
-        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
-            self._fail("n_kv_heads", f"must be >= 1 and divide n_heads={self.n_heads}, got {self.n_kv_heads}")
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            self._fail("n_kv_heads", f"must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
         if self.position in ROTARY and (self.d_model // self.n_heads) % 2:
             self._fail(
                 "position",
                 f"{self.position} rotates pairs of features and needs an even head dimension "
                 f"(d_model / n_heads), got {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}",
             )
-        if self.type_vocab_size < 0:
-            self._fail("type_vocab_size", f"must be >= 0 (0: none), got {self.type_vocab_size}")
-        if self.attn_window is not None and self.attn_window < 1:
-            self._fail("attn_window", f"must be >= 1 or null, got {self.attn_window}")
         if self.attn_window is not None and self.attn_window > self.max_len:
             self._fail("attn_window", f"must be <= max_len={self.max_len}, got {self.attn_window}")
         if (
@@ -312,27 +317,34 @@ class TrainConfig(Config):
 
     _section = "train"
 
-    batch_tokens: int = flag(4096, "tokens per batch (translation, language models)")
-    batch_size: int = flag(32, "examples per batch (fine-tuning tasks, whose batches are examples)")
-    max_steps: int = flag(100_000, "optimizer steps to train for")
-    max_minutes: float | None = flag(None, "stop after this many minutes of training steps")
-    epochs: float | None = flag(None, "stop after this many passes over the training data")
-    lr: float = flag(7e-4, "peak learning rate")
-    warmup_steps: int = flag(4000, "warmup steps", flag="--warmup")
+    batch_tokens: int = flag(4096, "tokens per batch (translation, language models)", range="(0, inf)")
+    batch_size: int = flag(
+        32, "examples per batch (fine-tuning tasks, whose batches are examples)", range="(0, inf)"
+    )
+    max_steps: int = flag(100_000, "optimizer steps to train for", range="(0, inf)")
+    max_minutes: float | None = flag(None, "stop after this many minutes of training steps", range="(0, inf)")
+    epochs: float | None = flag(None, "stop after this many passes over the training data", range="(0, inf)")
+    lr: float = flag(7e-4, "peak learning rate", range="(0, inf)")
+    warmup_steps: int = flag(4000, "warmup steps", flag="--warmup", range="[0, inf)")
     schedule: str = flag("inverse_sqrt", choices=SCHEDULES)
-    min_lr: float = flag(0.0, "where the cosine schedule ends")
+    min_lr: float = flag(0.0, "where the cosine schedule ends", range="[0, inf)")
     optimizer: str = flag("adam", choices=OPTIMIZERS)
-    betas: tuple[float, float] = flag((0.9, 0.98), "Adam's beta1,beta2", metavar="B1,B2")
-    eps: float = flag(1e-9, "Adam's epsilon")
-    weight_decay: float = flag(0.0, "AdamW decay of the matrices")
-    label_smoothing: float = flag(0.1)
-    clip_norm: float | None = flag(1.0, "clip the gradient's norm to this")
-    accumulate: int = flag(1, "batches per optimizer step")
-    eval_every: int = flag(1000, "evaluate every N steps", metavar="N")
-    eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N")
-    checkpoint_every: int | None = flag(None, "a checkpoint every STEPS steps", metavar="STEPS")
+    betas: tuple[float, float] = flag((0.9, 0.98), "Adam's beta1,beta2", metavar="B1,B2", range="[0, 1)")
+    eps: float = flag(1e-9, "Adam's epsilon", range="(0, inf)")
+    weight_decay: float = flag(0.0, "AdamW decay of the matrices", range="[0, inf)")
+    label_smoothing: float = flag(0.1, range="[0, 1)")
+    clip_norm: float | None = flag(1.0, "clip the gradient's norm to this", range="(0, inf)")
+    accumulate: int = flag(1, "batches per optimizer step", range="(0, inf)")
+    eval_every: int = flag(1000, "evaluate every N steps", metavar="N", range="(0, inf)")
+    eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N", range="(0, inf)")
+    checkpoint_every: int | None = flag(
+        None, "a checkpoint every STEPS steps", metavar="STEPS", range="(0, inf)"
+    )
     keep_checkpoints: int = flag(
-        3, "keep the newest N checkpoints (5 or 20 to average them with vaswani average)", metavar="N"
+        3,
+        "keep the newest N checkpoints (5 or 20 to average them with vaswani average)",
+        metavar="N",
+        range="(0, inf)",
     )
     device: str = flag("auto", "auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps")
     precision: str = flag(
@@ -344,9 +356,11 @@ class TrainConfig(Config):
     compile: bool = flag(False, "train through torch.compile (falls back to eager, saying why)")
     grad_checkpointing: bool = flag(False, "recompute each block's activations in the backward pass")
     fsdp: bool = flag(False, "shard parameters, gradients and optimizer state across processes (FSDP2)")
-    seed: int = flag(0)
-    max_bad_steps: int = flag(10, "stop after N steps in a row with a non-finite loss", metavar="N")
-    threads: int | None = flag(None)
+    seed: int = flag(0, range="[0, 4294967296)")
+    max_bad_steps: int = flag(
+        10, "stop after N steps in a row with a non-finite loss", metavar="N", range="(0, inf)"
+    )
+    threads: int | None = flag(None, range="(0, inf)")
     deterministic: bool = flag(
         False, "deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)"
     )
@@ -357,20 +371,8 @@ class TrainConfig(Config):
         self._one_of("precision", PRECISIONS)
         if not DEVICE_NAME.fullmatch(self.device):
             self._fail("device", f"expected {DEVICES}; got {self.device!r}")
-        self._positive(
-            "batch_tokens", "batch_size", "max_steps", "epochs", "max_minutes", "lr", "accumulate",
-            "eval_every", "eval_sentences", "checkpoint_every", "keep_checkpoints", "clip_norm",
-            "max_bad_steps", "threads",
-        )  # fmt: skip
-        self._fraction("label_smoothing")
-        if self.warmup_steps < 0:
-            self._fail("warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        if self.min_lr < 0 or self.min_lr > self.lr:
+        if self.min_lr > self.lr:
             self._fail("min_lr", f"must be in [0, lr={self.lr}], got {self.min_lr}")
-        if self.weight_decay < 0:
-            self._fail("weight_decay", f"must be >= 0, got {self.weight_decay}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            self._fail("betas", f"must be two numbers in [0, 1), got {self.betas}")
         if self.deterministic and self.threads not in (None, 1):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
 

@@ -6,8 +6,20 @@ Every error a user can cause by bad input (a file, a flag, a config field) is a
 
 from __future__ import annotations
 
+import reprlib
 import signal
 from pathlib import Path
+from typing import Any
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 60, 60, 40
+_SHORT.maxlist = _SHORT.maxtuple = 8
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message shows a user's value: its ``repr``, shortened (``reprlib``)
+    so that a huge value (a 10**30, a long string, a deeply nested YAML list) stays one short line."""
+    return _SHORT.repr(value)
 
 
 class VaswaniError(Exception):

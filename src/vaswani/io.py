@@ -9,14 +9,16 @@ turned into a one-line :class:`~vaswani.errors.VaswaniError` by :func:`write_err
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from safetensors import safe_open
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
 
-from vaswani.errors import RunDirError, VaswaniError
+from vaswani.errors import DataError, RunDirError, VaswaniError
 
 WEIGHTS = "model.safetensors"
 """The weights file of a run directory, of a checkpoint and of a Hugging Face model folder."""
@@ -51,6 +53,32 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message, for one-line errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _no_constant(name: str) -> Any:
+    """Refuse ``NaN`` and ``Infinity``, which Python's json reads by default but JSON does not have."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: Path, error: type[VaswaniError] = DataError, invalid: str = "not valid JSON") -> Any:
+    """The JSON value of the file ``path``. Anything that is not JSON (a syntax error, bytes that are
+    not UTF-8, ``NaN`` or ``Infinity``, nesting too deep for Python's parser, a 100000-deep
+    ``[[[[...``) is one line of ``error`` naming the file and saying ``invalid``; so is a file that
+    cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise error(f"{path}: {invalid} (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
+        raise error(f"{path}: {invalid} ({first_line(exc)})") from None
+    except OSError as exc:
+        raise error(f"{path}: unreadable ({first_line(exc)})") from None
+
+
+def json_text(value: Any, ensure_ascii: bool = True) -> str:
+    """``value`` as indented JSON text and a newline; a NaN or an infinity (which JSON does not have,
+    and :func:`read_json` refuses) is a ``ValueError``, never written."""
+    return json.dumps(value, indent=2, ensure_ascii=ensure_ascii, allow_nan=False) + "\n"
 
 
 def atomic_write(path: Path, data: bytes) -> None:

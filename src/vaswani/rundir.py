@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,15 @@ from torch import nn
 
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.io import WEIGHTS, atomic_save_model, atomic_write, atomic_write_text, load_weights
+from vaswani.io import (
+    WEIGHTS,
+    atomic_save_model,
+    atomic_write,
+    atomic_write_text,
+    json_text,
+    load_weights,
+    read_json,
+)
 from vaswani.schema import Config
 
 FORMAT_VERSION = 1
@@ -45,11 +53,6 @@ SHARED_DATA_FIELDS = frozenset(
         "file_format", "text_columns", "label_column", "labels", "init", "pool",
     )
 )  # fmt: skip
-
-
-def _no_constant(name: str) -> Any:
-    """Refuse ``NaN`` and ``Infinity``, which Python's json reads by default but JSON does not have."""
-    raise ValueError(f"{name} is not a JSON number")
 
 
 class RunDir:
@@ -115,10 +118,7 @@ class RunDir:
             raise RunDirError(f"{self.path}: no such run directory")
         if not path.is_file():
             raise RunDirError(f"{self.path}: not a vaswani run directory (no {self.CONFIG})")
-        try:
-            payload: Any = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
-            raise RunDirError(f"{path}: not valid JSON ({exc})") from None
+        payload = read_json(path, RunDirError)
         if not isinstance(payload, dict):
             raise RunDirError(f"{path}: expected a JSON object")
         version = payload.get("format_version")
@@ -175,16 +175,13 @@ class RunDir:
             "train": run.train.to_dict(),
             "data": run.data.to_dict() if run.data is not None else {},
         }
-        atomic_write_text(self.config_path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(self.config_path, json_text(payload, ensure_ascii=False))
 
     def read_metrics(self) -> dict[str, Any]:
         """``metrics.json`` ({} when the run has none yet)."""
         if not self.metrics_path.is_file():
             return {}
-        try:
-            loaded = json.loads(self.metrics_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise RunDirError(f"{self.metrics_path}: not valid JSON ({exc})") from None
+        loaded = read_json(self.metrics_path, RunDirError)
         if not isinstance(loaded, dict):
             raise RunDirError(f"{self.metrics_path}: expected a JSON object")
         return loaded
@@ -199,7 +196,9 @@ class RunDir:
             writer.writerow(row)
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
-        atomic_write_text(self.metrics_path, json.dumps(metrics, indent=2) + "\n")
+        """Write ``metrics.json``; a metric that is not a finite number (the loss of a diverged run)
+        is written as null, since JSON has no NaN or infinity."""
+        atomic_write_text(self.metrics_path, json_text(_finite_or_null(metrics)))
 
     def load_weights(self, model: nn.Module) -> nn.Module:
         """Fill ``model`` from ``model.safetensors`` (never unpickled); return it."""
@@ -212,3 +211,14 @@ class RunDir:
     def write_weights(self, data: bytes) -> None:
         """Write ``model.safetensors`` atomically from safetensors bytes (:func:`vaswani.io.model_bytes`)."""
         atomic_write(self.weights, data)
+
+
+def _finite_or_null(value: Any) -> Any:
+    """``value`` (JSON-like: mappings, lists, numbers) with every NaN and infinity replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value

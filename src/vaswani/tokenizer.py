@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from vaswani.errors import RunDirError
+from vaswani.io import json_text
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -247,7 +248,7 @@ class WordPieceTokenizer(TokenizerFile):
         writes it: the length limit is the reader's to set)."""
         payload = json.loads(self.tokenizer.to_str())
         payload["truncation"] = payload["padding"] = None
-        return (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        return json_text(payload, ensure_ascii=False).encode("utf-8")
 
     @property
     def max_len(self) -> int:

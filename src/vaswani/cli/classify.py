@@ -10,10 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaswani.cli.common import (
-    add_device_flag,
-    read_stdin,
-)
+from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
 from vaswani.data.config import POOLS
 from vaswani.errors import ConfigError, DataError
 
@@ -69,10 +66,7 @@ def read_texts(given: Sequence[str]) -> list[str]:
     texts = list(given) or read_stdin()
     if not texts:
         raise DataError("no text given (as arguments or on standard input)")
-    for number, text in enumerate(texts, start=1):
-        if not text.strip():
-            raise DataError(f"text {number} is empty")
-    return texts
+    return refuse_empty(texts, "text")
 
 
 def warn_if_cut(tokenizer: WordPieceTokenizer, inputs: Sequence[tuple[str, ...]]) -> None:

@@ -21,9 +21,19 @@ def add_device_flag(p: argparse.ArgumentParser) -> None:
 
 
 def read_stdin() -> list[str]:
+    """The lines of standard input (UTF-8; a byte-order mark at its start is dropped)."""
     data = sys.stdin.buffer.read()
     try:
-        return data.decode("utf-8").splitlines()
+        return data.decode("utf-8").removeprefix("\ufeff").splitlines()
     except UnicodeDecodeError as exc:
         number = data[: exc.start].count(b"\n") + 1
         raise DataError(f"<stdin>:{number}: not valid UTF-8") from None
+
+
+def refuse_empty(texts: list[str], what: str) -> list[str]:
+    """``texts``, each of which must hold more than white space: an empty one is refused naming it
+    (``what`` and its number from 1), as every command that decodes texts refuses it."""
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise DataError(f"{what} {number} is empty")
+    return texts

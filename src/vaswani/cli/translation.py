@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag, read_stdin
+from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
 from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
 from vaswani.errors import ConfigError
 
@@ -47,6 +47,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir, args.device)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
+    refuse_empty(sentences, "input line")
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
             print(line, flush=True)

@@ -24,9 +24,6 @@ class DataConfig(Config):
 
     _section = "data"
 
-    def _check(self) -> None:
-        self._positive("vocab_size")
-
 
 @dataclass(frozen=True)
 class ParallelData(DataConfig):
@@ -42,10 +39,15 @@ class ParallelData(DataConfig):
     """
 
     source: str = flag("files", "default (the embedded corpus), files (--src/--tgt) or tsv (--pairs)")
-    seed: int = flag(0, "seed of the embedded corpus and of the --pairs split", flags=("--data-seed",))
-    n_train: int = flag(60_000, "sentence pairs of the embedded corpus")
-    n_valid: int = flag(500, "validation pairs (embedded corpus, --pairs)")
-    n_test: int = flag(1_000, "test pairs (embedded corpus, --pairs)")
+    seed: int = flag(
+        0,
+        "seed of the embedded corpus and of the --pairs split",
+        flags=("--data-seed",),
+        range="[0, 4294967296)",
+    )
+    n_train: int = flag(60_000, "sentence pairs of the embedded corpus", range="(0, inf)")
+    n_valid: int = flag(500, "validation pairs (embedded corpus, --pairs)", range="(0, inf)")
+    n_test: int = flag(1_000, "test pairs (embedded corpus, --pairs)", range="(0, inf)")
     src: str | None = flag(None, "training source file, one sentence per line")
     tgt: str | None = flag(None, "training target file, aligned with --src")
     valid_src: str | None = flag(None)
@@ -58,9 +60,12 @@ class ParallelData(DataConfig):
         "and valid pairs are held out at random (data.n_test, data.n_valid)",
     )
     columns: tuple[int, int] = flag(
-        (0, 1), "the --pairs columns of source and target, from 0 (default 0,1)", metavar="SRC,TGT"
+        (0, 1),
+        "the --pairs columns of source and target, from 0 (default 0,1)",
+        metavar="SRC,TGT",
+        range="[0, inf)",
     )
-    vocab_size: int = flag(8000, "BPE vocabulary size per tokenizer")
+    vocab_size: int = flag(8000, "BPE vocabulary size per tokenizer", range="(0, inf)")
     shared_vocab: bool = flag(False, "one BPE for both languages")
     bleu_tokenize: str | None = flag(
         None, "sacrebleu tokenizer (default: zh for Chinese, else 13a)", choices=BLEU_TOKENIZERS
@@ -69,14 +74,13 @@ class ParallelData(DataConfig):
     def _check(self) -> None:
         super()._check()
         self._one_of("source", ("default", "files", "tsv"))
-        self._positive("n_train", "n_valid", "n_test")
         if self.bleu_tokenize is not None:
             self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
         if self.source == "files" and (self.src is None or self.tgt is None):
             self._fail("src", "files need both 'src' and 'tgt'")
         if self.source == "tsv" and self.pairs is None:
             self._fail("pairs", "source 'tsv' needs the tab-separated file of sentence pairs")
-        if min(self.columns) < 0 or self.columns[0] == self.columns[1]:
+        if self.columns[0] == self.columns[1]:
             self._fail("columns", f"two different column numbers >= 0, got {list(self.columns)}")
         for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
             if (getattr(self, a) is None) != (getattr(self, b) is None):
@@ -104,11 +108,13 @@ class TextData(DataConfig):
     source: str = flag("default", "default (the embedded text) or text (--text)")
     text: tuple[str, ...] | None = flag(None, "text files or folders to train on", nargs="+")
     tokenizer: str = flag("bpe", "byte-level BPE (default) or characters (lm)", choices=LM_TOKENIZERS)
-    vocab_size: int = flag(8000, "BPE (lm) or WordPiece (mlm) vocabulary size")
-    valid_fraction: float = flag(0.1, "held-out end of the text (default 0.1)")
-    mask_prob: float = flag(0.15, "fraction of the tokens chosen for prediction (mlm, 0.15)")
-    mask_random: float = flag(0.1, "of those, the fraction replaced by a random token (mlm, 0.1)")
-    mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)")
+    vocab_size: int = flag(8000, "BPE (lm) or WordPiece (mlm) vocabulary size", range="(0, inf)")
+    valid_fraction: float = flag(0.1, "held-out end of the text (default 0.1)", range="(0, 1)")
+    mask_prob: float = flag(0.15, "fraction of the tokens chosen for prediction (mlm, 0.15)", range="(0, 1)")
+    mask_random: float = flag(
+        0.1, "of those, the fraction replaced by a random token (mlm, 0.1)", range="[0, 1]"
+    )
+    mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)", range="[0, 1]")
     eos_token: str = no_flag("<|endoftext|>")  # lm: ends documents and generation (a Llama's </s>)
     bos_token: str | None = no_flag(None)  # lm: starts every text (an imported Llama's <s>)
 
@@ -116,15 +122,8 @@ class TextData(DataConfig):
         super()._check()
         self._one_of("source", ("default", "text"))
         self._one_of("tokenizer", LM_TOKENIZERS)
-        if not 0.0 < self.valid_fraction < 1.0:
-            self._fail("valid_fraction", f"must be in (0, 1), got {self.valid_fraction}")
         if self.source == "text" and not self.text:
             self._fail("text", "source 'text' needs at least one file or folder")
-        if not 0.0 < self.mask_prob < 1.0:
-            self._fail("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
-        for name in ("mask_random", "mask_keep"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                self._fail(name, f"must be in [0, 1], got {getattr(self, name)}")
         if self.mask_random + self.mask_keep > 1.0:
             total = self.mask_random + self.mask_keep
             self._fail("mask_keep", f"mask_random + mask_keep must be <= 1, got {total}")
@@ -160,7 +159,7 @@ class LabeledData(DataConfig):
     labels: tuple[str, ...] | None = no_flag(None)
     init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
     pool: str = flag("cls", "the text's vector: pooled [CLS] (default) or mean of tokens", choices=POOLS)
-    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)")
+    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
     def _check(self) -> None:
         super()._check()

@@ -22,7 +22,6 @@ limit) is a one-line :class:`~vaswani.errors.DataError` naming it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,8 @@ from PIL import Image, ImageOps
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import atomic_write_text
-from vaswani.schema import Config
+from vaswani.io import atomic_write_text, json_text, read_json
+from vaswani.schema import Config, no_flag
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 PREPROCESSOR = "preprocessor_config.json"
@@ -88,30 +87,25 @@ class ImageProcessing(Config):
     3). Saved in a run directory as Hugging Face's ``preprocessor_config.json`` (:meth:`save`,
     :meth:`load`)."""
 
-    size: tuple[int, int] = (224, 224)
+    size: tuple[int, int] = no_flag((224, 224), range="(0, inf)")
     resample: str = "bilinear"
     do_resize: bool = True
     do_rescale: bool = True
-    rescale_factor: float = 1 / 255
+    rescale_factor: float = no_flag(1 / 255, range="(0, inf)")
     do_normalize: bool = True
-    image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
-    image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    image_mean: tuple[float, ...] = no_flag((0.5, 0.5, 0.5), range="(-inf, inf)")
+    image_std: tuple[float, ...] = no_flag((0.5, 0.5, 0.5), range="(0, inf)")
 
     _section = "preprocessor"
 
     def _check(self) -> None:
-        self._positive("rescale_factor")
         self._one_of("resample", tuple(RESAMPLES))
-        if min(self.size) <= 0:
-            self._fail("size", f"height and width must be > 0, got {list(self.size)}")
         if len(self.image_mean) not in (1, 3):
             self._fail("image_mean", f"one value per channel (1 or 3), got {len(self.image_mean)}")
         if len(self.image_std) != len(self.image_mean):
             self._fail(
                 "image_std", f"{len(self.image_mean)} values like image_mean, got {len(self.image_std)}"
             )
-        if not min(self.image_std) > 0:
-            self._fail("image_std", f"every value must be > 0, got {list(self.image_std)}")
 
     @property
     def channels(self) -> int:
@@ -195,19 +189,16 @@ class ImageProcessing(Config):
     def save(self, folder: Path) -> Path:
         """Write :meth:`to_hf` as ``folder/preprocessor_config.json``; the path written."""
         path = folder / PREPROCESSOR
-        atomic_write_text(path, json.dumps(self.to_hf(), indent=2) + "\n")
+        atomic_write_text(path, json_text(self.to_hf()))
         return path
 
     @classmethod
     def load(cls, folder: Path) -> ImageProcessing:
         """Read ``folder/preprocessor_config.json`` (written by :meth:`save` or by Hugging Face)."""
         path = folder / PREPROCESSOR
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: missing") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{path}: unreadable ({exc})") from None
+        if not path.is_file():
+            raise DataError(f"{path}: missing")
+        config = read_json(path, invalid="unreadable")
         return cls.from_hf(config, str(path))
 
 

@@ -10,7 +10,8 @@ from vaswani.errors import DataError
 def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
     """The lines of a UTF-8 text file, without their line endings.
 
-    Raises :class:`DataError` for a missing file, a directory, bytes that are
+    A UTF-8 byte-order mark at the start of the file is dropped. Raises :class:`DataError` for a
+    missing file, a directory, bytes that are
     not UTF-8 (naming the line), a file with no text, or (unless
     ``allow_empty_lines``) an empty line.
     """
@@ -27,6 +28,8 @@ def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
     for number, raw in enumerate(lines, start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
+            if number == 1:  # a UTF-8 byte-order mark (Windows editors write one) is not text
+                line = line.removeprefix("\ufeff")
         except UnicodeDecodeError as exc:
             raise DataError(
                 f"{path}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"

@@ -17,7 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, shown
+from vaswani.schema import INT64_MAX
 
 Strategy = Literal["greedy", "beam", "sample"]
 PenaltyKind = Literal["gnmt", "simple", "none"]
@@ -27,6 +28,7 @@ LENGTH_PENALTIES: tuple[PenaltyKind, ...] = ("gnmt", "simple", "none")
 PAPER_PENALTY: tuple[PenaltyKind, float] = ("gnmt", 0.6)  # Wu et al. 2016, the Transformer paper's alpha
 MAX_LEN_A, MAX_LEN_B = 2.0, 10  # a translation's default budget: 2·|x| + 10 tokens
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
+SEED_MAX = 2**64 - 1  # what torch.Generator.manual_seed takes
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,9 @@ class DecodingConfig:
                 f"decoding.n_best must be between 1 and decoding.beam ({self.beam}), got {self.n_best}"
             )
         if self.length_penalty is not None and not _finite(self.length_penalty):
-            raise ConfigError(f"decoding.length_penalty must be a finite number, got {self.length_penalty!r}")
+            raise ConfigError(
+                f"decoding.length_penalty must be a finite number, got {shown(self.length_penalty)}"
+            )
         if self.length_penalty_kind is not None and self.length_penalty_kind not in LENGTH_PENALTIES:
             raise ConfigError(
                 f"decoding.length_penalty_kind must be one of {', '.join(LENGTH_PENALTIES)}, "
@@ -144,20 +148,26 @@ class DecodingConfig:
         self._check_budget()
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
         if not all(isinstance(s, str) for s in stop):
-            raise ConfigError(f"decoding.stop must be strings, got {self.stop!r}")
+            raise ConfigError(f"decoding.stop must be strings, got {shown(self.stop)}")
+        if "" in stop:
+            raise ConfigError(
+                "decoding.stop must not be empty: an empty stop string would end every continuation"
+            )
         object.__setattr__(self, "stop", tuple(stop))
 
     def _check_sampling(self, strategy: str, sampling: list[str]) -> None:
         if strategy != "sample" and sampling:
             raise ConfigError(f"decoding.{sampling[0]} applies to sampling, not strategy {strategy!r}")
         if self.temperature is not None and not (_number(self.temperature) and self.temperature >= 0):
-            raise ConfigError(f"decoding.temperature must be >= 0, got {self.temperature!r}")
+            raise ConfigError(f"decoding.temperature must be >= 0, got {shown(self.temperature)}")
+        if self.temperature is not None and not _finite(self.temperature):
+            raise ConfigError(f"decoding.temperature must be >= 0 and finite, got {shown(self.temperature)}")
         if self.top_k is not None:
             _integer("top_k", self.top_k, 1)
         if self.top_p is not None and not (_number(self.top_p) and 0 < self.top_p <= 1):
-            raise ConfigError(f"decoding.top_p must be in (0, 1], got {self.top_p!r}")
+            raise ConfigError(f"decoding.top_p must be in (0, 1], got {shown(self.top_p)}")
         if self.seed is not None:
-            _integer("seed", self.seed)
+            _integer("seed", self.seed, 0, SEED_MAX)
             if strategy != "sample":
                 raise ConfigError(
                     "decoding.seed applies to sampling: add decoding.temperature, decoding.top_k or "
@@ -173,7 +183,7 @@ class DecodingConfig:
                     "give one or the other"
                 )
         if self.max_len_a is not None and not (_finite(self.max_len_a) and self.max_len_a >= 0):
-            raise ConfigError(f"decoding.max_len_a must be a finite number >= 0, got {self.max_len_a!r}")
+            raise ConfigError(f"decoding.max_len_a must be a finite number >= 0, got {shown(self.max_len_a)}")
         if self.max_len_b is not None:
             _integer("max_len_b", self.max_len_b, 0)
 
@@ -216,12 +226,15 @@ def _finite(value: object) -> bool:
     return _number(value) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def _integer(name: str, value: object, minimum: int | None = None) -> None:
-    """Refuse a ``value`` of field ``name`` that is not an integer (>= ``minimum``, if given)."""
+def _integer(name: str, value: object, minimum: int | None = None, maximum: int = INT64_MAX) -> None:
+    """Refuse a ``value`` of field ``name`` that is not an integer (>= ``minimum``, if given, and at
+    most ``maximum``: by default a 64-bit integer, what torch takes)."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"decoding.{name} must be an integer, got {value!r}")
+        raise ConfigError(f"decoding.{name} must be an integer, got {shown(value)}")
     if minimum is not None and value < minimum:
-        raise ConfigError(f"decoding.{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"decoding.{name} must be >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise ConfigError(f"decoding.{name} must be at most {maximum}, got {shown(value)}")
 
 
 GREEDY = DecodingConfig()

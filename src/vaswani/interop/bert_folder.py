@@ -5,7 +5,6 @@ the WordPiece tokenizer, ``import-hf`` into an ``mlm`` or ``encoder`` run and ``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from vaswani.interop.common import (
     write_json,
     write_safetensors,
 )
-from vaswani.io import first_line, write_file
+from vaswani.io import read_json, write_file
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import MLM_TASK, TOKENIZER, model_of
 from vaswani.tokenizer import WordPieceTokenizer
@@ -137,10 +136,7 @@ def read_tokenizer(src: Path, max_len: int) -> tuple[WordPieceTokenizer, Path]:
     settings: dict[str, Any] = {}
     config_path = src / TOKENIZER_CONFIG
     if config_path.is_file():
-        try:
-            settings = json.loads(config_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise DataError(f"{config_path}: not valid JSON ({first_line(exc)})") from None
+        settings = read_json(config_path)
     lowercase, strip_accents = settings.get("do_lower_case", True), settings.get("strip_accents")
     if not isinstance(lowercase, bool):
         raise ConfigError(f"{config_path}: field 'do_lower_case': expected bool, got {lowercase!r}")

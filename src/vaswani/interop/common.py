@@ -9,7 +9,6 @@ into the folder that :func:`new_folder` gives it.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -27,7 +26,7 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.io import first_line, fsync_path, write_error, write_file
+from vaswani.io import first_line, fsync_path, json_text, read_json, write_error, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -229,12 +228,7 @@ def read_hf_config(src: Path) -> dict[str, Any]:
     path = src / RunDir.CONFIG
     if not path.is_file():
         raise DataError(f"{src}: no {RunDir.CONFIG}: not a Hugging Face model folder")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise DataError(f"{path}: not valid JSON ({first_line(exc)})") from None
+    config = read_json(path)
     if not isinstance(config, dict):
         raise DataError(f"{path}: expected a JSON object")
     return config
@@ -270,7 +264,7 @@ def read_hf_weights(src: Path) -> tuple[dict[str, Tensor], Path]:
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    write_file(path, (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_file(path, json_text(payload, ensure_ascii=False).encode("utf-8"))
 
 
 def write_safetensors(path: Path, tensors: Mapping[str, Tensor]) -> None:

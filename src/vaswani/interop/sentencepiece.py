@@ -27,14 +27,13 @@ files (:func:`copy_opus_files`), so that its export gives ``MarianTokenizer`` th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, processors
 
 from vaswani.errors import DataError
-from vaswani.io import first_line, write_file
+from vaswani.io import first_line, read_json, write_file
 from vaswani.tokenizer import MARIAN_EOS, MARIAN_SPECIALS, UNK
 
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"  # OPUS-MT's SentencePiece models
@@ -103,12 +102,7 @@ def read_model(path: Path) -> Any:
 
 def read_vocab(path: Path) -> list[str]:
     """The pieces of Marian's ``vocab.json`` (piece → id, the ids 0 … n-1) in id order."""
-    try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise DataError(f"{path}: not valid JSON ({first_line(exc)})") from None
+    vocab = read_json(path)
     if not isinstance(vocab, dict) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()
     ):

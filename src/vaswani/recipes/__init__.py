@@ -31,9 +31,22 @@ SECTIONS = ("model", "train", "data")
 Sections = dict[str, dict[str, Any]]
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors and aliases (``&a``, ``*a``): a config never needs them, and
+    a few hundred bytes of nested aliases (an "alias bomb") would expand to gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not allowed in a config", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
 def _parse(text: str, where: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_NoAliasLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark is not None else where

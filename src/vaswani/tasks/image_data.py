@@ -48,14 +48,17 @@ class ImageData(DataConfig):
     data_dir: str | None = flag(
         None, "a folder of one subfolder of images per class (default: scikit-learn's digits)", flag="--data"
     )
-    seed: int = flag(0, "seed of the held-out splits", flags=("--data-seed",))
-    valid_fraction: float = flag(0.1, "images held out for validation (default 0.1)")
-    test_fraction: float = flag(0.2, "digits held out for the test after training (default 0.2)")
+    seed: int = flag(0, "seed of the held-out splits", flags=("--data-seed",), range="[0, 4294967296)")
+    valid_fraction: float = flag(0.1, "images held out for validation (default 0.1)", range="(0, 0.5)")
+    test_fraction: float = flag(
+        0.2, "digits held out for the test after training (default 0.2)", range="(0, 0.5)"
+    )
     crop_scale: float | None = flag(
         None,
         "random resized crops of at least this fraction of the area (default: none)",
         flag="--random-crop",
         metavar="MIN",
+        range="(0, 1]",
     )
     flip: bool = flag(False, "mirror training images left-right at random")
     skip_bad_images: bool = flag(False, "skip (and count) unreadable image files")
@@ -70,11 +73,6 @@ class ImageData(DataConfig):
         self._one_of("source", ("digits", "folder", "imported"))
         if self.source == "folder" and self.data_dir is None:
             self._fail("data_dir", "source 'folder' needs the image folder (--data DIR)")
-        for name in ("valid_fraction", "test_fraction"):
-            if not 0.0 < getattr(self, name) < 0.5:
-                self._fail(name, f"must be in (0, 0.5), got {getattr(self, name)}")
-        if self.crop_scale is not None and not 0.0 < self.crop_scale <= 1.0:
-            self._fail("crop_scale", f"must be in (0, 1], got {self.crop_scale}")
         if self.source == "imported" and (self.data_dir is not None or self.init is not None):
             self._fail("source", "an imported run has no data folder and no --init of its own")
         headless = self.classes == () and self.source == "imported"  # an imported ViTModel

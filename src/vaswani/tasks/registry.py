@@ -185,9 +185,7 @@ def configure(
     spec = get(task)
     if spec.recipe is None or spec.configure is None:
         raise RunDirError(f"runs of task {task!r} are not trained by vaswani")
-    return run_config(
-        spec.recipe(flags or {}), spec.configure, flags or {}, preset, Path(config) if config else None
-    )
+    return run_config(spec.recipe, spec.configure, flags or {}, preset, Path(config) if config else None)
 
 
 def new_run_dir(out: str | Path | None, task: str, device: str = "auto") -> Path:

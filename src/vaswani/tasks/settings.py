@@ -3,12 +3,14 @@ flags, then the task's own rules (its ``configure`` hook), then validation.
 
 :func:`run_config` is what ``vaswani train TASK`` and the Python API (:func:`vaswani.tasks.registry.
 configure`) both call. A task's hook gets the merged ``sections`` (model, train, data: plain dicts)
-and the ``flags`` alone (what the user set on the command line, for rules such as "--src and --tgt
-go together"), and returns the validated :class:`~vaswani.config.RunConfig`.
+and what the user set (the flags, and the data fields of the ``--config`` file under the data flags:
+for rules such as "--src and --tgt go together" and for which data the user named), and returns the
+validated :class:`~vaswani.config.RunConfig`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +50,24 @@ def one_stack(model: dict[str, Any], arch: str, source: str) -> None:
 
 
 def run_config(
-    recipe: str,
+    recipe: Any,
     configure: Any,
     flags: Sections,
     preset: str | None = None,
     config: Path | None = None,
 ) -> RunConfig:
-    """The packaged ``recipe`` < ``preset`` < the YAML file ``config`` < ``flags``, resolved
-    (``bf16: auto``) and handed to the task's ``configure(sections, flags, source)`` hook."""
-    sections = recipes.packaged(recipe)
+    """The packaged recipe < ``preset`` < the YAML file ``config`` < ``flags``, resolved (``bf16:
+    auto``) and handed to the task's ``configure(sections, flags, source)`` hook.
+
+    ``recipe(given)`` names the packaged recipe, and the hook reads which data the user named
+    (``--src``, ``--text``, ``--init``...) from its ``flags``: both get the data fields of the
+    ``config`` file under those of the flags, so that a file's ``data.src`` picks the user's files as
+    ``--src`` does, and a ``--src`` flag beats the file's ``data.src``."""
+    user = {s: dict(v) for s, v in flags.items()}
+    in_file = recipes.read(config) if config is not None else {}
+    if config is not None:
+        user["data"] = {**in_file.get("data", {}), **flags.get("data", {})}
+    sections = recipes.packaged(recipe(user))
     fields = {s: dict(v) for s, v in flags.items()}
     preset = fields.get("model", {}).pop("preset", preset)  # the CLI's --preset travels with the flags
     if preset is not None:
@@ -65,7 +76,22 @@ def run_config(
         sections = recipes.read(config, base=sections)
     sections = recipes.resolved(recipes.merge(sections, fields))
     source = str(config) if config is not None else "flags"
-    return configure(sections, flags, source)
+    try:
+        return configure(sections, user, source)
+    except ConfigError as exc:
+        raise _naming_the_file(exc, source, in_file, flags) from None
+
+
+def _naming_the_file(exc: ConfigError, source: str, in_file: Sections, flags: Sections) -> ConfigError:
+    """``exc``, led by the config file ``source`` when the field it names was set there (and not
+    by a flag, which the CLI names instead)."""
+    found = re.search(r"config field '(model|train|data)\.(\w+)'", str(exc))
+    if found is None or str(exc).startswith(f"{source}:"):
+        return exc
+    section, name = found.groups()
+    if name in in_file.get(section, {}) and name not in flags.get(section, {}):
+        return ConfigError(f"{source}: {exc}")
+    return exc
 
 
 def text_recipe(task: str, flags: Sections) -> str:

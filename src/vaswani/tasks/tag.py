@@ -69,7 +69,7 @@ class TagData(DataConfig):
     dev_file: str | None = flag(None, "CoNLL-U sentences to score on", flag="--dev")
     tags: tuple[str, ...] | None = no_flag(None)
     init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
-    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)")
+    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
     def _check(self) -> None:
         super()._check()

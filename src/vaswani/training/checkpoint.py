@@ -101,14 +101,14 @@ def write_checkpoint(
     tmp = root / f".tmp_{final.name}"
     optimizer_file = io.BytesIO()
     torch.save(extra, optimizer_file)
-    data = (weights, optimizer_file.getvalue(), json.dumps(state, indent=2).encode())
+    data = (weights, optimizer_file.getvalue(), json.dumps(state, indent=2, allow_nan=False).encode())
     contents = dict(zip(FILES, data, strict=True))
     manifest = {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in contents.items()}
     try:
         tmp.mkdir()
         for name, content in contents.items():
             write_file(tmp / name, content)
-        write_file(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
+        write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, allow_nan=False).encode())
         fsync_path(tmp)
         if final.exists():  # the same step written again (after a resume): set the old one aside
             os.replace(final, root / f".tmp_replaced_{final.name}")
@@ -140,7 +140,7 @@ def checkpoint_problem(path: Path, files: Sequence[str] = FILES) -> str | None:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return f"no {MANIFEST}: the checkpoint is incomplete"
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return f"{MANIFEST} is unreadable ({exc})"
     for name in files:
         entry = manifest.get(name) if isinstance(manifest, dict) else None
@@ -200,6 +200,6 @@ def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise RunDirError(f"{path / 'optimizer.pt'}: unreadable ({first_line(exc)})") from None
     try:
         state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{path / 'trainer_state.json'}: unreadable ({first_line(exc)})") from None
     return extra, state
