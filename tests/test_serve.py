@@ -293,3 +293,12 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_answers(client, app
     assert answers == alone
     assert metric(client, "vaswani_batch_size_sum", model="zh") - requests == len(sentences)
     assert metric(client, "vaswani_batch_size_count", model="zh") - batches < len(sentences)  # batched
+
+
+def test_attention_of_a_prompt_labels_its_byte_level_tokens(client, app):
+    found = client.post("/v1/attention", json={"model": "lm", "input": PROMPT + " 🐱"}).json()
+    (self_attention,) = found["maps"]
+    n = len(app.state.models["lm"].wrapper.tokenizer.encode(PROMPT + " 🐱"))
+    assert self_attention["name"] == "self-attention" and len(self_attention["queries"]) == n
+    weights = self_attention["weights"][0][0]
+    assert all(w == 0 for row, i in zip(weights, range(n), strict=True) for w in row[i + 1 :])  # causal
