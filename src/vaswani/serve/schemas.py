@@ -1,0 +1,235 @@
+"""The request and response bodies of every endpoint, as pydantic models (``/docs`` shows them).
+
+Requests forbid unknown fields (a misspelt option is a 422 naming it, never silently ignored).
+The caps of :class:`~vaswani.serve.settings.ServeSettings` are checked by the endpoints, since
+they are the server's settings, not constants.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Texts = str | list[str]
+
+
+class Request(BaseModel):
+    """The base of every request: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str | None = Field(None, description="a served model's id; optional when one model is served")
+
+
+class CompletionRequest(Request):
+    """OpenAI's ``/v1/completions`` body, for ``lm`` runs."""
+
+    prompt: Texts = Field(description="a prompt or a list of prompts")
+    max_tokens: int = Field(16, description="tokens to generate per completion")
+    temperature: float | None = Field(None, description="sampling temperature (0 or unset: greedy)")
+    top_p: float | None = Field(
+        None, description="nucleus sampling: the smallest set reaching this probability"
+    )
+    top_k: int | None = Field(None, description="sample among the k most likely tokens")
+    stop: str | list[str] | None = Field(None, description="the completion ends before the first of these")
+    n: int = Field(1, description="completions per prompt")
+    seed: int | None = Field(None, description="seed of the sampling generator")
+    stream: bool = Field(False, description="server-sent events, ending in data: [DONE]")
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: Literal["stop", "length"] | None
+    logprobs: None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int = 0
+    total_tokens: int
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class TranslationRequest(Request):
+    """``/v1/translations``: texts and the fields of ``DecodingConfig`` by their names (validated by
+    ``DecodingConfig``); ``max_tokens`` is ``max_new_tokens``."""
+
+    input: Texts = Field(description="a text or a list of texts")
+    stream: bool = Field(False, description="server-sent events (greedy decoding of one text)")
+    max_tokens: int | None = Field(None, description="the most tokens of a translation (max_new_tokens)")
+    strategy: Literal["greedy", "beam", "sample"] | None = None
+    beam: int = 1
+    n_best: int = 1
+    length_penalty: float | None = None
+    length_penalty_kind: Literal["gnmt", "simple", "none"] | None = None
+    early_stopping: bool | Literal["never"] | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_new_tokens: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    use_cache: bool = True
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class Translation(BaseModel):
+    index: int
+    text: str
+    hypotheses: list[Hypothesis] | None = Field(None, description="the n_best of beam search, best first")
+
+
+class TranslationResponse(BaseModel):
+    object: Literal["translation"] = "translation"
+    model: str
+    data: list[Translation]
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    owned_by: str = "vaswani"
+    task: str
+    endpoints: list[str]
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    models: list[str]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error: one line, the field it is about, never a traceback."""
+
+    error: ErrorBody
+
+
+class TextsRequest(Request):
+    """A text or a list of texts for one of the encoder tasks."""
+
+    input: Texts = Field(description="a text or a list of texts")
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float]
+
+
+class EmbeddingResponse(BaseModel):
+    """OpenAI's ``/v1/embeddings`` shape: unit vectors, mean-pooled."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class Label(BaseModel):
+    label: str
+    score: float
+
+
+class Classification(Label):
+    index: int
+
+
+class ClassificationResponse(BaseModel):
+    object: Literal["classification"] = "classification"
+    model: str
+    data: list[Classification]
+
+
+class FillMaskRequest(TextsRequest):
+    """Texts with ``[MASK]`` where a word is to be predicted."""
+
+    top_k: int = Field(5, description="candidates per [MASK]")
+
+
+class Filled(BaseModel):
+    index: int
+    masks: list[list[Label]] = Field(description="the candidates of each [MASK], best first")
+
+
+class FillMaskResponse(BaseModel):
+    object: Literal["fill-mask"] = "fill-mask"
+    model: str
+    data: list[Filled]
+
+
+class Tagged(BaseModel):
+    index: int
+    words: list[str]
+    tags: list[str]
+
+
+class TagResponse(BaseModel):
+    object: Literal["tags"] = "tags"
+    model: str
+    data: list[Tagged]
+
+
+class ImageRequest(Request):
+    """Images as base64 (or a ``data:image/...;base64,`` URL); or POST the file itself with an
+    ``image/*`` content type (``?model=`` and ``?top_k=`` in the query)."""
+
+    image: str | list[str] = Field(description="an image or a list of images, base64")
+    top_k: int = Field(1, description="classes per image")
+
+
+class ImageClassification(BaseModel):
+    index: int
+    labels: list[Label] = Field(description="the top_k classes, best first")
+
+
+class ImageResponse(BaseModel):
+    object: Literal["image.classification"] = "image.classification"
+    model: str
+    data: list[ImageClassification]
+
+
+class AttentionRequest(Request):
+    input: str = Field(description="one text (a translation run: the source sentence)")
+
+
+class AttentionMapBody(BaseModel):
+    name: str
+    query_axis: str
+    key_axis: str
+    queries: list[str]
+    keys: list[str]
+    weights: list[list[list[list[float]]]] = Field(description="(layers, heads, queries, keys)")
+
+
+class AttentionResponse(BaseModel):
+    object: Literal["attention"] = "attention"
+    model: str
+    title: str
+    output: str | None = Field(None, description="the translation whose attention this is")
+    maps: list[AttentionMapBody]

@@ -1,0 +1,94 @@
+"""The one-shot work of each endpoint as the batching queue runs it: the jobs of one batch share
+a key ``(kind, options)``, their inputs are joined into one call of the model's wrapper and the
+results split back, one per job.
+
+``runner(served)`` is the ``run`` of that model's :class:`~vaswani.serve.batching.BatchQueue`;
+:data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``, and
+completions (kind ``complete``) stop early when all their clients have gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vaswani.serve.batching import Cancelled, Job
+from vaswani.serve.generate import complete
+from vaswani.serve.loading import ServedModel
+
+Batch = Callable[[Any, Any, list[Any]], list[Any]]
+
+
+def joined(payloads: list[list[Any]], run: Callable[[list[Any]], Sequence[Any]]) -> list[list[Any]]:
+    """``run`` on all the payloads' items at once, its results cut back into one list per payload."""
+    flat = [item for payload in payloads for item in payload]
+    results, out, start = list(run(flat)), [], 0
+    for payload in payloads:
+        out.append(results[start : start + len(payload)])
+        start += len(payload)
+    return out
+
+
+def complete_batch(lm: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]) -> list[Any]:
+    """The completions of the jobs' prompts in one call, stopped at a step boundary (by
+    :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every client has left."""
+
+    def watch(pieces: list[str]) -> None:
+        if gone():
+            raise Cancelled
+
+    return joined(payloads, lambda prompts: complete(lm, prompts, decoding, watch))
+
+
+def _translate(translator: Any, decoding: Any, payloads: list[Any]) -> list[Any]:
+    if decoding.strategy == "beam":
+        return joined(payloads, lambda texts: translator.translate_n_best(texts, decoding))
+    return joined(payloads, lambda texts: translator.translate(texts, decoding))
+
+
+def _embed(encoder: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda texts: encoder.embed(texts).tolist())
+
+
+def _classify(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda texts: classifier.predict([(text,) for text in texts]))
+
+
+def _tag(tagger: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, tagger.tag)
+
+
+def _fill_mask(mlm: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda texts: [mlm.fill_mask(text, *options) for text in texts])
+
+
+def _images(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda paths: classifier.predict(paths, *options))
+
+
+KINDS: dict[str, Batch] = {
+    "translate": _translate,
+    "embed": _embed,
+    "classify": _classify,
+    "tag": _tag,
+    "fill_mask": _fill_mask,
+    "images": _images,
+}
+
+
+def runner(served: ServedModel) -> Callable[[Sequence[Job]], list[Any]]:
+    """The batch function of ``served``'s queue: jobs keyed ``(kind, options)``."""
+
+    def run(jobs: Sequence[Job]) -> list[Any]:
+        kind, options = jobs[0].key
+        payloads = [job.payload for job in jobs]
+        if kind == "complete":
+            return complete_batch(served.wrapper, options, payloads, lambda: all(gone(job) for job in jobs))
+        return KINDS[kind](served.wrapper, options, payloads)
+
+    return run
+
+
+def gone(job: Job) -> bool:
+    """Whether the client of ``job`` has left (its ``submit`` cancelled; read from the worker thread)."""
+    return job.future is not None and job.future.cancelled()
