@@ -50,9 +50,12 @@ def _tag(tagger: Any, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, tagger.tag)
 
 
-def _each(method: str) -> Batch:
-    """A batch function calling ``wrapper.method(payload, *options)`` once per payload."""
-    return lambda wrapper, options, payloads: [getattr(wrapper, method)(p, *options) for p in payloads]
+def _fill_mask(mlm: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda texts: [mlm.fill_mask(text, *options) for text in texts])
+
+
+def _images(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda paths: classifier.predict(paths, *options))
 
 
 KINDS: dict[str, Batch] = {
@@ -61,8 +64,8 @@ KINDS: dict[str, Batch] = {
     "embed": _embed,
     "classify": _classify,
     "tag": _tag,
-    "fill_mask": _each("fill_mask"),
-    "images": _each("predict"),
+    "fill_mask": _fill_mask,
+    "images": _images,
 }
 
 
