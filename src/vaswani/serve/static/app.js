@@ -173,7 +173,7 @@ function translate(event) {
     say("translating…");
     await streamInto($("translation"), "/v1/translations", { model, input }, signal);
     say("");
-    await showAttention(model, input, `${input} → ${$("translation").textContent}`, signal);
+    await showAttention(model, input, signal);
   });
 }
 
@@ -198,17 +198,17 @@ function generateText(event) {
     say("generating…");
     await streamInto($("completion"), "/v1/completions", body, signal);
     say("");
-    await showAttention(model, prompt, `prompt: ${prompt}`, signal);
+    await showAttention(model, prompt, signal);
   });
 }
 
 // --- the attention view -------------------------------------------------------------------------
 
-// The attention maps of `input` from /v1/attention, drawn under `title`.
-async function showAttention(model, input, title, signal) {
+// The attention maps of `input` from /v1/attention, with the answer's title over them.
+async function showAttention(model, input, signal) {
   state.attention = await postJson("/v1/attention", { model, input }, signal);
   const maps = state.attention.maps;
-  $("attention-of").textContent = title;
+  $("attention-of").textContent = state.attention.title;
   $("attention-kind").replaceChildren(...maps.map((map, i) => new Option(map.name, String(i))));
   $("attention-panel").hidden = false;
   pickMap();
@@ -228,7 +228,7 @@ function pickMap() {
 }
 
 const SVG = "http://www.w3.org/2000/svg";
-const CELL = 30;
+const CELL = 40;
 
 function svgElement(name, attributes, text) {
   const element = document.createElementNS(SVG, name);
