@@ -104,7 +104,7 @@ def server(runs: list[Path]) -> Iterator[httpx.Client]:
 def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1000"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1150"):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
@@ -213,6 +213,11 @@ def test_the_page_streams_a_generation(server: httpx.Client, browser: Any) -> No
     assert (len(cells), n_labels) == (len(causal["queries"]) * len(causal["keys"]), 2 * len(causal["keys"]))
     assert browser.find_element(By.ID, "attention-of").text == PROMPT
     assert browser.find_element(By.ID, "status").text == ""
+
+    browser.find_element(By.ID, "max-tokens").send_keys("0000")  # 160000: over the server's cap
+    browser.find_element(By.ID, "generate-button").click()
+    wait.until(lambda b: "error" in b.find_element(By.ID, "status").get_attribute("class"))
+    assert browser.find_element(By.ID, "status").text.startswith("max_tokens")
 
 
 @browser_test
