@@ -49,6 +49,7 @@ try:
 except ImportError:
     NO_BROWSER = "selenium missing (the dev extra)"
 
+pytestmark = pytest.mark.slow
 browser_test = pytest.mark.skipif(NO_BROWSER is not None, reason=f"browser test: {NO_BROWSER}")
 
 
