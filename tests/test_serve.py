@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.serving import events, metric, serving
@@ -19,7 +21,9 @@ from vaswani.serve.settings import ServeSettings
 pytestmark = pytest.mark.slow
 LINE = "汤姆追逐杰瑞 🐱🐭 猫和老鼠是好朋友 😀 café\n"
 PROMPT = "汤姆"
-CAPS = ServeSettings(device="cpu", max_tokens=48, max_inputs=4, max_input_chars=300, max_body_bytes=4000)
+CAPS = ServeSettings(
+    device="cpu", max_tokens=48, max_inputs=4, max_input_chars=300, max_body_bytes=4000, max_wait_ms=50
+)
 
 
 def train_translation(folder: Path) -> Path:
@@ -192,22 +196,15 @@ def test_a_failing_request_is_a_one_line_500_and_the_server_carries_on(client, a
     assert client.get("/health").status_code == 200
 
 
-def test_a_client_that_disconnects_stops_its_generation(client, app, monkeypatch):
-    model = app.state.models["lm"].wrapper.model
-    forward = model.forward
-
-    def slow(*args, **kwargs):
-        time.sleep(0.05)
-        return forward(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", slow)
+def test_a_client_that_disconnects_stops_its_stream(client, app, slow_lm):
+    cancelled = metric(client, "vaswani_generations_cancelled_total", model="lm")
     tokens_before = metric(client, "vaswani_tokens_generated_total", model="lm")
     with client.stream(
         "POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 48, "stream": True}
     ) as r:
         next(line for line in r.iter_lines() if line.startswith("data: "))
     deadline = time.monotonic() + 20
-    while metric(client, "vaswani_generations_cancelled_total", model="lm") < 1:
+    while metric(client, "vaswani_generations_cancelled_total", model="lm") < cancelled + 1:
         assert time.monotonic() < deadline, "generation went on after the client left"
         time.sleep(0.05)
     assert metric(client, "vaswani_tokens_generated_total", model="lm") == tokens_before  # never finished
@@ -255,3 +252,44 @@ def test_a_run_that_does_not_load_stops_serve_before_it_binds(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing"), "--port", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "missing" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def slow_lm(app, monkeypatch):
+    """The served language model, 50 ms a forward pass: a generation lasts long enough to leave."""
+    model = app.state.models["lm"].wrapper.model
+    forward = model.forward
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", slow)
+    return model
+
+
+def test_a_client_that_leaves_a_one_shot_completion_stops_it(client, app, slow_lm):
+    cancelled = metric(client, "vaswani_generations_cancelled_total", model="lm")
+    tokens = metric(client, "vaswani_tokens_generated_total", model="lm")
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 48}, timeout=0.5)
+    deadline = time.monotonic() + 20
+    while metric(client, "vaswani_generations_cancelled_total", model="lm") < cancelled + 1:
+        assert time.monotonic() < deadline, "generation went on after the client left"
+        time.sleep(0.05)
+    assert metric(client, "vaswani_tokens_generated_total", model="lm") == tokens
+    assert len(app.state.queues["lm"]) == 0
+
+
+def test_concurrent_requests_share_a_batch_and_get_their_own_answers(client, app):
+    sentences = ["Tom chases Jerry", "I eat", "Mary reads a book now", "They are in the park"]
+    alone = app.state.models["zh"].wrapper.translate(sentences, batch_size=1)
+    batches = metric(client, "vaswani_batch_size_count", model="zh")
+    requests = metric(client, "vaswani_batch_size_sum", model="zh")
+    with ThreadPoolExecutor(len(sentences)) as pool:
+        answers = list(pool.map(
+            lambda s: client.post("/v1/translations", json={"input": s}).json()["data"][0]["text"], sentences
+        ))  # fmt: skip
+    assert answers == alone
+    assert metric(client, "vaswani_batch_size_sum", model="zh") - requests == len(sentences)
+    assert metric(client, "vaswani_batch_size_count", model="zh") - batches < len(sentences)  # batched

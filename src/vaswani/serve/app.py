@@ -77,4 +77,5 @@ def queue_of(served: ServedModel, settings: ServeSettings, metrics: ServeMetrics
     return BatchQueue(
         runner(served), settings.max_batch, settings.max_wait_ms / 1000, settings.queue_size,
         on_batch=metrics.batch.labels(served.name).observe,
+        on_cancel=metrics.cancelled.labels(served.name).inc,
     )  # fmt: skip

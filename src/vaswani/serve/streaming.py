@@ -19,14 +19,11 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from vaswani.serve.batching import Cancelled
 from vaswani.tasks.lm import cut_at_stop, held_back
 
 DONE = "data: [DONE]\n\n"
 END = object()  # what a Pipe yields after the last piece
-
-
-class Cancelled(Exception):
-    """The client of a stream has gone: generation stops at the next step."""
 
 
 class TextStream:
