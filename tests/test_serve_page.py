@@ -37,6 +37,7 @@ SCREENSHOT = os.environ.get("VASWANI_PAGE_SCREENSHOT")
 KEY = "s3cret-key"
 LINE = "汤姆追逐杰瑞 🐱🐭 שלום עולם 😀"
 PROMPT = "汤姆"
+HEBREW = "שלום"
 
 try:
     from selenium import webdriver
@@ -214,6 +215,15 @@ def test_the_page_streams_a_generation(server: httpx.Client, browser: Any) -> No
     assert (len(cells), n_labels) == (len(causal["queries"]) * len(causal["keys"]), 2 * len(causal["keys"]))
     assert browser.find_element(By.ID, "attention-of").text == PROMPT
     assert browser.find_element(By.ID, "status").text == ""
+
+    browser.find_element(By.ID, "prompt").clear()
+    browser.find_element(By.ID, "prompt").send_keys(HEBREW)
+    seen = run_and_watch(browser, wait, "completion", "generate-button")
+    body = {"model": "lm", "prompt": HEBREW, "max_tokens": 16, "temperature": 0}
+    assert_streamed(seen, server.post("/v1/completions", json=body).json()["choices"][0]["text"])
+    direction = "return getComputedStyle(document.getElementById(arguments[0])).direction"
+    assert browser.execute_script(direction, "completion") == "rtl"  # dir="auto" on Hebrew
+    assert browser.execute_script(direction, "prompt") == "rtl"
 
     browser.find_element(By.ID, "max-tokens").send_keys("0000")  # 160000: over the server's cap
     browser.find_element(By.ID, "generate-button").click()
