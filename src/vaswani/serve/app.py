@@ -19,7 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from vaswani.serve import completions, tasks
+from vaswani.serve import completions, page, tasks
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.errors import install_handlers
 from vaswani.serve.loading import ServedModel, load_models
@@ -68,6 +68,7 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
 
     app.include_router(completions.router)
     app.include_router(tasks.router)
+    app.include_router(page.router)
     return app
 
 
