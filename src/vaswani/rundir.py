@@ -29,7 +29,15 @@ from torch import nn
 
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.io import WEIGHTS, atomic_save_model, atomic_write, atomic_write_text, load_weights
+from vaswani.io import (
+    WEIGHTS,
+    atomic_save_model,
+    atomic_write,
+    atomic_write_text,
+    load_weights,
+    read_bytes_bounded,
+)
+from vaswani.resources import check_fits, check_weights
 from vaswani.schema import Config
 
 FORMAT_VERSION = 1
@@ -115,8 +123,9 @@ class RunDir:
             raise RunDirError(f"{self.path}: no such run directory")
         if not path.is_file():
             raise RunDirError(f"{self.path}: not a vaswani run directory (no {self.CONFIG})")
+        raw = read_bytes_bounded(path)
         try:
-            payload: Any = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+            payload: Any = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
             raise RunDirError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(payload, dict):
@@ -153,6 +162,9 @@ class RunDir:
         except ConfigError as exc:  # name the file when the message does not already
             message = str(exc)
             raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
+        if self.weights.is_file():  # the header against the config, before any model is built
+            check_weights(self.weights, model)
+        check_fits(model, where=f"{path}: ")
         return RunConfig(task=str(found), model=model, train=train, data=data_config)
 
     @staticmethod
@@ -181,8 +193,9 @@ class RunDir:
         """``metrics.json`` ({} when the run has none yet)."""
         if not self.metrics_path.is_file():
             return {}
+        raw = read_bytes_bounded(self.metrics_path)
         try:
-            loaded = json.loads(self.metrics_path.read_text(encoding="utf-8"))
+            loaded = json.loads(raw.decode("utf-8"))
         except ValueError as exc:
             raise RunDirError(f"{self.metrics_path}: not valid JSON ({exc})") from None
         if not isinstance(loaded, dict):

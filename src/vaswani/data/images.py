@@ -34,7 +34,7 @@ from PIL import Image, ImageOps
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_text, not_regular, read_bytes_bounded
 from vaswani.schema import Config
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
@@ -56,6 +56,9 @@ def convert_image(image: Image.Image, channels: int) -> Image.Image:
 
 def read_image(path: str | Path, channels: int = 3) -> Image.Image:
     """The image in file ``path``, upright (EXIF orientation) and in mode RGB or L (``channels`` 3 or 1)."""
+    kind = not_regular(path)
+    if kind is not None:  # a FIFO would block Pillow's open, a device feed it forever
+        raise DataError(f"{path}: is {kind}, not an image file")
     try:
         with Image.open(path) as opened:
             upright = ImageOps.exif_transpose(opened)
@@ -202,11 +205,12 @@ class ImageProcessing(Config):
     def load(cls, folder: Path) -> ImageProcessing:
         """Read ``folder/preprocessor_config.json`` (written by :meth:`save` or by Hugging Face)."""
         path = folder / PREPROCESSOR
+        if not path.is_file():
+            raise DataError(f"{path}: missing")
+        raw = read_bytes_bounded(path)
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: missing") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            config = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DataError(f"{path}: unreadable ({exc})") from None
         return cls.from_hf(config, str(path))
 

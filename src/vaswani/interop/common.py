@@ -27,7 +27,7 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.io import first_line, fsync_path, write_error, write_file
+from vaswani.io import first_line, fsync_path, read_bytes_bounded, write_error, write_file
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
@@ -229,8 +229,9 @@ def read_hf_config(src: Path) -> dict[str, Any]:
     path = src / RunDir.CONFIG
     if not path.is_file():
         raise DataError(f"{src}: no {RunDir.CONFIG}: not a Hugging Face model folder")
+    raw = read_bytes_bounded(path)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
