@@ -47,6 +47,6 @@ def guarded(step: Callable[[], T], task: Any, cfg: TrainConfig, done: int) -> T:
             torch.cuda.empty_cache()
         raise ConfigError(
             f"out of memory at step {done + 1} ({first_line(exc)[:160]}): lower {batch_flags(task, cfg)} "
-            "in a new run, or continue this one from its last checkpoint with --resume and "
-            "--grad-checkpointing"
+            "in a new run, or continue this one from its last checkpoint (if it has one: nothing was "
+            "written) with --resume and --grad-checkpointing"
         ) from None
