@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "vaswani"
 # Bottom to top; a unit may import units of its own layer or below, never above (docs/architecture.md).
 LAYERS = [
     ["errors"],
-    ["aliases", "config", "io", "runtime", "schema"],
+    ["aliases", "config", "io", "resources", "runtime", "schema"],
     ["data", "tokenizer", "metrics", "rundir", "recipes"],
     ["layers"],
     ["models"],

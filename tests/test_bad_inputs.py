@@ -21,6 +21,12 @@ a truncated image, an unreadable file, an empty class folder, a single class or 
 ``train image --data``, a folder with a class the run lacks given to ``evaluate --data``, and a
 ``ViTModel`` folder (no classifier) to ``import-hf``; images of mixed modes and sizes are converted
 as documented (:mod:`vaswani.data.images`).
+
+The resource rows (issue 20) give a device, a FIFO without a writer, a dangling symbolic link, a
+loop of links or a path through a file where a file is read, inputs past the limits (``env``:
+``VASWANI_MAX_INPUT_BYTES``, ``VASWANI_MAX_LINE_CHARS``), a model that cannot fit in memory and a
+run whose ``config.json`` vocabulary was edited to 1e9; the rest of those bounds is tested in
+``tests/test_resources.py``, under a memory cap.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -107,7 +114,7 @@ class Paths:
     def snapshot(self) -> dict[Path, tuple[int, int]]:
         """Every file and folder under the module's folder and the test's, with its mtime and size."""
         found = [*self.data.rglob("*"), *self.tmp.rglob("*")]
-        return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in found}
+        return {p: (p.lstat().st_mtime_ns, p.lstat().st_size) for p in found}  # links: the link itself
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +185,18 @@ def bad_files(tmp: Path, data: Path) -> None:
     pairs = zip(src.splitlines(), tgt.splitlines(), strict=True)
     (tmp / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     image_files(tmp)
+    os.mkfifo(tmp / "fifo")
+    os.mkfifo(tmp / "fifo.tsv")
+    (tmp / "big.txt").write_text("a few words\n" * 3000)
+    (tmp / "wide.src").write_text("a b\nc d\n" + "e" * 400 + "\n")
+    (tmp / "dangling.src").symlink_to(tmp / "nowhere.src")
+    (tmp / "loop.src").symlink_to(tmp / "loop.src")
+    huge = tmp / "huge_vocab"
+    huge.mkdir()
+    shutil.copy(data / "lm_run" / "model.safetensors", huge)
+    config = json.loads((data / "lm_run" / "config.json").read_text(encoding="utf-8"))
+    config["model"]["vocab_size"] = 10**9
+    (huge / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
 def image_files(tmp: Path) -> None:
@@ -222,13 +241,15 @@ def paths(runs: Paths, tmp_path: Path) -> Paths:
 
 @dataclass(frozen=True)
 class Cli:
-    """A command line refused in one line that holds ``words``; ``stdin`` is its standard input."""
+    """A command line refused in one line that holds ``words``; ``stdin`` is its standard input,
+    ``env`` the environment variables it runs with (the input limits)."""
 
     family: str
     name: str
     argv: list[str]
     words: list[str]
     stdin: bytes = b""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def tr_train(*extra: str, src: str = "{data}/train.src", tgt: str = "{data}/train.tgt") -> list[str]:
@@ -544,15 +565,53 @@ CLI = [
     Cli("image", "a ViTModel folder with tensors missing to import-hf",
         ["import-hf", "{tmp}/hf_vitmodel", "{tmp}/out"],
         ["hf_vitmodel/model.safetensors", "tensor 'embeddings.position_embeddings' is missing"]),
+    # resources and the operating system (issue 20): what is not a regular file, past a limit, too large
+    Cli("translation", "a device as --src (/dev/zero)", tr_train(src="/dev/zero"),
+        ["/dev/zero", "is a device"]),
+    Cli("translation", "a FIFO without a writer as --src", tr_train(src="{tmp}/fifo"),
+        ["fifo", "is a FIFO (named pipe)"]),
+    Cli("translation", "a FIFO as --config", tr_train("--config", "{tmp}/fifo"), ["fifo", "FIFO"]),
+    Cli("translation", "a dangling symbolic link as --src", tr_train(src="{tmp}/dangling.src"),
+        ["dangling.src", "dangling symbolic link"]),
+    Cli("translation", "a loop of symbolic links as --src", tr_train(src="{tmp}/loop.src"),
+        ["loop.src", "loop of symbolic links"]),
+    Cli("translation", "a path under a file as --src", tr_train(src="{tmp}/p.txt/x"),
+        ["p.txt/x", "a part of the path is a file"]),
+    Cli("translation", "standard input past the input limit", ["translate", "{tr}"],
+        ["<stdin>", "input limit"], stdin=b"a b c\n" * 5000, env={"VASWANI_MAX_INPUT_BYTES": "20000"}),
+    Cli("translation", "a line past the line limit", tr_train(src="{tmp}/wide.src"),
+        ["wide.src:3", "a line of 400 characters", "VASWANI_MAX_LINE_CHARS"],
+        env={"VASWANI_MAX_LINE_CHARS": "300"}),
+    Cli("translation", "a bad VASWANI_MAX_INPUT_BYTES", tr_train(), ["VASWANI_MAX_INPUT_BYTES", "'lots'"],
+        env={"VASWANI_MAX_INPUT_BYTES": "lots"}),
+    Cli("lm", "--text past the input limit", lm_train(text="{tmp}/big.txt"),
+        ["big.txt", "more than 20000 bytes", "VASWANI_MAX_INPUT_BYTES"],
+        env={"VASWANI_MAX_INPUT_BYTES": "20000"}),
+    Cli("lm", "a device as --text (/dev/urandom)", lm_train(text="/dev/urandom"),
+        ["/dev/urandom", "a device"]),
+    Cli("lm", "a device as --prompt-file", generate("--prompt-file", "/dev/zero"), ["/dev/zero", "a device"]),
+    Cli("lm", "d_model 1e9", lm_train("--d-model", "1000000000"),
+        ["model.d_model=1000000000", "does not fit in memory"]),
+    Cli("lm", "a hand-edited vocabulary of 1e9", ["generate", "{tmp}/huge_vocab", "a"],
+        ["huge_vocab/model.safetensors", "model.vocab_size=1000000000", "do not match"]),
+    Cli("classify", "a FIFO as --train", cls_train(train="{tmp}/fifo.tsv"), ["fifo.tsv", "FIFO"]),
+    Cli("image", "a FIFO to classify-image", ["classify-image", "{img}", "{tmp}/fifo"], ["fifo", "FIFO"]),
 ]  # fmt: skip
 
 
 def run_cli(
-    paths: Paths, argv: list[str], stdin: bytes, capsys: pytest.CaptureFixture[str]
+    paths: Paths,
+    argv: list[str],
+    stdin: bytes,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
     """Exit status, standard output and standard error of ``vaswani ARGV`` reading ``stdin``."""
     capsys.readouterr()
-    with mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin))):
+    with (
+        mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin))),
+        mock.patch.dict(os.environ, env or {}),
+    ):
         status = main(paths.fill(argv))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
@@ -561,7 +620,7 @@ def run_cli(
 @pytest.mark.parametrize("row", CLI, ids=[f"{row.family}: {row.name}" for row in CLI])
 def test_a_bad_command_line_gets_one_line_and_writes_nothing(paths, capsys, row):
     before = paths.snapshot()
-    status, out, err = run_cli(paths, row.argv, row.stdin, capsys)
+    status, out, err = run_cli(paths, row.argv, row.stdin, capsys, row.env)
     assert status == 2, err
     assert err.endswith("\n") and len(err.splitlines()) == 1, err
     assert err.startswith("vaswani: error: ") and "Traceback" not in err

@@ -5,23 +5,170 @@ safetensors only, never unpickled.
 A full disk or another write failure surfaces as an ``OSError`` at :func:`write_file` and is
 turned into a one-line :class:`~vaswani.errors.VaswaniError` by :func:`write_error`, e.g.
 ``runs/x/model.safetensors: cannot write: no space left on device``.
+
+Every file the user names is read through :func:`read_bytes_bounded` (standard input through
+:func:`read_stream_bounded`): only a regular file is opened (a device, a FIFO or a socket is refused
+from its type, before it is opened, so that a FIFO without a writer cannot block), it is read in
+chunks and refused once it passes :func:`max_input_bytes` (``VASWANI_MAX_INPUT_BYTES``, default
+1 GiB), and every ``OSError`` becomes one line naming the path.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from safetensors import safe_open
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
 
-from vaswani.errors import DataError, RunDirError, VaswaniError
+from vaswani.errors import ConfigError, DataError, RunDirError, VaswaniError
 
 WEIGHTS = "model.safetensors"
 """The weights file of a run directory, of a checkpoint and of a Hugging Face model folder."""
+
+
+MAX_INPUT_ENV = "VASWANI_MAX_INPUT_BYTES"
+DEFAULT_MAX_INPUT_BYTES = 1 << 30
+MAX_LINE_ENV = "VASWANI_MAX_LINE_CHARS"
+DEFAULT_MAX_LINE_CHARS = 100_000
+CHUNK = 1 << 20
+
+
+def env_limit(name: str, default: int) -> int:
+    """The positive integer of the environment variable ``name``, else ``default``."""
+    given = os.environ.get(name)
+    if given is None:
+        return default
+    try:
+        value = int(given)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {given[:40]!r}")
+    return value
+
+
+def max_input_bytes() -> int:
+    """The most bytes read from one input file or from standard input: ``VASWANI_MAX_INPUT_BYTES``,
+    else 1 GiB."""
+    return env_limit(MAX_INPUT_ENV, DEFAULT_MAX_INPUT_BYTES)
+
+
+def max_line_chars() -> int:
+    """The longest line of a text file, in characters: ``VASWANI_MAX_LINE_CHARS``, else 100,000
+    (a tokenizer's training time grows faster than linearly in the length of a word)."""
+    return env_limit(MAX_LINE_ENV, DEFAULT_MAX_LINE_CHARS)
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for ``exc``, in lower case (``permission denied``)."""
+    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
+
+
+def read_error(path: Path, exc: OSError) -> DataError:
+    """A one-line error for a failed read, e.g. ``…: cannot read: permission denied``."""
+    if exc.errno == errno.ENOENT:
+        if path.is_symlink():
+            return DataError(f"{path}: a dangling symbolic link (to {os.readlink(path)})")
+        return DataError(f"{path}: no such file")
+    if exc.errno == errno.ELOOP:
+        return DataError(f"{path}: a loop of symbolic links")
+    if exc.errno == errno.ENOTDIR:
+        return DataError(f"{path}: no such file (a part of the path is a file, not a folder)")
+    return DataError(f"{path}: cannot read: {os_reason(exc)}")
+
+
+def absolute_path(value: str | Path) -> str:
+    """``value`` made absolute, its symbolic links resolved; a dangling link or a loop of links is
+    refused in one line naming it (a missing file is left to its reader, which names it)."""
+    path = Path(value)
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if path.is_symlink():
+            raise read_error(path, exc) from None
+    try:
+        return str(path.resolve())
+    except (RuntimeError, OSError):  # a loop further up the path
+        raise DataError(f"{path}: a loop of symbolic links") from None
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_regular(path: str | Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (``a device``,
+    ``a FIFO (named pipe)``, ``a socket``), else None: for readers that open paths themselves."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
+
+
+def open_regular(path: Path, expected: str = "a file") -> BinaryIO:
+    """``path`` opened for reading, once it is seen to be a regular file: a directory, a device, a
+    FIFO or a socket is refused from its type before it is opened (and checked again on the open
+    file, opened without blocking); errors name the path."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise DataError(f"{path}: is a directory, expected {expected}")
+        if not stat.S_ISREG(mode):
+            raise DataError(f"{path}: is {_kind(mode)}, expected {expected}")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise read_error(path, exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
+        os.close(fd)
+        raise DataError(f"{path}: not a regular file, expected {expected}")
+    return os.fdopen(fd, "rb")
+
+
+def too_large(name: str, limit: int) -> DataError:
+    """The one line for an input past the limit."""
+    return DataError(f"{name}: more than {limit} bytes, the input limit; raise it with {MAX_INPUT_ENV}")
+
+
+def read_stream_bounded(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
+    """The bytes of ``stream`` (standard input...), read in chunks and refused once they pass
+    ``limit`` (default :func:`max_input_bytes`), naming ``name``."""
+    limit = max_input_bytes() if limit is None else limit
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while chunk := stream.read(min(CHUNK, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise too_large(name, limit)
+    except OSError as exc:
+        raise DataError(f"{name}: cannot read: {os_reason(exc)}") from None
+    return b"".join(chunks)
+
+
+def read_bytes_bounded(path: str | Path, expected: str = "a file", limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`), refused in one line once
+    they pass ``limit`` (default :func:`max_input_bytes`): read in chunks, never whole first."""
+    path = Path(path)
+    limit = max_input_bytes() if limit is None else limit
+    with open_regular(path, expected) as f:
+        if os.fstat(f.fileno()).st_size > limit:
+            raise too_large(str(path), limit)
+        return read_stream_bounded(f, str(path), limit)
 
 
 def fsync_path(path: Path) -> None:
@@ -45,8 +192,7 @@ def write_file(path: Path, data: bytes) -> None:
 
 def write_error(path: Path, exc: OSError, note: str = "") -> VaswaniError:
     """A one-line error for a failed write, e.g. ``…: cannot write: no space left on device``."""
-    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-    return VaswaniError(f"{path}: cannot write: {reason}{note}")
+    return VaswaniError(f"{path}: cannot write: {os_reason(exc)}{note}")
 
 
 def first_line(exc: BaseException) -> str:
@@ -63,16 +209,16 @@ def _no_constant(name: str) -> Any:
 def read_json(path: Path, error: type[VaswaniError] = DataError, invalid: str = "not valid JSON") -> Any:
     """The JSON value of the file ``path``. Anything that is not JSON (a syntax error, bytes that are
     not UTF-8, ``NaN`` or ``Infinity``, nesting too deep for Python's parser, a 100000-deep
-    ``[[[[...``) is one line of ``error`` naming the file and saying ``invalid``; so is a file that
-    cannot be read."""
+    ``[[[[...``) is one line of ``error`` naming the file and saying ``invalid``. The file is read
+    by :func:`read_bytes_bounded` (a device, a FIFO, a file past the input limit or one that cannot
+    be read is its one-line :class:`DataError`)."""
+    raw = read_bytes_bounded(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except RecursionError:
         raise error(f"{path}: {invalid} (nested too deeply)") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN or Infinity
         raise error(f"{path}: {invalid} ({first_line(exc)})") from None
-    except OSError as exc:
-        raise error(f"{path}: unreadable ({first_line(exc)})") from None
 
 
 def json_text(value: Any, ensure_ascii: bool = True) -> str:
@@ -115,6 +261,37 @@ def model_bytes(model: nn.Module) -> bytes:
 def atomic_save_model(model: nn.Module, path: Path) -> None:
     """Save weights as safetensors (tied weights stored once) through a temporary file."""
     atomic_write(path, model_bytes(model))
+
+
+DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+}  # fmt: skip
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
+    """name → (dtype, shape, bytes) of every tensor of the safetensors file ``path``, from its
+    header alone (the file's first 8 + N bytes; nothing else is read)."""
+    with open_regular(path, "a safetensors file") as f:
+        head = f.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < size <= MAX_HEADER_BYTES:
+            raise RunDirError(f"{path}: not a readable safetensors file (no header)")
+        raw = f.read(size)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        tensors = {
+            name: (str(entry["dtype"]), tuple(int(n) for n in entry["shape"]))
+            for name, entry in header.items()
+            if name != "__metadata__"
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RunDirError(f"{path}: not a readable safetensors file (header: {first_line(exc)})") from None
+    return {
+        name: (dtype, shape, math.prod(shape) * DTYPE_BYTES.get(dtype, 8))
+        for name, (dtype, shape) in tensors.items()
+    }
 
 
 def load_weights(model: nn.Module, path: Path) -> None:

@@ -38,6 +38,7 @@ from vaswani.io import (
     load_weights,
     read_json,
 )
+from vaswani.resources import check_fits, check_weights
 from vaswani.schema import Config
 
 FORMAT_VERSION = 1
@@ -153,6 +154,9 @@ class RunDir:
         except ConfigError as exc:  # name the file when the message does not already
             message = str(exc)
             raise ConfigError(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
+        if self.weights.is_file():  # the header against the config, before any model is built
+            check_weights(self.weights, model)
+        check_fits(model, where=f"{path}: ")
         return RunConfig(task=str(found), model=model, train=train, data=data_config)
 
     @staticmethod

@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from vaswani.errors import RunDirError
-from vaswani.io import json_text
+from vaswani.io import json_text, read_bytes_bounded
+from vaswani.resources import train_tokenizer
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -55,7 +56,7 @@ class TokenizerFile:
         """The tokenizer saved at ``path``; ``options`` go to the class (an
         :class:`LMTokenizer`'s special tokens)."""
         try:
-            return cls(Tokenizer.from_file(str(path)), **options)
+            return cls(Tokenizer.from_str(read_bytes_bounded(path).decode("utf-8")), **options)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             if isinstance(exc, RunDirError):
                 raise RunDirError(f"{path}: {exc}") from None
@@ -116,7 +117,7 @@ class TextTokenizer(TokenizerFile):
             special_tokens=list(SPECIALS),
             show_progress=False,
         )
-        tokenizer.train_from_iterator(texts, trainer=trainer)
+        tokenizer = train_tokenizer(tokenizer, texts, trainer)
         return cls(tokenizer)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -185,7 +186,7 @@ class LMTokenizer(TokenizerFile):
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tokenizer.train_from_iterator(texts, trainer=trainer)
+        tokenizer = train_tokenizer(tokenizer, texts, trainer)
         return cls(tokenizer)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -306,7 +307,7 @@ class WordPieceTokenizer(TokenizerFile):
             continuing_subword_prefix=CONTINUATION,
             show_progress=False,
         )
-        tokenizer.train_from_iterator(texts, trainer=trainer)
+        tokenizer = train_tokenizer(tokenizer, texts, trainer)
         model = models.WordPiece(
             tokenizer.get_vocab(), unk_token=WP_UNK, continuing_subword_prefix=CONTINUATION
         )

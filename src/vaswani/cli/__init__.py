@@ -1,7 +1,9 @@
 """The ``vaswani`` command: parse, call the Python API, print.
 
 Errors caused by the user's input print one line (``vaswani: error: …``) and
-exit with status 2, without a traceback unless ``--debug`` is given. SIGINT or
+exit with status 2, without a traceback unless ``--debug`` is given; so do errors from the
+operating system and out-of-range numbers, and a bug prints one line too (exit status 1), and a
+broken pipe stops quietly (:mod:`vaswani.cli.failures`). SIGINT or
 SIGTERM during training finishes the step, writes a checkpoint, prints one line
 saying how to resume and exits with status 130 or 143 (128 + the signal number).
 """
@@ -17,6 +19,7 @@ from vaswani.cli import (
     average,
     classify,
     decoding,
+    failures,
     images,
     interop,
     lm,
@@ -139,6 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vaswani: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return failures.broken_pipe()
+    except Exception as exc:  # from the OS or a library: one line (see vaswani.cli.failures)
+        if args.debug:
+            raise
+        line, code = failures.failure(exc)
+        if main_process:
+            print(f"vaswani: {line}", file=sys.stderr)
+        return code
     finally:
         stop(finished)
     return status or 0

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from vaswani.errors import DataError
+from vaswani.io import read_stream_bounded
 
 
 def add_device_flag(p: argparse.ArgumentParser) -> None:
@@ -21,8 +22,9 @@ def add_device_flag(p: argparse.ArgumentParser) -> None:
 
 
 def read_stdin() -> list[str]:
-    """The lines of standard input (UTF-8; a byte-order mark at its start is dropped)."""
-    data = sys.stdin.buffer.read()
+    """The lines of standard input (UTF-8; a byte-order mark at its start is dropped), refused past
+    the input limit (``VASWANI_MAX_INPUT_BYTES``)."""
+    data = read_stream_bounded(sys.stdin.buffer, "<stdin>")
     try:
         return data.decode("utf-8").removeprefix("\ufeff").splitlines()
     except UnicodeDecodeError as exc:

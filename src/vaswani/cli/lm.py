@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from vaswani.cli.common import add_device_flag
 from vaswani.cli.decoding import decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
+from vaswani.resources import decode_rows
 
 CONTEXT_POLICY = (
     "When the context (the model's max_len) is full, the oldest half of it is dropped and "
@@ -40,6 +42,10 @@ def add_generate_parser(commands: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    """Generate: one streamed completion, or the batch of every prompt's ``--num-samples``, decoded
+    in chunks of :func:`vaswani.resources.decode_rows` rows (chunk k seeded with ``--seed`` + k, so
+    that a batch of one chunk is what it always was) and printed chunk by chunk."""
+    from vaswani.tasks.evaluation import model_device
     from vaswani.tasks.lm import LanguageModel
 
     if args.prompt_file is not None and args.prompt:
@@ -65,8 +71,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
         lm.generate(batch, decoding, stream=show)
         sys.stdout.write("\n")
         return
-    outputs = lm.generate(batch, decoding)
-    for i, (prompt, text) in enumerate(zip(batch, outputs, strict=True)):
-        if i:
-            print("-" * 40)
-        print(prompt + text)
+    size = decode_rows(lm.model.config, model_device(lm.model))
+    for k, start in enumerate(range(0, len(batch), size)):
+        chunk = batch[start : start + size]
+        seed = None if decoding.seed is None else decoding.seed + k
+        seeded = decoding if k == 0 else dataclasses.replace(decoding, seed=seed)
+        for i, (prompt, text) in enumerate(zip(chunk, lm.generate(chunk, seeded), strict=True), start=start):
+            if i:
+                print("-" * 40)
+            print(prompt + text)

@@ -33,7 +33,7 @@ from PIL import Image, ImageOps
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import atomic_write_text, json_text, read_json
+from vaswani.io import atomic_write_text, json_text, not_regular, read_json
 from vaswani.schema import Config, no_flag
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
@@ -55,6 +55,9 @@ def convert_image(image: Image.Image, channels: int) -> Image.Image:
 
 def read_image(path: str | Path, channels: int = 3) -> Image.Image:
     """The image in file ``path``, upright (EXIF orientation) and in mode RGB or L (``channels`` 3 or 1)."""
+    kind = not_regular(path)
+    if kind is not None:  # a FIFO would block Pillow's open, a device feed it forever
+        raise DataError(f"{path}: is {kind}, not an image file")
     try:
         with Image.open(path) as opened:
             upright = ImageOps.exif_transpose(opened)

@@ -5,22 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from vaswani.errors import DataError
+from vaswani.io import MAX_LINE_ENV, max_line_chars, read_bytes_bounded
 
 
 def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
     """The lines of a UTF-8 text file, without their line endings.
 
     A UTF-8 byte-order mark at the start of the file is dropped. Raises :class:`DataError` for a
-    missing file, a directory, bytes that are
-    not UTF-8 (naming the line), a file with no text, or (unless
-    ``allow_empty_lines``) an empty line.
+    missing file, a directory, a device or FIFO, a file past the input limit
+    (:func:`vaswani.io.read_bytes_bounded`), bytes that are not UTF-8 (naming the line), a line
+    longer than :func:`vaswani.io.max_line_chars` characters (before any tokenizer is trained on
+    it), a file with no text, or (unless ``allow_empty_lines``) an empty line.
     """
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory, expected a text file")
-    data = path.read_bytes()
+    data = read_bytes_bounded(path, "a text file")
+    longest = max_line_chars()
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -34,6 +33,11 @@ def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
             raise DataError(
                 f"{path}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
             ) from None
+        if len(line) > longest:
+            raise DataError(
+                f"{path}:{number}: a line of {len(line)} characters, more than the limit of {longest}; "
+                f"raise it with {MAX_LINE_ENV}"
+            )
         if not allow_empty_lines and not line.strip():
             raise DataError(f"{path}:{number}: empty line")
         text_lines.append(line)

@@ -26,7 +26,14 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.io import first_line, fsync_path, json_text, read_json, write_error, write_file
+from vaswani.io import (
+    first_line,
+    fsync_path,
+    json_text,
+    read_json,
+    write_error,
+    write_file,
+)
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry

@@ -33,7 +33,7 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, processors
 
 from vaswani.errors import DataError
-from vaswani.io import first_line, read_json, write_file
+from vaswani.io import first_line, read_bytes_bounded, read_json, write_file
 from vaswani.tokenizer import MARIAN_EOS, MARIAN_SPECIALS, UNK
 
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"  # OPUS-MT's SentencePiece models
@@ -68,7 +68,7 @@ def copy_opus_files(src: Path, out: Path) -> bool:
     if files:
         out.mkdir(exist_ok=True)
     for name, path in files.items():
-        write_file(out / name, path.read_bytes())
+        write_file(out / name, read_bytes_bounded(path))
     return bool(files)
 
 
@@ -82,10 +82,9 @@ def read_model(path: Path) -> Any:
             "pip install sentencepiece protobuf"
         ) from None
     model = sentencepiece_model_pb2.ModelProto()
+    data = read_bytes_bounded(path, "a SentencePiece model")
     try:
-        model.ParseFromString(path.read_bytes())
-    except OSError as exc:
-        raise DataError(f"{path}: unreadable ({first_line(exc)})") from None
+        model.ParseFromString(data)
     except Exception as exc:  # protobuf's DecodeError on a foreign file
         raise DataError(f"{path}: not a SentencePiece model ({first_line(exc)})") from None
     if not model.pieces:

@@ -93,6 +93,8 @@ class ClassifyTask:
     accuracy and macro-F1 (``valid_loss``, ``valid_accuracy``, ``valid_macro_f1``, named as every
     task names its held-out metrics)."""
 
+    batch_flag = "--batch-size"  # what to lower when a step runs out of memory
+
     def __init__(self, run: RunConfig, tokenizer: WordPieceTokenizer, data: Examples) -> None:
         self.pad_id = tokenizer.pad_id
         index = {label: i for i, label in enumerate(data.labels)}

@@ -138,6 +138,8 @@ class LMTask:
     """Next-token prediction on windows of ``max_len + 1`` tokens, ``batch_tokens // max_len``
     windows a batch, the window starts shuffled once by the seed (every offset is a window)."""
 
+    batch_flag = "--batch-tokens"  # what to lower when a step runs out of memory
+
     def __init__(self, run: RunConfig, train_ids: Tensor, valid_ids: Tensor, vocab_size: int) -> None:
         self.context = run.model.max_len
         self.vocab_size = vocab_size

@@ -175,6 +175,8 @@ class MLMTask:
     """Masked-token prediction on the windows of the training text, batched by
     ``batch_tokens`` with length bucketing; validation on at most ``eval_sentences`` windows."""
 
+    batch_flag = "--batch-tokens"  # what to lower when a step runs out of memory
+
     def __init__(
         self,
         run: RunConfig,

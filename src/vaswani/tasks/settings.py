@@ -17,6 +17,7 @@ from typing import Any
 from vaswani import recipes
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError
+from vaswani.io import absolute_path
 from vaswani.recipes import Sections
 
 
@@ -35,9 +36,9 @@ def absolute(data: dict[str, Any], fields: tuple[str, ...]) -> None:
     for key in fields:
         value = data.get(key)
         if isinstance(value, (str, Path)):
-            data[key] = str(Path(value).resolve())
+            data[key] = absolute_path(value)
         elif isinstance(value, (list, tuple)):
-            data[key] = [str(Path(v).resolve()) for v in value]
+            data[key] = [absolute_path(v) for v in value]
 
 
 def one_stack(model: dict[str, Any], arch: str, source: str) -> None:

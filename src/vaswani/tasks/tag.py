@@ -216,6 +216,8 @@ class TagTask:
     """The trainer's task: :func:`tagging_loss` on batches of ``batch_size`` spans; on the dev
     file, the loss and accuracy (``valid_loss``, ``valid_accuracy``)."""
 
+    batch_flag = "--batch-size"  # what to lower when a step runs out of memory
+
     def __init__(
         self, run: RunConfig, tokenizer: WordPieceTokenizer, train: list[Sentence], dev: list[Sentence]
     ):

@@ -122,6 +122,8 @@ def encode_pairs(
 class TranslationTask:
     """Teacher-forced label-smoothed cross-entropy; valid loss, BLEU and chrF."""
 
+    batch_flag = "--batch-tokens"  # what to lower when a step runs out of memory
+
     def __init__(
         self, run: RunConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, data: TranslationData
     ) -> None:

@@ -36,7 +36,7 @@ from vaswani.io import WEIGHTS, load_weights, model_bytes
 from vaswani.layers.blocks import set_grad_checkpointing
 from vaswani.rundir import RunDir
 from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
-from vaswani.training import distributed
+from vaswani.training import distributed, memory
 from vaswani.training.batches import rows_of_process, take_rows, to_device
 from vaswani.training.checkpoint import (
     newest_intact_checkpoint,
@@ -303,7 +303,7 @@ class Trainer:
             ),
         ):
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
-                loss, tokens, outcome = self._step()
+                loss, tokens, outcome = memory.guarded(self._step, self.task, self.cfg, state.step)
                 now = time.perf_counter()
                 state.train_seconds += self._agreed(now - last)
                 last = now
@@ -377,7 +377,7 @@ def fit_run(
     if run.train.fsdp and not place.many:  # a sharded run resumed on one process
         print("vaswani: note: fsdp on one process: nothing to shard", file=sys.stderr)
     seed_everything(run.train.seed)
-    model = build_model()
+    model = memory.built(run, device, build_model)  # once it is seen to fit in memory
     if place.rank > 0:  # each process its own dropout masks (the weights are the same: seeded above)
         torch.manual_seed(run.train.seed + 1000 * place.rank)
     checkpoint = None
