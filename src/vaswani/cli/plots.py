@@ -17,11 +17,14 @@ def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "attention",
         help="draw a model's attention over one sentence",
-        description="Heatmaps of the attention weights, one panel per layer and head. A translation "
-        "run translates SENTENCE greedily, then draws the decoder's cross-attention (target × source) "
-        "and self-attention (target × target) on that translation; a language model draws its "
-        "self-attention over SENTENCE; an image run (ViT) draws, over the image file SENTENCE, the "
-        "attention rollout of its [CLS] token over the patches (Abnar & Zuidema 2020). Labels in "
+        description="Heatmaps of the attention weights, one panel per layer and head, tokens on the axes. "
+        "A translation run translates SENTENCE greedily, then draws the decoder's cross-attention "
+        "(target × source) and self-attention (target × target) on that translation, or with --part "
+        "encoder the encoder's self-attention (source × source); a language model draws its "
+        "self-attention over SENTENCE; a BERT run (mlm, encoder, classify, tag) its self-attention over "
+        "the WordPiece tokens of SENTENCE ([CLS] and [SEP] shown; a pair as A<TAB>B); an image run (ViT) "
+        "draws, over the image file SENTENCE, the attention rollout of its [CLS] token over the patches "
+        "(Abnar & Zuidema 2020), or with --part last the last layer's heads. Labels in "
         "Chinese, Japanese or Korean need a CJK font "
         "(pip install noto-cjk-sans-otc, or the system's fonts-noto-cjk).",
     )
@@ -29,11 +32,17 @@ def add_parsers(commands: Any) -> None:
     p.add_argument(
         "sentence",
         metavar="SENTENCE",
-        help="the source sentence (translation), text (lm) or image file (image)",
+        help="the source sentence (translation), text (lm, BERT runs) or image file (image)",
     )
     p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
-    p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
-    p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    p.add_argument("--layers", "--layer", metavar="I,J", help="layers to draw, counted from 0 (default: all)")
+    p.add_argument("--heads", "--head", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    p.add_argument(
+        "--part",
+        metavar="PART",
+        help="what to draw: translation encoder, decoder-self or cross, comma-separated (default "
+        "cross,decoder-self); image rollout (default) or last",
+    )
     add_device_flag(p)
     p.set_defaults(handler=cmd_attention)
 
@@ -69,7 +78,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
     with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
     spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
     assert spec.attention is not None
-    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence)
+    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence, args.part)
     if isinstance(maps, ImageAttention):  # an image run: the [CLS] token's attention over the image
         image_attention_figure(maps, title, out=args.out)
     else:
