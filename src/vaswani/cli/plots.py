@@ -11,6 +11,8 @@ from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
 LOSS_CURVES = "loss_curves.png"
+POSITIONS = "positions.png"
+PLOT_KINDS = ("loss", "positions")
 
 
 def add_parsers(commands: Any) -> None:
@@ -48,12 +50,18 @@ def add_parsers(commands: Any) -> None:
 
     p = commands.add_parser(
         "plot",
-        help="draw a run's loss curves",
-        description="Training and validation loss against steps and training time, with the "
-        "validation BLEU and chrF (translation) or perplexity (lm), from RUN_DIR/train_log.csv.",
+        help="draw a run's loss curves or its position scheme",
+        description="vaswani plot RUN_DIR (or plot loss RUN_DIR): training and validation loss against "
+        "steps and training time, with the validation BLEU and chrF (translation) or perplexity (lm), "
+        "from RUN_DIR/train_log.csv. vaswani plot positions RUN_DIR: the run's position table as a "
+        "heatmap (sinusoidal from the formula, learned from the weights), the mean dot product of "
+        "position vectors against their distance and a few rows p·q, the title saying whether it is "
+        "symmetric and falls with distance (rotary: its q·k kernel against distance).",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES})")
+    p.add_argument(
+        "what", nargs="+", metavar="[KIND] RUN_DIR", help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss)"
+    )
+    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS})")
     p.set_defaults(handler=cmd_plot)
 
 
@@ -94,9 +102,23 @@ def shorten(text: str, limit: int = 120) -> str:
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from vaswani.plots import loss_curves_figure
+    from vaswani.plots.positions import positions_figure
     from vaswani.tasks import registry
+    from vaswani.tasks.positions import position_profile
 
-    registry.spec_of(args.run_dir)  # a clear error for a directory that is not a run of a known task
-    out = args.out or args.run_dir / LOSS_CURVES
-    loss_curves_figure(RunDir(args.run_dir).log, out)
+    if len(args.what) == 1:
+        kind, run_dir = "loss", Path(args.what[0])
+    elif len(args.what) == 2 and args.what[0] in PLOT_KINDS:
+        kind, run_dir = args.what[0], Path(args.what[1])
+    else:
+        raise ConfigError(
+            f"plot takes [KIND] RUN_DIR, KIND one of {', '.join(PLOT_KINDS)}; got {' '.join(args.what)}"
+        )
+    registry.spec_of(run_dir)  # a clear error for a directory that is not a run of a known task
+    if kind == "positions":
+        out = args.out or run_dir / POSITIONS
+        positions_figure(position_profile(run_dir), run_dir.resolve().name, out)
+    else:
+        out = args.out or run_dir / LOSS_CURVES
+        loss_curves_figure(RunDir(run_dir).log, out)
     print(out)
