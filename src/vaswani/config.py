@@ -163,6 +163,7 @@ class ModelConfig(Config):
     output_bias: bool = flag(False, "a bias on the output projection")
     type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)")
     pooler: bool = flag(True, "the [CLS] pooler (BERT)")
+    word_dim: int | None = no_flag(None)  # word vectors' width, projected to d_model (None: d_model)
     image_size: int = flag(224, "side of a ViT's square images, in pixels")
     patch_size: int = flag(16, "side of a ViT's square patches, in pixels (divides --image-size)")
     channels: int = flag(3, "colour channels of a ViT's images (3: RGB, 1: greyscale)")
@@ -186,7 +187,7 @@ class ModelConfig(Config):
         self._positive(
             "vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
             "n_encoder_layers", "n_decoder_layers", "max_len", "rel_clip", "rope_theta", "norm_eps",
-            "image_size", "patch_size", "channels",
+            "image_size", "patch_size", "channels", "word_dim",
         )  # fmt: skip
         for name, value in resolved_sides(vars(self)).items():  # see vaswani.aliases
             object.__setattr__(self, name, value)

@@ -80,7 +80,7 @@ class Bert(nn.Module):
         self.embed = Embeddings(
             cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
             n_segments=cfg.type_vocab_size,
-            norm=make_norm(cfg),
+            norm=make_norm(cfg), word_dim=cfg.word_dim,
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
@@ -180,6 +180,8 @@ class MaskedLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.bert = Bert(cfg)
+        if cfg.word_dim is not None and cfg.tie_embeddings != "none":
+            raise ValueError("the MLM head cannot be tied to a projected word table (word_dim)")
         tied = self.bert.embed.token if cfg.tie_embeddings != "none" else None
         self.head = MaskedLMHead(cfg, tied)
 
