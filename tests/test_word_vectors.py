@@ -184,6 +184,7 @@ def test_a_translator_s_source_embedding_takes_the_vectors(tmp_path, monkeypatch
     assert torch.equal(trained["src_embed.token.weight"], initial["src_embed.token.weight"])
     assert not torch.equal(trained["src_embed.project.weight"], initial["src_embed.project.weight"])
     assert translator.translate(["a b"])[0] == translator.translate(["a b"])[0]  # it decodes
+    assert main(["export-hf", str(run), str(tmp_path / "hf")]) == 2  # Marian has no projected table
 
 
 def test_a_tagger_reads_word_vectors(tmp_path):

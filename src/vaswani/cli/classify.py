@@ -44,8 +44,8 @@ def add_command_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "embed",
         help="sentence embeddings of a BERT run, and their cosine similarities",
-        description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder "
-        "or classify): the mean of its tokens' final hidden states (or the pooled [CLS] state), L2-"
+        description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder, "
+        "classify or tag): the mean of its tokens' final hidden states (or the pooled [CLS] state), L2-"
         "normalised. Prints the first dimensions and the norm of each vector and the matrix of cosine "
         "similarities; --out writes the vectors (.npy, or .safetensors under the key 'embeddings'). "
         "A text longer than the model's max_len is cut to it, with one warning line. --tokens prints "

@@ -13,7 +13,8 @@ from vaswani.tasks.positions import PositionProfile
 
 
 def positions_figure(profile: PositionProfile, title: str, out: str | Path | None = None) -> Figure:
-    """Three panels for an absolute table (the table, positions × dimensions; the mean of p·(p+k)
+    """Three panels for an absolute table (the table, positions × dimensions, its colours clipped at
+    the 99th percentile of |P|; the mean of p·(p+k)
     against k; the rows p·q against q − p), one for rotary positions (the kernel against k), under
     ``title`` and the profile's verdict. Written to ``out`` when given."""
     n_panels = 3 if profile.table is not None else 1
@@ -22,10 +23,17 @@ def positions_figure(profile: PositionProfile, title: str, out: str | Path | Non
     axes = fig.subplots(1, n_panels, squeeze=False)[0]
     distance = list(range(len(profile.by_distance)))
     if profile.table is not None:
+        scale = (
+            float(profile.table.abs().flatten().quantile(0.99)) or 1.0
+        )  # a few outliers do not wash it out
         shown = axes[0].imshow(
-            profile.table.numpy(), cmap="RdBu_r", aspect="auto", interpolation="nearest",
-            vmin=-float(profile.table.abs().max()), vmax=float(profile.table.abs().max()),
-        )  # fmt: skip
+            profile.table.numpy(),
+            cmap="RdBu_r",
+            aspect="auto",
+            interpolation="nearest",
+            vmin=-scale,
+            vmax=scale,
+        )
         axes[0].set_xlabel("dimension")
         axes[0].set_ylabel("position")
         axes[0].set_title("position vectors", fontsize=9)
