@@ -165,6 +165,10 @@ def bad_files(tmp: Path, data: Path) -> None:
         (tmp / name).write_text(text, encoding="utf-8")
     (tmp / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
     vector_files(tmp)
+    alibi = shutil.copytree(data / "lm_run", tmp / "alibi_run", ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((alibi / "config.json").read_text(encoding="utf-8"))
+    config["model"]["position"] = "alibi"
+    (alibi / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (tmp / "folder.tsv").mkdir()
     src, tgt = (data / "train.src").read_text(), (data / "train.tgt").read_text()
     (tmp / "short.tgt").write_text("".join(tgt.splitlines(keepends=True)[:-1]))
@@ -476,7 +480,18 @@ CLI = [
         ["--layers", "'x'"]),
     Cli("plots", "attention of a text longer than max_len", attention("{lm}", "a " * 40), ["max_len=32"]),
     Cli("plots", "attention of an empty text", attention("{lm}", ""), ["empty"]),
-    Cli("plots", "attention of an mlm run", attention("{mlm}", "a"), ["'mlm'"]),
+    Cli("plots", "attention of a part an mlm run lacks", [*attention("{mlm}", "a"), "--part", "cross"],
+        ["--part cross", "a BERT run draws self"]),
+    Cli("plots", "attention of an empty sentence pair", attention("{cls}", "good\t "), ["the text is empty"]),
+    Cli("plots", "plot positions of an ALiBi run", ["plot", "positions", "{tmp}/alibi_run"],
+        ["alibi_run", "positions 'alibi'", "not a table"]),
+    Cli("plots", "plot of an unknown kind", ["plot", "curves", "{lm}"], ["KIND one of loss, positions"]),
+    Cli("embed", "--word absent from a sentence", ["embed", "{mlm}", "--word", "one", "one two", "three"],
+        ["text 2 does not contain the word 'one'"]),
+    Cli("embed", "--word of spaces only", ["embed", "{mlm}", "--word", " ", "one"],
+        ["--word ' ' has no word in it"]),
+    Cli("embed", "--tokens with --out", ["embed", "{mlm}", "--tokens", "one", "--out", "{tmp}/v.npy"],
+        ["--out", "--tokens"]),
     Cli("plots", "plot a folder that is not a run", ["plot", "{tmp}"], ["config.json"]),
     Cli("plots", "plot a run without a training log", ["plot", "{enc}"],
         ["train_log.csv", "no training log"]),
