@@ -82,7 +82,7 @@ from vaswani.training.checkpoint import list_checkpoints
 
 FAMILIES = (
     "translation", "lm", "mlm", "classify", "fill-mask", "embed", "interop", "average", "plots",
-    "evaluate", "image", "serve",
+    "evaluate", "image", "serve", "word-vectors",
 )  # fmt: skip
 
 
@@ -176,6 +176,11 @@ def bad_files(tmp: Path, data: Path) -> None:
         (tmp / name).parent.mkdir(exist_ok=True)
         (tmp / name).write_text(text, encoding="utf-8")
     (tmp / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
+    vector_files(tmp)
+    alibi = shutil.copytree(data / "lm_run", tmp / "alibi_run", ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((alibi / "config.json").read_text(encoding="utf-8"))
+    config["model"]["position"] = "alibi"
+    (alibi / "config.json").write_text(json.dumps(config), encoding="utf-8")
     (tmp / "folder.tsv").mkdir()
     src, tgt = (data / "train.src").read_text(), (data / "train.tgt").read_text()
     (tmp / "short.tgt").write_text("".join(tgt.splitlines(keepends=True)[:-1]))
@@ -197,6 +202,24 @@ def bad_files(tmp: Path, data: Path) -> None:
     config = json.loads((data / "lm_run" / "config.json").read_text(encoding="utf-8"))
     config["model"]["vocab_size"] = 10**9
     (huge / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def vector_files(tmp: Path) -> None:
+    """Bad word vectors files: rows of different lengths, headers that disagree with the rows
+    (their count, their width), a word that is not UTF-8 (text and binary), a value that is not a
+    number, and a binary file cut inside a row."""
+    texts = {
+        "vec_ragged.txt": "good 0.1 0.2\nbad 0.3\n",
+        "vec_count.txt": "3 2\ngood 0.1 0.2\nbad 0.3 0.4\n",
+        "vec_width.txt": "2 3\ngood 0.1 0.2\nbad 0.3 0.4\n",
+        "vec_value.txt": "good 0.1 0.2\nbad 0.3 zero\n",
+    }
+    for name, text in texts.items():
+        (tmp / name).write_text(text, encoding="utf-8")
+    (tmp / "vec_latin1.txt").write_bytes(b"good 0.1 0.2\nGr\xfc\xdfe 0.3 0.4\n")
+    row = b"good " + bytes(8)
+    (tmp / "vec_latin1.bin").write_bytes(b"2 2\n" + row + b"\nGr\xfc\xdfe " + bytes(8))
+    (tmp / "vec_cut.bin").write_bytes(b"2 2\n" + row + b"\nbad " + bytes(5))
 
 
 def image_files(tmp: Path) -> None:
@@ -250,6 +273,11 @@ class Cli:
     words: list[str]
     stdin: bytes = b""
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def vec_train(name: str, *extra: str) -> list[str]:
+    """``train classify`` with the word vectors file ``{tmp}/name``."""
+    return cls_train("--tokenizer", "word", "--word-vectors", f"{{tmp}}/{name}", *extra)
 
 
 def tr_train(*extra: str, src: str = "{data}/train.src", tgt: str = "{data}/train.tgt") -> list[str]:
@@ -501,7 +529,18 @@ CLI = [
         ["--layers", "'x'"]),
     Cli("plots", "attention of a text longer than max_len", attention("{lm}", "a " * 40), ["max_len=32"]),
     Cli("plots", "attention of an empty text", attention("{lm}", ""), ["empty"]),
-    Cli("plots", "attention of an mlm run", attention("{mlm}", "a"), ["'mlm'"]),
+    Cli("plots", "attention of a part an mlm run lacks", [*attention("{mlm}", "a"), "--part", "cross"],
+        ["--part cross", "a BERT run draws self"]),
+    Cli("plots", "attention of an empty sentence pair", attention("{cls}", "good\t "), ["the text is empty"]),
+    Cli("plots", "plot positions of an ALiBi run", ["plot", "positions", "{tmp}/alibi_run"],
+        ["alibi_run", "positions 'alibi'", "not a table"]),
+    Cli("plots", "plot of an unknown kind", ["plot", "curves", "{lm}"], ["KIND one of loss, positions"]),
+    Cli("embed", "--word absent from a sentence", ["embed", "{mlm}", "--word", "one", "one two", "three"],
+        ["text 2 does not contain the word 'one'"]),
+    Cli("embed", "--word of spaces only", ["embed", "{mlm}", "--word", " ", "one"],
+        ["--word ' ' has no word in it"]),
+    Cli("embed", "--tokens with --out", ["embed", "{mlm}", "--tokens", "one", "--out", "{tmp}/v.npy"],
+        ["--out", "--tokens"]),
     Cli("plots", "plot a folder that is not a run", ["plot", "{tmp}"], ["config.json"]),
     Cli("plots", "plot a run without a training log", ["plot", "{enc}"],
         ["train_log.csv", "no training log"]),
@@ -596,6 +635,31 @@ CLI = [
         ["huge_vocab/model.safetensors", "model.vocab_size=1000000000", "do not match"]),
     Cli("classify", "a FIFO as --train", cls_train(train="{tmp}/fifo.tsv"), ["fifo.tsv", "FIFO"]),
     Cli("image", "a FIFO to classify-image", ["classify-image", "{img}", "{tmp}/fifo"], ["fifo", "FIFO"]),
+    # --word-vectors FILE (train translation, classify, tag)
+    Cli("word-vectors", "rows of different lengths", vec_train("vec_ragged.txt"),
+        ["vec_ragged.txt:2", "1 values where the first row has 2"]),
+    Cli("word-vectors", "a header that counts other rows", vec_train("vec_count.txt"),
+        ["vec_count.txt:1", "the header says 3 words, the file has 2 rows"]),
+    Cli("word-vectors", "a header of another width", vec_train("vec_width.txt"),
+        ["vec_width.txt:2", "2 values where the header says 3"]),
+    Cli("word-vectors", "a value that is not a number", vec_train("vec_value.txt"),
+        ["vec_value.txt:2", "the value 'zero' is not a number"]),
+    Cli("word-vectors", "a word that is not UTF-8", vec_train("vec_latin1.txt"),
+        ["vec_latin1.txt:2", "is not UTF-8"]),
+    Cli("word-vectors", "a binary word that is not UTF-8", vec_train("vec_latin1.bin"),
+        ["vec_latin1.bin: row 2 of the 2", "is not UTF-8"]),
+    Cli("word-vectors", "a binary file cut inside a row", vec_train("vec_cut.bin"),
+        ["vec_cut.bin: row 2 of the 2", "ends inside its 2 values"]),
+    Cli("word-vectors", "a named format the file is not", vec_train("vec_ragged.txt", "--word-vectors-format",
+        "word2vec"), ["vec_ragged.txt:1", "starts with a header"]),
+    Cli("word-vectors", "no such file", vec_train("nowhere.txt"), ["nowhere.txt", "cannot read"]),
+    Cli("word-vectors", "without the word-level tokenizer",
+        cls_train("--word-vectors", "{tmp}/vec_ragged.txt"), ["data.word_vectors", "--tokenizer word"]),
+    Cli("word-vectors", "a word-level source with a shared vocabulary",
+        tr_train("--tokenizer", "word", "--shared-vocab"), ["data.shared_vocab", "word-level"]),
+    Cli("word-vectors", "a word-level tokenizer with --init",
+        ["train", "classify", "--train", "{data}/train.tsv", "--dev", "{data}/dev.tsv", "--init", "{mlm}",
+         "--tokenizer", "word", "--out", "{tmp}/out", "--quiet"], ["data.text_tokenizer", "--init"]),
 ]  # fmt: skip
 
 

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from matplotlib.image import imread
 from PIL import Image
 from safetensors.torch import load_file
 
 from tests.helpers import assert_resumed_like_whole
 from vaswani.cli import main
 from vaswani.config import ModelConfig
-from vaswani.data.images import ImageProcessing
+from vaswani.data.images import ImageProcessing, image_tensor, read_image
 from vaswani.models.vit import ViT
+from vaswani.plots import DPI
 from vaswani.tasks import registry
 from vaswani.tasks.attention import attention_rollout, image_attention
 from vaswani.tasks.image import ImageClassifier
@@ -109,7 +111,25 @@ def test_attention_draws_the_rollout_over_a_digit(digits_run, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     attention, title = image_attention(ImageClassifier.load(digits_run, "cpu"), str(path))
     assert attention.grid.shape == (4, 4) and "attention rollout" in title and "Abnar" in title
-    assert attention.grid.sum() <= 1.0 + 1e-6
+    assert attention.grid.sum() <= 1.0 + 1e-6 and attention.heads is None
+
+
+def test_attention_of_the_last_layer_draws_each_head(digits_run, tmp_path):
+    (path,) = write_digits(tmp_path, [5])
+    classifier = ImageClassifier.load(digits_run, "cpu")
+    attention, title = image_attention(classifier, str(path), "last")
+    model, processing = classifier.model, classifier.processing
+    image = image_tensor(processing.resize(read_image(path, processing.channels)))
+    with torch.no_grad():
+        _, weights = model.hidden(processing.normalize(image[None]), need_weights=True)
+    cls_rows = weights[-1]["self"][0, :, 0, 1:]  # (heads, patches): [CLS] over the patches
+    torch.testing.assert_close(attention.heads, cls_rows.reshape(-1, 4, 4))
+    torch.testing.assert_close(attention.grid, cls_rows.mean(dim=0).reshape(4, 4))
+    assert "last layer" in title
+    out = tmp_path / "heads.png"
+    assert main(["attention", str(digits_run), str(path), "--out", str(out), "--part", "last"]) == 0
+    assert imread(out).shape[1] > 1.2 * 7.0 * DPI  # wider than the rollout's two panels: one per head
+    assert main(["attention", str(digits_run), str(path), "--out", str(out), "--part", "cross"]) == 2
 
 
 def test_rollout_equals_a_hand_computation_on_two_layers():

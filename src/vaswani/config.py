@@ -174,6 +174,7 @@ class ModelConfig(Config):
     output_bias: bool = flag(False, "a bias on the output projection")
     type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)", range="[0, inf)")
     pooler: bool = flag(True, "the [CLS] pooler (BERT)")
+    word_dim: int | None = no_flag(None, range="(0, inf)")  # word vectors' width, projected (None: d_model)
     image_size: int = flag(224, "side of a ViT's square images, in pixels", range="(0, inf)")
     patch_size: int = flag(
         16, "side of a ViT's square patches, in pixels (divides --image-size)", range="(0, inf)"

@@ -17,6 +17,7 @@ from vaswani.errors import ConfigError, DataError
 if TYPE_CHECKING:  # the task modules import torch: loaded when a command runs, not to parse flags
     from torch import Tensor
 
+    from vaswani.tasks.encoder import SentenceEncoder
     from vaswani.tokenizer import WordPieceTokenizer
 
 EMBED_FORMATS = (".npy", ".safetensors")
@@ -40,14 +41,25 @@ def add_command_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "embed",
         help="sentence embeddings of a BERT run, and their cosine similarities",
-        description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder "
-        "or classify): the mean of its tokens' final hidden states (or the pooled [CLS] state), L2-"
+        description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder, "
+        "classify or tag): the mean of its tokens' final hidden states (or the pooled [CLS] state), L2-"
         "normalised. Prints the first dimensions and the norm of each vector and the matrix of cosine "
         "similarities; --out writes the vectors (.npy, or .safetensors under the key 'embeddings'). "
-        "A text longer than the model's max_len is cut to it, with one warning line.",
+        "A text longer than the model's max_len is cut to it, with one warning line. --tokens prints "
+        "each token's contextual vector (its final hidden state) instead; --word WORD the contextual "
+        "vector of WORD in each sentence (the mean of its WordPiece pieces) and their cosine similarities.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="*", metavar="SENTENCE", help="sentences (default: lines of standard input)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--tokens", action="store_true", help="print each token's contextual vector (first dims and norm)"
+    )
+    shown.add_argument(
+        "--word",
+        metavar="WORD",
+        help="compare WORD's contextual vectors across the sentences (each must contain it)",
+    )
     p.add_argument(
         "--pool", choices=POOLS[::-1], default="mean", help="mean of the tokens (default) or [CLS]"
     )
@@ -125,29 +137,63 @@ def write_vectors(path: Path, vectors: Tensor) -> None:
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
-    import torch
-
     from vaswani.tasks.encoder import SentenceEncoder
 
     if args.out is not None and args.out.suffix not in EMBED_FORMATS:
         raise ConfigError(f"--out {args.out}: write .npy or .safetensors")
     if args.dims < 0 or args.batch_size < 1:
         raise ConfigError("--dims must be >= 0 and --batch-size >= 1")
+    if args.tokens and args.out is not None:
+        raise ConfigError("--out writes sentence or word vectors, not those of --tokens")
     encoder = SentenceEncoder.load(args.run_dir, args.device)
     texts = read_texts(args.text)
     warn_if_cut(encoder.tokenizer, [(text,) for text in texts])
-    vectors = encoder.embed(texts, args.pool, args.normalize, args.batch_size)
-    shown = min(args.dims, vectors.shape[1])
+    if args.tokens:
+        print_token_vectors(encoder, texts, args.dims)
+        return
+    if args.word is not None:
+        vectors = encoder.word_vectors(args.word, texts)
+        caption = f"of {args.word!r}, the mean of its pieces"
+    else:
+        vectors = encoder.embed(texts, args.pool, args.normalize, args.batch_size)
+        caption = f"{args.pool} pooling"
     for number, (text, vector) in enumerate(zip(texts, vectors, strict=True), start=1):
-        head = ", ".join(f"{x:+.4f}" for x in vector[:shown].tolist())
-        more = ", …" if shown < len(vector) else ""
-        print(f"{number}  [{head}{more}]  norm {float(vector.norm()):.4f}  {text}")
-    unit = torch.nn.functional.normalize(vectors, dim=-1)
-    similarity = unit @ unit.T
-    print(f"\ncosine similarity ({vectors.shape[1]} dimensions, {args.pool} pooling)")
-    print("     " + "".join(f"{j:>8}" for j in range(1, len(texts) + 1)))
-    for i, row in enumerate(similarity.tolist(), start=1):
-        print(f"{i:>5}" + "".join(f"{x:8.4f}" for x in row))
+        print(f"{number}  {vector_text(vector, args.dims)}  {text}")
+    print_similarities(vectors, caption)
     if args.out is not None:
         write_vectors(args.out, vectors)
         print(f"\nwrote {tuple(vectors.shape)} vectors to {args.out}")
+
+
+def vector_text(vector: Tensor, dims: int) -> str:
+    """``[+0.1234, -0.5678, …]  norm 1.2345``: the first ``dims`` values of ``vector`` and its norm."""
+    shown = min(dims, len(vector))
+    head = ", ".join(f"{x:+.4f}" for x in vector[:shown].tolist())
+    more = ", …" if shown < len(vector) else ""
+    return f"[{head}{more}]  norm {float(vector.norm()):.4f}"
+
+
+def print_similarities(vectors: Tensor, caption: str) -> None:
+    """The matrix of cosine similarities of ``vectors`` (n, d), rows and columns numbered from 1."""
+    import torch
+
+    unit = torch.nn.functional.normalize(vectors, dim=-1)
+    print(f"\ncosine similarity ({vectors.shape[1]} dimensions, {caption})")
+    print("     " + "".join(f"{j:>8}" for j in range(1, len(vectors) + 1)))
+    for i, row in enumerate((unit @ unit.T).tolist(), start=1):
+        print(f"{i:>5}" + "".join(f"{x:8.4f}" for x in row))
+
+
+def print_token_vectors(encoder: SentenceEncoder, texts: Sequence[str], dims: int) -> None:
+    """Each text, then a line per token: its position, label and contextual vector."""
+    from vaswani.tasks.attention import token_labels
+
+    for number, text in enumerate(texts, start=1):
+        ids, hidden = encoder.token_vectors(text)
+        if number > 1:
+            print()
+        print(f"{number}  {text}")
+        labels = token_labels(encoder.tokenizer.tokenizer, ids)
+        width = max(len(label) for label in labels)
+        for position, (label, vector) in enumerate(zip(labels, hidden, strict=True)):
+            print(f"{position:>5}  {label:<{width}}  {vector_text(vector, dims)}")

@@ -11,17 +11,22 @@ from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
 LOSS_CURVES = "loss_curves.png"
+POSITIONS = "positions.png"
+PLOT_KINDS = ("loss", "positions")
 
 
 def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "attention",
         help="draw a model's attention over one sentence",
-        description="Heatmaps of the attention weights, one panel per layer and head. A translation "
-        "run translates SENTENCE greedily, then draws the decoder's cross-attention (target × source) "
-        "and self-attention (target × target) on that translation; a language model draws its "
-        "self-attention over SENTENCE; an image run (ViT) draws, over the image file SENTENCE, the "
-        "attention rollout of its [CLS] token over the patches (Abnar & Zuidema 2020). Labels in "
+        description="Heatmaps of the attention weights, one panel per layer and head, tokens on the axes. "
+        "A translation run translates SENTENCE greedily, then draws the decoder's cross-attention "
+        "(target × source) and self-attention (target × target) on that translation, or with --part "
+        "encoder the encoder's self-attention (source × source); a language model draws its "
+        "self-attention over SENTENCE; a BERT run (mlm, encoder, classify, tag) its self-attention over "
+        "the WordPiece tokens of SENTENCE ([CLS] and [SEP] shown; a pair as A<TAB>B); an image run (ViT) "
+        "draws, over the image file SENTENCE, the attention rollout of its [CLS] token over the patches "
+        "(Abnar & Zuidema 2020), or with --part last the last layer's heads. Labels in "
         "Chinese, Japanese or Korean need a CJK font "
         "(pip install noto-cjk-sans-otc, or the system's fonts-noto-cjk).",
     )
@@ -29,22 +34,34 @@ def add_parsers(commands: Any) -> None:
     p.add_argument(
         "sentence",
         metavar="SENTENCE",
-        help="the source sentence (translation), text (lm) or image file (image)",
+        help="the source sentence (translation), text (lm, BERT runs) or image file (image)",
     )
     p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
-    p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
-    p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    p.add_argument("--layers", "--layer", metavar="I,J", help="layers to draw, counted from 0 (default: all)")
+    p.add_argument("--heads", "--head", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    p.add_argument(
+        "--part",
+        metavar="PART",
+        help="what to draw: translation encoder, decoder-self or cross, comma-separated (default "
+        "cross,decoder-self); image rollout (default) or last",
+    )
     add_device_flag(p)
     p.set_defaults(handler=cmd_attention)
 
     p = commands.add_parser(
         "plot",
-        help="draw a run's loss curves",
-        description="Training and validation loss against steps and training time, with the "
-        "validation BLEU and chrF (translation) or perplexity (lm), from RUN_DIR/train_log.csv.",
+        help="draw a run's loss curves or its position scheme",
+        description="vaswani plot RUN_DIR (or plot loss RUN_DIR): training and validation loss against "
+        "steps and training time, with the validation BLEU and chrF (translation) or perplexity (lm), "
+        "from RUN_DIR/train_log.csv. vaswani plot positions RUN_DIR: the run's position table as a "
+        "heatmap (sinusoidal from the formula, learned from the weights), the mean dot product of "
+        "position vectors against their distance and a few rows p·q, the title saying whether it is "
+        "symmetric and falls with distance (rotary: its q·k kernel against distance).",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES})")
+    p.add_argument(
+        "what", nargs="+", metavar="[KIND] RUN_DIR", help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss)"
+    )
+    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS})")
     p.set_defaults(handler=cmd_plot)
 
 
@@ -69,7 +86,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
     with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
     spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
     assert spec.attention is not None
-    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence)
+    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence, args.part)
     if isinstance(maps, ImageAttention):  # an image run: the [CLS] token's attention over the image
         image_attention_figure(maps, title, out=args.out)
     else:
@@ -85,9 +102,23 @@ def shorten(text: str, limit: int = 120) -> str:
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from vaswani.plots import loss_curves_figure
+    from vaswani.plots.positions import positions_figure
     from vaswani.tasks import registry
+    from vaswani.tasks.positions import position_profile
 
-    registry.spec_of(args.run_dir)  # a clear error for a directory that is not a run of a known task
-    out = args.out or args.run_dir / LOSS_CURVES
-    loss_curves_figure(RunDir(args.run_dir).log, out)
+    if len(args.what) == 1:
+        kind, run_dir = "loss", Path(args.what[0])
+    elif len(args.what) == 2 and args.what[0] in PLOT_KINDS:
+        kind, run_dir = args.what[0], Path(args.what[1])
+    else:
+        raise ConfigError(
+            f"plot takes [KIND] RUN_DIR, KIND one of {', '.join(PLOT_KINDS)}; got {' '.join(args.what)}"
+        )
+    registry.spec_of(run_dir)  # a clear error for a directory that is not a run of a known task
+    if kind == "positions":
+        out = args.out or run_dir / POSITIONS
+        positions_figure(position_profile(run_dir), run_dir.resolve().name, out)
+    else:
+        out = args.out or run_dir / LOSS_CURVES
+        loss_curves_figure(RunDir(run_dir).log, out)
     print(out)

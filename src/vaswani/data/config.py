@@ -17,6 +17,9 @@ BLEU_TOKENIZERS = (
 LM_TOKENIZERS = ("bpe", "char")
 LABELED_FORMATS = ("tsv", "csv", "jsonl")
 POOLS = ("cls", "mean")
+PARALLEL_TOKENIZERS = ("bpe", "word")
+TEXT_TOKENIZERS = ("wordpiece", "word")  # a classifier's or tagger's, from scratch
+VECTOR_FORMATS = ("word2vec", "word2vec-binary", "glove")  # see vaswani.data.vectors
 
 
 class DataConfig(Config):
@@ -26,7 +29,59 @@ class DataConfig(Config):
 
 
 @dataclass(frozen=True)
-class ParallelData(DataConfig):
+class WordVectorsData(DataConfig):
+    """Pretrained word vectors as the input embedding (translation's source, a classifier's or
+    tagger's encoder): ``word_vectors``, a file in one of :data:`VECTOR_FORMATS`
+    (``word_vectors_format``; null: detected), read into the embedding rows of a word-level
+    tokenizer's words; ``freeze_embeddings`` keeps the word table fixed during training."""
+
+    word_vectors: str | None = flag(
+        None, "pretrained word vectors for the embedding (word2vec text or binary, GloVe; needs --tokenizer "
+        "word)", metavar="FILE",
+    )  # fmt: skip
+    word_vectors_format: str | None = flag(
+        None, "format of --word-vectors (default: detected)", choices=VECTOR_FORMATS
+    )
+    freeze_embeddings: bool = flag(False, "keep the word embedding fixed during training")
+
+    def _check_vectors(self, tokenizer: str, tokenizer_field: str) -> None:
+        """Word vectors need the word-level tokenizer (``tokenizer``, of the field ``tokenizer_field``)."""
+        if self.word_vectors_format is not None:
+            self._one_of("word_vectors_format", VECTOR_FORMATS)
+        if self.word_vectors is not None and tokenizer != "word":
+            self._fail(
+                "word_vectors",
+                f"word vectors fill a word-level vocabulary: set '{tokenizer_field}' to "
+                f"'word' (--tokenizer word), got {tokenizer!r}",
+            )
+
+
+@dataclass(frozen=True)
+class EncoderData(WordVectorsData):
+    """What a BERT encoder fine-tuned for a task (a classifier, a tagger) starts from: the run
+    ``init`` (its tokenizer and weights), or nothing, with a WordPiece vocabulary (or, with
+    ``text_tokenizer`` "word", a word-level one, for ``word_vectors``) of the training text.
+    (The field is not ``tokenizer``: old classifier run directories hold an unused
+    ``data.tokenizer`` of "bpe".)"""
+
+    init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
+    text_tokenizer: str = flag(
+        "wordpiece", "tokenizer from scratch: wordpiece (default) or word", flag="--tokenizer",
+        choices=TEXT_TOKENIZERS,
+    )  # fmt: skip
+
+    def _check(self) -> None:
+        super()._check()
+        self._one_of("text_tokenizer", TEXT_TOKENIZERS)
+        self._check_vectors(self.text_tokenizer, "text_tokenizer")
+        if self.init is not None and self.text_tokenizer == "word":
+            self._fail(
+                "text_tokenizer", "an --init run keeps its own tokenizer and embedding (no word level)"
+            )
+
+
+@dataclass(frozen=True)
+class ParallelData(WordVectorsData):
     """Sentence pairs for translation.
 
     ``source="default"`` generates the embedded English→Chinese corpus (``seed``, ``n_*`` sizes);
@@ -34,7 +89,9 @@ class ParallelData(DataConfig):
     sentence pairs from two ``columns`` of one tab-separated file (``pairs``) and holds out
     ``n_test`` and ``n_valid`` of them at random (``seed``), keeping every translation of one
     source sentence in the same split. BPE tokenizers of ``vocab_size`` pieces are trained on
-    the training text, one per side or one for both (``shared_vocab``). ``bleu_tokenize`` is
+    the training text, one per side or one for both (``shared_vocab``); ``tokenizer`` "word" makes the
+    source side a word-level vocabulary of ``vocab_size`` words instead (the words of the training
+    text, most frequent first; for ``word_vectors``). ``bleu_tokenize`` is
     sacreBLEU's tokenizer; left null, it is chosen from the target language.
     """
 
@@ -67,6 +124,9 @@ class ParallelData(DataConfig):
     )
     vocab_size: int = flag(8000, "BPE vocabulary size per tokenizer", range="(0, inf)")
     shared_vocab: bool = flag(False, "one BPE for both languages")
+    tokenizer: str = flag(
+        "bpe", "the source side's tokenizer: bpe (default) or word", choices=PARALLEL_TOKENIZERS
+    )
     bleu_tokenize: str | None = flag(
         None, "sacrebleu tokenizer (default: zh for Chinese, else 13a)", choices=BLEU_TOKENIZERS
     )
@@ -74,6 +134,10 @@ class ParallelData(DataConfig):
     def _check(self) -> None:
         super()._check()
         self._one_of("source", ("default", "files", "tsv"))
+        self._one_of("tokenizer", PARALLEL_TOKENIZERS)
+        self._check_vectors(self.tokenizer, "tokenizer")
+        if self.tokenizer == "word" and self.shared_vocab:
+            self._fail("shared_vocab", "a word-level source vocabulary is not shared with the target's BPE")
         if self.bleu_tokenize is not None:
             self._one_of("bleu_tokenize", BLEU_TOKENIZERS)
         if self.source == "files" and (self.src is None or self.tgt is None):
@@ -130,7 +194,7 @@ class TextData(DataConfig):
 
 
 @dataclass(frozen=True)
-class LabeledData(DataConfig):
+class LabeledData(EncoderData):
     """Labeled examples for a classifier.
 
     Examples come from ``train_file`` and ``dev_file`` (TSV, CSV or JSON lines: ``file_format``,
@@ -138,8 +202,9 @@ class LabeledData(DataConfig):
     ``label_column`` (a header name, or a 0-based index written in digits; null: the defaults of
     :mod:`vaswani.data.labeled`). ``labels`` is the label set of the training file (sorted), the
     classes in order. The encoder starts from the run ``init`` (null: from scratch, with a
-    WordPiece vocabulary of ``vocab_size``), and a text becomes one vector by ``pool`` ("cls":
-    the pooled [CLS] state; "mean": the mean of its tokens' states).
+    WordPiece vocabulary of ``vocab_size``, or with ``text_tokenizer`` "word" a word-level one of
+    that many words: :class:`EncoderData`), and a text becomes one vector by ``pool`` ("cls": the
+    pooled [CLS] state; "mean": the mean of its tokens' states).
     """
 
     source: str = no_flag("labeled")
@@ -157,7 +222,6 @@ class LabeledData(DataConfig):
     )
     label_column: str | None = flag(None, "the column of the label (default: label, ... or the last)")
     labels: tuple[str, ...] | None = no_flag(None)
-    init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
     pool: str = flag("cls", "the text's vector: pooled [CLS] (default) or mean of tokens", choices=POOLS)
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 

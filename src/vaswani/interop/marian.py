@@ -224,7 +224,7 @@ def check_expressible(cfg: ModelConfig) -> None:
     refuse_grouped_heads(cfg, "Marian")
     needed = {
         "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
-        "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain",
+        "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain", "word_dim": None,
     }  # fmt: skip
     for name, value in needed.items():
         found = getattr(cfg, name)

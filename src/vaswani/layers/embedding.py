@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from vaswani.errors import InputError
+from vaswani.layers.linear import Linear
 
 
 def reads_values(t: Tensor) -> bool:
@@ -33,6 +34,9 @@ def check_ids(ids: Tensor, size: int, what: str, table: str) -> None:
 class Embeddings(nn.Module):
     """x = Dropout(Norm(E[token] · sqrt(d_model) + P[position] + S[segment])).
 
+    With ``word_dim`` (pretrained word vectors of another width) the table E is (vocab, word_dim)
+    and E[token] is projected to d_model by a linear map without bias, E[token] W_p.
+
     Token ids ``(batch, seq)`` → vectors ``(batch, seq, d_model)``; a batch of no rows or of no
     tokens gives the empty result of that shape. An id outside the embedding, or a position past
     ``max_len``, is an :class:`~vaswani.errors.InputError` where the ids are on the CPU (see
@@ -55,9 +59,11 @@ class Embeddings(nn.Module):
         token: nn.Embedding | None = None,
         n_segments: int = 0,
         norm: nn.Module | None = None,
+        word_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
+        self.token = token if token is not None else nn.Embedding(vocab_size, word_dim or d_model)
+        self.project = Linear(word_dim, d_model, bias=False) if word_dim is not None else None
         self.positions = positions
         self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
         self.norm = norm
@@ -76,7 +82,8 @@ class Embeddings(nn.Module):
         are the segment ids (all 0 when None) of a model with segment embeddings."""
         if reads_values(tokens):
             check_ids(tokens, self.token.num_embeddings, "token", "the vocabulary")
-        x = self.token(tokens) * self.scale
+        x = self.token(tokens) if self.project is None else self.project(self.token(tokens))
+        x = x * self.scale
         if self.positions is not None:
             if positions is None:
                 last = offset + tokens.shape[1] - 1  # known without reading the tensor back

@@ -80,7 +80,7 @@ class Bert(nn.Module):
         self.embed = Embeddings(
             cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
             n_segments=cfg.type_vocab_size,
-            norm=make_norm(cfg),
+            norm=make_norm(cfg), word_dim=cfg.word_dim,
         )  # fmt: skip
         self.blocks = BlockStack(cfg, cfg.n_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
@@ -94,9 +94,19 @@ class Bert(nn.Module):
         (batch, seq) is True or 1 at real tokens (all real when None). A batch of no rows or of
         no tokens gives the empty result of that shape; a token or segment id outside its
         embedding, or a sequence longer than ``max_len``, is an :class:`~vaswani.errors.InputError`."""
+        return self.hidden(tokens, segments, attention_mask)[0]
+
+    def hidden(
+        self,
+        tokens: Tensor,
+        segments: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """The hidden states of :meth:`forward` (batch, seq, d_model) and, with ``need_weights``,
+        each layer's self-attention weights (``"self"``: batch, heads, seq, seq)."""
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        hidden, _ = self.blocks(self.embed(tokens, segments=segments), mask=key_mask)
-        return hidden
+        return self.blocks(self.embed(tokens, segments=segments), mask=key_mask, need_weights=need_weights)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """The pooled [CLS] vector (batch, d_model) of hidden states (batch, seq, d_model)."""
@@ -170,6 +180,8 @@ class MaskedLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.bert = Bert(cfg)
+        if cfg.word_dim is not None and cfg.tie_embeddings != "none":
+            raise ValueError("the MLM head cannot be tied to a projected word table (word_dim)")
         tied = self.bert.embed.token if cfg.tie_embeddings != "none" else None
         self.head = MaskedLMHead(cfg, tied)
 

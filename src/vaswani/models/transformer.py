@@ -56,8 +56,11 @@ class Transformer(nn.Module):
             raise ValueError(f"Transformer needs arch='encoder_decoder', got {cfg.arch!r}")
         self.config = cfg
         d = cfg.d_model
+        if cfg.word_dim is not None and cfg.tie_embeddings == "all":
+            raise ValueError("a projected source word table (word_dim) cannot be shared with the target's")
         self.src_embed = Embeddings(
             cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            word_dim=cfg.word_dim,
         )  # fmt: skip
         shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
         self.tgt_embed = Embeddings(

@@ -11,21 +11,27 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders
 from torch import Tensor
 
 from vaswani.data.images import image_tensor, read_image
-from vaswani.errors import DataError
+from vaswani.errors import ConfigError, DataError
 from vaswani.generation.seq2seq import translate_ids
+from vaswani.layers.masks import padding_mask
+from vaswani.models.bert import Bert
 from vaswani.tasks.evaluation import model_device
 from vaswani.tasks.image import ImageClassifier
 from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translator import Translator
+from vaswani.tokenizer import WordPieceTokenizer
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 LABEL_CHARS = 12  # longer token labels are cut with "…"
+TRANSLATION_PARTS = ("encoder", "decoder-self", "cross")  # what --part chooses in a translation run
+TRANSLATION_DEFAULT = ("cross", "decoder-self")
 
 
 @dataclass(frozen=True)
@@ -106,14 +112,32 @@ def _stack(weights: list[dict[str, Tensor]], kind: str) -> Tensor:
     return torch.stack([layer[kind][0] for layer in weights]).float().cpu()
 
 
+def chosen_parts(part: str | None, known: Sequence[str], default: Sequence[str], kind: str) -> list[str]:
+    """The parts named by ``--part`` (comma-separated, each one of ``known``), or ``default``."""
+    if part is None:
+        return list(default)
+    chosen = [name.strip() for name in part.split(",")]
+    for name in chosen:
+        if name not in known:
+            raise ConfigError(
+                f"--part {part}: {kind} draws {' or '.join(known)} (comma-separated), not {name!r}"
+            )
+    return chosen
+
+
 @torch.no_grad()
-def translation_attention(translator: Translator, sentence: str) -> tuple[list[AttentionMap], str]:
-    """The decoder's cross- and self-attention while it translates ``sentence``, and the translation.
+def translation_attention(
+    translator: Translator, sentence: str, parts: Sequence[str] = TRANSLATION_DEFAULT
+) -> tuple[list[AttentionMap], str]:
+    """The attention of a translator while it translates ``sentence``, one map per part of
+    :data:`TRANSLATION_PARTS` in ``parts`` (by default the decoder's cross- and self-attention),
+    and the translation.
 
     The sentence is translated greedily (as :meth:`Translator.translate` does); the decoder then reads
     that translation teacher-forced and returns its weights. Row t is the query that predicts the
     t-th target token (so it is labelled with that token); the decoder input it reads is
-    ``<bos>`` and the target tokens before it. The model runs on its own device.
+    ``<bos>`` and the target tokens before it. The encoder's self-attention is source × source.
+    The model runs on its own device.
     """
     model = translator.model
     device = model_device(model)
@@ -126,16 +150,23 @@ def translation_attention(translator: Translator, sentence: str) -> tuple[list[A
     produced = row[: row.index(eos) + 1] if eos in row else row
     tgt_in = [bos, *produced[:-1]]
     _, weights = model.decode(torch.tensor([tgt_in], device=device), model.encode(src), need_weights=True)
+    mask = padding_mask(src, model.config.pad_id)
+    _, encoder_weights = model.encoder(model.src_embed(src), mask, need_weights=True)
     source = token_labels(translator.src_tok.tokenizer, src_ids)
     predicted = token_labels(translator.tgt_tok.tokenizer, produced)
     read = token_labels(translator.tgt_tok.tokenizer, tgt_in)
-    maps = [
-        AttentionMap("cross-attention", _stack(weights, "cross"), predicted, source, "target", "source"),
-        AttentionMap(
+    maps = {
+        "encoder": AttentionMap(
+            "encoder self-attention", _stack(encoder_weights, "self"), source, source, "source", "source"
+        ),
+        "cross": AttentionMap(
+            "cross-attention", _stack(weights, "cross"), predicted, source, "target", "source"
+        ),
+        "decoder-self": AttentionMap(
             "decoder self-attention", _stack(weights, "self"), predicted, read, "target", "decoder input"
         ),
-    ]
-    return maps, translator.tgt_tok.decode(produced)
+    }
+    return [maps[part] for part in parts], translator.tgt_tok.decode(produced)
 
 
 @torch.no_grad()
@@ -157,29 +188,70 @@ def _check_text(text: str, ids: list[int], max_len: int, what: str) -> list[int]
     return ids
 
 
-def titled_translation_attention(translator: Translator, sentence: str) -> tuple[list[AttentionMap], str]:
-    """:func:`translation_attention` with the title ``sentence → translation`` (a registry hook)."""
-    maps, translation = translation_attention(translator, sentence)
+@torch.no_grad()
+def bert_attention(bert: Bert, tokenizer: WordPieceTokenizer, text: str) -> list[AttentionMap]:
+    """The self-attention of a BERT encoder reading ``text`` as ``[CLS] text [SEP]`` (a sentence
+    pair written ``A<TAB>B`` as ``[CLS] A [SEP] B [SEP]``, segments 0 then 1), cut to the model's
+    max_len: one map, WordPiece token × token, [CLS] and [SEP] shown; on the model's device."""
+    bert.eval()
+    first, tab, second = text.partition("\t")
+    if not first.strip() or (tab and not second.strip()):
+        raise DataError("the text is empty")
+    ids, segments = tokenizer.encode_segments(first, second if tab else None)
+    device = model_device(bert)
+    tokens, types = torch.tensor([ids], device=device), torch.tensor([segments], device=device)
+    _, weights = bert.hidden(tokens, types if bert.embed.segment is not None else None, need_weights=True)
+    labels = token_labels(tokenizer.tokenizer, ids)
+    return [AttentionMap("self-attention", _stack(weights, "self"), labels, labels, "query", "key")]
+
+
+def encoder_of(wrapper: Any) -> Bert:
+    """The BERT encoder of a BERT run's wrapper (``SentenceEncoder``, ``MaskedLanguageModel``,
+    ``TextClassifier``, ``Tagger``)."""
+    return wrapper.bert if isinstance(getattr(wrapper, "bert", None), Bert) else wrapper.model.bert
+
+
+def titled_translation_attention(
+    translator: Translator, sentence: str, part: str | None = None
+) -> tuple[list[AttentionMap], str]:
+    """:func:`translation_attention` of the ``--part`` chosen, with the title ``sentence → translation``
+    (a registry hook)."""
+    parts = chosen_parts(part, TRANSLATION_PARTS, TRANSLATION_DEFAULT, "a translation run")
+    maps, translation = translation_attention(translator, sentence, parts)
     return maps, f"{sentence} → {translation}"
 
 
-def titled_lm_attention(lm: LanguageModel, text: str) -> tuple[list[AttentionMap], str]:
+def titled_lm_attention(
+    lm: LanguageModel, text: str, part: str | None = None
+) -> tuple[list[AttentionMap], str]:
     """:func:`lm_attention` with ``text`` as the title (a registry hook)."""
+    chosen_parts(part, ("self",), ("self",), "a language model")
     return lm_attention(lm, text), text
+
+
+def titled_bert_attention(wrapper: Any, text: str, part: str | None = None) -> tuple[list[AttentionMap], str]:
+    """:func:`bert_attention` of any BERT run's wrapper, with ``text`` as the title (a registry hook)."""
+    chosen_parts(part, ("self",), ("self",), "a BERT run")
+    return bert_attention(encoder_of(wrapper), wrapper.tokenizer, text), text.replace("\t", " ‖ ")
 
 
 # -- attention over an image --------------------------------------------------------------------
 
 ROLLOUT = "attention rollout (Abnar & Zuidema 2020: heads averaged, the residual identity averaged in)"
+LAST_LAYER = "attention of the last layer, its heads' mean and each head"
+IMAGE_PARTS = ("rollout", "last")  # what --part chooses in an image run
 
 
 @dataclass(frozen=True)
 class ImageAttention:
     """Where a ViT's [CLS] token looks in one image: ``image`` (C, H, W) uint8 as the model reads it
-    (resized), and ``grid`` (rows, columns), the rollout's [CLS] row over the patches."""
+    (resized), ``grid`` (rows, columns), the [CLS] row over the patches (of the rollout, or the
+    last layer's heads' mean), and ``heads`` (heads, rows, columns), the last layer's [CLS] row
+    of each head (None for the rollout)."""
 
     image: Tensor
     grid: Tensor
+    heads: Tensor | None = None
 
 
 def attention_rollout(weights: Sequence[Tensor]) -> Tensor:
@@ -196,18 +268,28 @@ def attention_rollout(weights: Sequence[Tensor]) -> Tensor:
 
 
 @torch.no_grad()
-def image_attention(classifier: ImageClassifier, path: str) -> tuple[ImageAttention, str]:
-    """The rollout of the [CLS] token's attention over the patches of the image file ``path``, and
-    a title naming the predicted class and the method (a registry hook); on the model's device."""
+def image_attention(
+    classifier: ImageClassifier, path: str, part: str | None = None
+) -> tuple[ImageAttention, str]:
+    """The [CLS] token's attention over the patches of the image file ``path``: its rollout
+    (``part`` "rollout", the default) or the last layer's per-head weights ("last"), and a title
+    naming the predicted class and the method (a registry hook); on the model's device."""
+    (chosen,) = chosen_parts(part, IMAGE_PARTS, ("rollout",), "an image run")
     model, processing = classifier.model, classifier.processing
     model.eval()
     image = image_tensor(processing.resize(read_image(path, processing.channels)))
     pixels = processing.normalize(image[None]).to(model_device(model))
     hidden, weights = model.hidden(pixels, need_weights=True)
     probs = model.head(model.pool(hidden)).float().softmax(dim=-1)[0].cpu()
-    rollout = attention_rollout([layer["self"][0].cpu() for layer in weights])
     size = model.config.patch_size
-    grid = rollout[0, 1:].reshape(image.shape[1] // size, image.shape[2] // size).float()
+    shape = (image.shape[1] // size, image.shape[2] // size)
+    heads = None
+    if chosen == "rollout":
+        rollout = attention_rollout([layer["self"][0].cpu() for layer in weights])
+        grid, method = rollout[0, 1:].reshape(shape).float(), ROLLOUT
+    else:
+        heads = weights[-1]["self"][0, :, 0, 1:].float().cpu().reshape(-1, *shape)
+        grid, method = heads.mean(dim=0), LAST_LAYER
     best = int(probs.argmax())
-    title = f"{Path(path).name}: {classifier.classes[best]} ({float(probs[best]):.0%}); [CLS] {ROLLOUT}"
-    return ImageAttention(image, grid), title
+    title = f"{Path(path).name}: {classifier.classes[best]} ({float(probs[best]):.0%}); [CLS] {method}"
+    return ImageAttention(image, grid, heads), title

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import ModelConfig, RunConfig, TrainConfig, padded_vocab_size
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
@@ -50,12 +50,13 @@ from vaswani.tasks.bert import (
 )
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import (
+    encoder_builder,
     epoch_settings,
     fine_tuning_rules,
     init_recipe,
     length_batches,
     pretrained_bert,
-    with_encoder,
+    scratch_encoder,
 )
 from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
@@ -225,7 +226,7 @@ def train_classify(
     ``run.data.init``, or trains a WordPiece tokenizer on the training texts; ``config.json``
     records the label set and the columns read."""
     data = data or load_labeled(run.data)
-    bert = None
+    bert, rows = None, None
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
     elif run.data.init is not None:
@@ -233,11 +234,7 @@ def train_classify(
         run = RunConfig(run.task, init.model.replace(dropout=run.model.dropout), run.train, run.data)
     else:
         texts = [t for e in data.train.examples for t in e.texts]
-        tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
-        vocab = padded_vocab_size(tokenizer.vocab_size)
-        run = RunConfig(
-            run.task, run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
-        )
+        run, tokenizer, rows = scratch_encoder(run, texts, quiet)
     if not resume:
         spec = run.data.replace(
             labels=data.labels, text_columns=data.train.text_columns, label_column=data.train.label_column
@@ -246,7 +243,7 @@ def train_classify(
     check_tokenizer(run, tokenizer, run_dir)
     task = ClassifyTask(run, tokenizer, data)
 
-    build = with_encoder(lambda: model_of(run), bert)
+    build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 

@@ -2,7 +2,8 @@
 pretrained run (``--init``), batches of examples of similar length, and a budget in epochs.
 
 A fine-tuning run starts from a pretrained ``mlm`` or ``encoder`` run, whose model config, weights
-and tokenizer it takes (all but the dropout), or from scratch; its batches hold ``batch_size``
+and tokenizer it takes (all but the dropout), or from scratch (a WordPiece or word-level tokenizer
+of the training text, and pretrained word vectors in the embedding if given); its batches hold ``batch_size``
 examples, not a number of tokens; and ``epochs`` sets the steps, the warmup (the first 10%) and the
 evaluation interval (once an epoch) where they are not given.
 """
@@ -18,7 +19,8 @@ from typing import Any
 from torch import nn
 
 from vaswani import recipes
-from vaswani.config import RunConfig
+from vaswani.config import RunConfig, padded_vocab_size
+from vaswani.data.words import train_bert_words
 from vaswani.errors import ConfigError
 from vaswani.models.bert import POOLER_KEYS, Bert, MaskedLM
 from vaswani.recipes import Sections
@@ -26,10 +28,11 @@ from vaswani.rundir import RunDir
 from vaswani.tasks.bert import BERT_TASKS, read_bert_run
 from vaswani.tasks.bert import model_of as bert_model_of
 from vaswani.tasks.settings import absolute, one_stack
+from vaswani.tasks.word_vectors import EmbeddingRows, embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import WordPieceTokenizer
 
 WARMUP_FRACTION = 0.1
-FILE_FIELDS = ("train_file", "dev_file", "init")
+FILE_FIELDS = ("train_file", "dev_file", "init", "word_vectors")
 
 
 def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
@@ -122,3 +125,30 @@ def with_encoder(build: Callable[[], nn.Module], pretrained: Bert | None) -> Cal
         return model
 
     return built
+
+
+def scratch_encoder(
+    run: RunConfig, texts: Sequence[str], quiet: bool
+) -> tuple[RunConfig, WordPieceTokenizer, EmbeddingRows | None]:
+    """A new encoder's tokenizer trained on ``texts`` (WordPiece, or word-level with
+    ``data.text_tokenizer`` "word"), the run config sized to it, and the embedding rows of
+    ``data.word_vectors`` (None without; their count printed unless ``quiet``)."""
+    spec, max_len = run.data, run.model.max_len
+    if spec.text_tokenizer == "word":
+        tokenizer = train_bert_words(texts, spec.vocab_size, max_len=max_len)
+    else:
+        tokenizer = WordPieceTokenizer.train(texts, spec.vocab_size, max_len=max_len)
+    model = run.model.replace(vocab_size=padded_vocab_size(tokenizer.vocab_size), pad_id=tokenizer.pad_id)
+    rows = embedding_rows(spec, tokenizer, model.d_model) if spec.word_vectors is not None else None
+    if rows is not None and not quiet:
+        print(rows.report)
+    return RunConfig(run.task, sized_for(model, rows), run.train, spec), tokenizer, rows
+
+
+def encoder_builder(
+    build: Callable[[], nn.Module], pretrained: Bert | None, rows: EmbeddingRows | None, freeze: bool
+) -> Callable[[], nn.Module]:
+    """``build`` (a model with a ``bert`` encoder), the ``pretrained`` encoder copied into it
+    (:func:`with_encoder`), then the word vectors ``rows`` and ``freeze`` applied to its word table
+    (:func:`~vaswani.tasks.word_vectors.with_word_vectors`)."""
+    return with_word_vectors(with_encoder(build, pretrained), lambda m: m.bert.embed, rows, freeze)  # type: ignore[union-attr]

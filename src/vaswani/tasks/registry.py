@@ -28,6 +28,7 @@ from vaswani.tasks.attention import (
     AttentionMap,
     ImageAttention,
     image_attention,
+    titled_bert_attention,
     titled_lm_attention,
     titled_translation_attention,
 )
@@ -49,8 +50,8 @@ class TaskSpec:
     training and returns the report's lines; ``evaluate(run_dir, request)`` scores a run and
     returns the lines to print, ``evaluates`` says what it scores and on which inputs (None:
     ``cannot_evaluate`` says why and what to do instead);
-    ``attention(wrapper, text)`` gives the
-    attention maps of one input and a title; ``hf_family`` names the Hugging Face family that
+    ``attention(wrapper, text, part)`` gives the attention maps of one input (of the part that
+    ``--part`` names; None: the default) and a title; ``hf_family`` names the Hugging Face family that
     ``export-hf`` writes (:mod:`vaswani.interop`)."""
 
     name: str
@@ -65,7 +66,7 @@ class TaskSpec:
     evaluate: Callable[[Path, Evaluation], list[str]] | None = None
     evaluates: str = ""
     cannot_evaluate: str = ""
-    attention: Callable[[Any, str], tuple[list[AttentionMap] | ImageAttention, str]] | None = None
+    attention: Callable[[Any, str, str | None], tuple[list[AttentionMap] | ImageAttention, str]] | None = None
     hf_family: str | None = None
 
 
@@ -88,25 +89,26 @@ TASKS: dict[str, TaskSpec] = {
             "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,
             mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
             mlm.evaluate_run, evaluates="masked-token loss, perplexity and accuracy on --text",
-            hf_family="bert",
+            attention=titled_bert_attention, hf_family="bert",
         ),
         TaskSpec(
             "encoder", "a BERT encoder without a head, as imported (sentence vectors)", TextData,
             bert.model_of, encoder.SentenceEncoder.load,
             cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
             "vaswani embed, or fine-tune it with vaswani train classify --init",
-            hf_family="bert",
+            attention=titled_bert_attention, hf_family="bert",
         ),
         TaskSpec(
             "classify", "fine-tune a BERT text classifier", LabeledData, classify.model_of,
             classify.TextClassifier.load, classify.train_classify, classify.recipe, classify.configure,
             classify.finish, classify.evaluate_run,
             evaluates="accuracy and macro-F1 on --labeled (TSV, CSV or JSON lines, the run's columns)",
+            attention=titled_bert_attention,
         ),
         TaskSpec(
             "tag", "train a BERT part-of-speech tagger (CoNLL-U)", tag.TagData, tag.model_of,
             tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish, tag.evaluate_run,
-            evaluates="accuracy on --labeled (CoNLL-U)",
+            evaluates="accuracy on --labeled (CoNLL-U)", attention=titled_bert_attention,
         ),
         TaskSpec(
             "image", "train a ViT image classifier (default: scikit-learn's digits)", image_data.ImageData,

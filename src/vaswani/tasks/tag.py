@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.config import RunConfig, TrainConfig, padded_vocab_size
+from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import pad
-from vaswani.data.config import DataConfig
+from vaswani.data.config import EncoderData
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.tagger import BertTagger
@@ -45,12 +45,13 @@ from vaswani.schema import flag, no_flag
 from vaswani.tasks.bert import TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import (
+    encoder_builder,
     epoch_settings,
     fine_tuning_rules,
     init_recipe,
     length_batches,
     pretrained_bert,
-    with_encoder,
+    scratch_encoder,
 )
 from vaswani.tasks.settings import validated
 from vaswani.tokenizer import WordPieceTokenizer
@@ -60,15 +61,15 @@ TASK = "tag"
 
 
 @dataclass(frozen=True)
-class TagData(DataConfig):
+class TagData(EncoderData):
     """CoNLL-U sentences for a tagger: ``train_file`` and ``dev_file``; ``tags`` is the tag set of
     the training file (sorted), the classes in order. The encoder starts from the run ``init``
-    (null: from scratch, with a WordPiece vocabulary of ``vocab_size``)."""
+    (null: from scratch, with a WordPiece or word-level vocabulary of ``vocab_size``: see
+    :class:`~vaswani.data.config.EncoderData`)."""
 
     train_file: str | None = flag(None, "CoNLL-U training sentences (their UPOS tags)", flag="--train")
     dev_file: str | None = flag(None, "CoNLL-U sentences to score on", flag="--dev")
     tags: tuple[str, ...] | None = no_flag(None)
-    init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
     def _check(self) -> None:
@@ -310,7 +311,7 @@ def train_tag(
     pooler) from the run ``run.data.init``, or trains a WordPiece tokenizer on the training
     sentences; ``config.json`` records the tag set."""
     train, dev = read_conllu(run.data.train_file), read_conllu(run.data.dev_file)
-    bert = None
+    bert, rows = None, None
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
     elif run.data.init is not None:
@@ -319,18 +320,14 @@ def train_tag(
         run = RunConfig(run.task, model, run.train, run.data)
     else:
         texts = [" ".join(sentence.words) for sentence in train]
-        tokenizer = WordPieceTokenizer.train(texts, run.data.vocab_size, max_len=run.model.max_len)
-        vocab = padded_vocab_size(tokenizer.vocab_size)
-        run = RunConfig(
-            run.task, run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id), run.train, run.data
-        )
+        run, tokenizer, rows = scratch_encoder(run, texts, quiet)
     if not resume:
         tags = tag_set(train, run.data.train_file)
         run = RunConfig(run.task, run.model, run.train, run.data.replace(tags=tags))
     check_tokenizer(run, tokenizer, run_dir)
     task = TagTask(run, tokenizer, train, dev)
 
-    build = with_encoder(lambda: model_of(run), bert)
+    build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
     return metrics, Tagger(model.eval(), tokenizer, run.data.tags)
 

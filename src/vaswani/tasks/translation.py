@@ -20,8 +20,10 @@ from vaswani.data.batching import Seq2SeqBatch, seq2seq_batch, token_buckets
 from vaswani.data.config import ParallelData
 from vaswani.data.readers import read_parallel, read_tsv_pairs
 from vaswani.data.splits import hold_out
+from vaswani.data.words import train_source_words
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
+from vaswani.layers.embedding import Embeddings
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
@@ -29,13 +31,14 @@ from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.settings import absolute, validated
 from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, check_vocab
+from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
 
 Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
-PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs")
+PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors")
 EXAMPLES = [
     "Tom chases Jerry",
     "Tom chased Jerry yesterday",
@@ -91,13 +94,19 @@ def load_data(spec: ParallelData) -> TranslationData:
 
 
 def build_tokenizers(
-    data: TranslationData, vocab_size: int, shared: bool
+    data: TranslationData, vocab_size: int, shared: bool, source_kind: str = "bpe"
 ) -> tuple[TextTokenizer, TextTokenizer]:
-    """BPE on the training text: one vocabulary for both sides, or one per side."""
+    """BPE on the training text: one vocabulary for both sides, or one per side (the source's
+    word-level with ``source_kind`` "word")."""
     if shared:
         both = TextTokenizer.train_bpe([t for pair in data.train for t in pair], vocab_size)
         return both, both
-    src = TextTokenizer.train_bpe([s for s, _ in data.train], vocab_size)
+    sources = [s for s, _ in data.train]
+    src = (
+        train_source_words(sources, vocab_size)
+        if source_kind == "word"
+        else TextTokenizer.train_bpe(sources, vocab_size)
+    )
     tgt = TextTokenizer.train_bpe([t for _, t in data.train], vocab_size)
     return src, tgt
 
@@ -178,12 +187,20 @@ def train_translation(
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
     :func:`vaswani.tasks.registry.resume`); return metrics, translator and data."""
     data = load_data(run.data)
+    rows = None
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
     else:
-        src_tok, tgt_tok = build_tokenizers(data, run.data.vocab_size, run.data.shared_vocab)
+        src_tok, tgt_tok = build_tokenizers(
+            data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer
+        )
         run = fit_vocab(run, src_tok, tgt_tok, data)
+        if run.data.word_vectors is not None:
+            rows = embedding_rows(run.data, src_tok, run.model.d_model)
+            run = RunConfig(run.task, sized_for(run.model, rows), run.train, run.data)
+            if not quiet:
+                print(rows.report)
     check_vocab(run.model, src_tok, tgt_tok, run_dir)
     task = TranslationTask(run, src_tok, tgt_tok, data)
 
@@ -191,9 +208,16 @@ def train_translation(
         src_tok.save(folder / SRC_TOKENIZER)
         tgt_tok.save(folder / TGT_TOKENIZER)
 
-    metrics, model = fit_run(run, run_dir, task, lambda: model_of(run), save_tokenizers, resume, quiet)
+    build = with_word_vectors(lambda: model_of(run), source_embedding, rows, run.data.freeze_embeddings)
+    metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet)
     assert isinstance(model, Transformer)
     return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
+
+
+def source_embedding(model: nn.Module) -> Embeddings:
+    """The source embedding of a translator (the one that word vectors fill)."""
+    assert isinstance(model, Transformer)
+    return model.src_embed
 
 
 def fit_vocab(

@@ -213,24 +213,32 @@ def attention_figure(
 
 def image_attention_figure(attention: ImageAttention, title: str, out: str | Path | None = None) -> Figure:
     """The image beside it with its patches' attention (``attention.grid``, scaled to its maximum)
-    drawn over it, each patch one cell stretched over its pixels. Written to ``out`` when given."""
+    drawn over it, each patch one cell stretched over its pixels, then one such panel per head
+    when ``attention.heads`` is given (six panels a row). Written to ``out`` when given."""
     image = attention.image.permute(1, 2, 0).numpy()
     height, width = image.shape[:2]
-    grid = attention.grid / attention.grid.max().clamp(min=1e-12)
-    fig = Figure(figsize=(7.0, 3.9), dpi=DPI, layout="constrained")
+    heads = [] if attention.heads is None else list(attention.heads)
+    grids = [attention.grid, *heads]
+    names = ["[CLS] attention over the patches", *(f"head {h}" for h in range(len(heads)))]
+    n = 1 + len(grids)
+    columns, rows = min(n, 6), math.ceil(n / 6)
+    fig = Figure(figsize=(3.5 * columns, 3.9 * rows), dpi=DPI, layout="constrained")
     fig.suptitle(title, fontsize=7, wrap=True)
-    plain, over = fig.subplots(1, 2)
+    axes = list(fig.subplots(rows, columns, squeeze=False).flat)
     grey = {"cmap": "gray", "vmin": 0, "vmax": 255} if image.shape[2] == 1 else {}
-    for ax in (plain, over):
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    for ax in axes[:n]:
         ax.imshow(image[..., 0] if image.shape[2] == 1 else image, interpolation="nearest", **grey)
         ax.set_xticks([]), ax.set_yticks([])
-    shown = over.imshow(
-        grid.numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=1.0, interpolation="nearest",
-        extent=(-0.5, width - 0.5, height - 0.5, -0.5),
-    )  # fmt: skip
-    plain.set_title("image (as the model reads it)", fontsize=8)
-    over.set_title("[CLS] attention over the patches", fontsize=8)
-    fig.colorbar(shown, ax=over, shrink=0.8, label="relative attention")
+    for ax, grid, name in zip(axes[1:n], grids, names, strict=True):
+        shown = ax.imshow(
+            (grid / grid.max().clamp(min=1e-12)).numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=1.0,
+            interpolation="nearest", extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+        )  # fmt: skip
+        ax.set_title(name, fontsize=8)
+    axes[0].set_title("image (as the model reads it)", fontsize=8)
+    fig.colorbar(shown, ax=axes[1], shrink=0.8, label="relative attention")
     return _finish(fig, out)
 
 
