@@ -1,0 +1,399 @@
+"""Continuous batching of a decoder-only model: requests join and leave a running batch at step
+boundaries, so that a long generation does not hold back short ones.
+
+The running rows share one KV cache per layer (the model's ``new_cache``: a growing
+:class:`~vaswani.layers.cache.KVCache`, or a :class:`~vaswani.layers.cache.RollingKVCache` in
+windowed layers), left-padded: each row's tokens are the newest columns, a key mask (rows,
+columns) marks them and gives each row its position ids, as in a left-padded batch of
+:func:`~vaswani.generation.lm.lm_next_logits`. A step feeds every row its newest token. A new
+request is prefilled alone (its prompt in one forward pass, its own cache, its first token), then
+its cache joins the batch's; a finished or cancelled row leaves. Joining and leaving regroup the
+caches in one copy: the rows right-aligned on ``max(tokens in view)`` columns, so that columns that
+no row needs any more are dropped and the cache never holds more than ``max_batch`` rows of
+``max_len`` columns. A row whose context is full restarts its view ``max_len // 2`` tokens before
+its end and is prefilled again, as :func:`~vaswani.generation.lm.lm_next_logits` does.
+
+Each request keeps its :class:`DecodingConfig` (greedy or sampled; temperature, top_k, top_p) and
+its own generator (seeded by ``decoding.seed``): a row draws from its own logits with its own
+generator, so a seeded request gives the same tokens alone and in any batch.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import DataError, InputError, VaswaniError
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import cut_at_stop, held_back, lm_budget
+from vaswani.generation.sampling import choose_next
+from vaswani.layers.blocks import LayerCache
+from vaswani.layers.cache import AttentionCache, RollingKVCache
+from vaswani.models.gpt import GPT
+
+Decode = Callable[[Sequence[int]], str]
+"""Text of token ids (the tokenizer's ``decode``: stopping at EOS, special tokens left out)."""
+
+
+class QueueFull(VaswaniError):
+    """The engine already holds ``max_pending`` requests waiting for a slot."""
+
+
+class EngineClosed(VaswaniError):
+    """The engine was closed: it takes no more requests, and those it held ended."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request: the generated ``ids`` (with the EOS that ended them), their ``text``
+    (cut before the first stop string) and why it ended: ``stop`` (EOS or a stop string),
+    ``length`` (its ``max_new_tokens``) or ``cancelled``."""
+
+    ids: list[int]
+    text: str
+    finish_reason: str
+
+
+class Request:
+    """One submitted generation, read from any thread: :meth:`steps` (the new ids of each step),
+    :meth:`pieces` (text as it becomes final), :meth:`result`; :meth:`cancel` ends it at the next
+    step boundary. Read it one way once."""
+
+    def __init__(
+        self, prompt: list[int], decoding: DecodingConfig, budget: int, eos_id: int, decode: Decode,
+        generator: torch.Generator | None, on_event: Callable[[], None] | None,
+    ) -> None:  # fmt: skip
+        self.prompt, self.decoding, self.budget, self.eos_id = prompt, decoding, budget, eos_id
+        self.generator = generator
+        self.ids: list[int] = []  # generated so far (written by the engine's thread)
+        self.finish_reason: str | None = None
+        self.error: BaseException | None = None
+        self._decode, self._on_event = decode, on_event
+        self._events: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
+        self._cancelled = threading.Event()
+        self._ended = False  # the reader has seen the end
+        # The engine's view of the row: the first token in view and the tokens in the cache.
+        self.tokens = list(prompt)
+        self.start = 0
+        self.cached = 0
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Stop generating (a client that went away); the row leaves at the next step boundary."""
+        self._cancelled.set()
+
+    def steps(self) -> Iterator[list[int]]:
+        """The ids each step added, as they come (blocking), until the request ends; a failure
+        of its generation is raised here."""
+        while not self._ended:
+            item = self._events.get()
+            if item is None:
+                self._ended = True
+            else:
+                yield item
+        if self.error is not None:
+            raise self.error
+
+    def pieces(self) -> Iterator[str]:
+        """The text as it grows, in pieces that are final: an incomplete UTF-8 character and the
+        beginning of a stop string wait for the next tokens. Joined, the pieces are the
+        result's text."""
+        ids: list[int] = []
+        shown = 0
+        stop = self.decoding.stop
+        for new in self.steps():
+            ids.extend(new)
+            text, _ = cut_at_stop(self._decode(ids), stop)
+            safe = len(text) - held_back(text, stop)
+            if safe > shown:
+                yield text[shown:safe]
+                shown = safe
+        text = self.text()
+        if len(text) > shown:
+            yield text[shown:]
+
+    def result(self) -> Completion:
+        """Wait for the end; the ids, text and finish reason."""
+        for _ in self.steps():
+            pass
+        return Completion(list(self.ids), self.text(), self.finish_reason or "cancelled")
+
+    def text(self) -> str:
+        """The text of the ids so far, cut before the first stop string."""
+        return cut_at_stop(self._decode(self.ids), self.decoding.stop)[0]
+
+    def _push(self, token: int) -> bool:
+        """Record the next token; whether the request has ended (EOS, a stop string, its budget)."""
+        self.ids.append(token)
+        self.tokens.append(token)
+        self._events.put([token])
+        if token == self.eos_id:
+            reason: str | None = "stop"
+        elif self.decoding.stop and cut_at_stop(self._decode(self.ids), self.decoding.stop)[1]:
+            reason = "stop"
+        else:
+            reason = "length" if len(self.ids) >= self.budget else None
+        if reason is not None:
+            self._finish(reason)
+        elif self._on_event is not None:
+            self._on_event()
+        return reason is not None
+
+    def _finish(self, reason: str, error: BaseException | None = None) -> None:
+        self.finish_reason, self.error = reason, error
+        self._events.put(None)
+        if self._on_event is not None:
+            self._on_event()
+
+
+class ContinuousEngine:
+    """Continuous batching of ``model`` (a :class:`GPT`) for up to ``max_batch`` rows at once;
+    ``max_pending`` requests may wait for a slot (None: any number).
+
+    ``engine.submit(prompt_ids, decoding) -> Request``; :meth:`step` advances every running
+    request by one token (called by :meth:`start`'s thread, or directly). ``decode`` turns ids into
+    text (stop strings, streaming); logits of ids >= ``vocab_size`` (padding of the embedding) are
+    never chosen. Every tensor stays on the model's device; a step reads it once (the new ids).
+    """
+
+    def __init__(
+        self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
+        max_batch: int = 8, max_pending: int | None = None,
+    ) -> None:  # fmt: skip
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.eos_id, self.decode, self.vocab_size = eos_id, decode, vocab_size
+        self.max_batch, self.max_pending = max_batch, max_pending
+        self.max_len = model.config.max_len
+        self.rows: list[Request] = []  # the running rows, in the order of the cache's rows
+        self.cache: list[LayerCache] | None = None
+        self.mask: Tensor | None = None  # (rows, columns): True on each row's tokens
+        self.steps = 0
+        self.tokens_generated = 0
+        self._pending: deque[Request] = deque()
+        self._lock = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:  # requests waiting for a slot
+        return len(self._pending)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes held by the running batch's caches and mask."""
+        layers = sum(c.self_attn.nbytes + c.cross_attn.nbytes for c in self.cache or [])
+        return layers + (0 if self.mask is None else self.mask.numel() * self.mask.element_size())
+
+    def submit(
+        self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
+        on_event: Callable[[], None] | None = None,
+    ) -> Request:  # fmt: skip
+        """Queue the generation of a continuation of ``prompt_ids`` (an empty prompt starts from
+        EOS, as a new document) as ``decoding`` says; ``on_event()`` is called from the engine's
+        thread after each new token and at the end. A prompt that leaves no room in the context
+        is a DataError, an id outside the vocabulary an InputError, a full queue QueueFull."""
+        budget = lm_budget(decoding)
+        prompt = [int(i) for i in prompt_ids] or [self.eos_id]
+        if len(prompt) >= self.max_len:
+            raise DataError(
+                f"prompt: {len(prompt)} tokens do not fit the model's context of {self.max_len} "
+                "(model.max_len) with room to generate"
+            )
+        vocab = self.vocab_size or self.model.config.vocab_size
+        if not all(0 <= i < vocab for i in prompt):
+            raise InputError(f"prompt: token ids must be in [0, {vocab})")
+        generator = decoding.generator(self.device)
+        request = Request(prompt, decoding, budget, self.eos_id, self.decode, generator, on_event)
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            if self.max_pending is not None and len(self._pending) >= self.max_pending:
+                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_pending)")
+            self._pending.append(request)
+            self._lock.notify_all()
+        return request
+
+    def step(self) -> int:
+        """Advance every running request by one token: cancelled rows leave, rows whose context is
+        full restart their view, waiting requests take the free slots (prefilled alone), the rest
+        of the batch steps together, finished rows leave. Returns the rows that got a token."""
+        with torch.no_grad():
+            return self._step()
+
+    def _step(self) -> int:
+        leaving = {id(r) for r in self.rows if r.cancelled}
+        for row in (r for r in self.rows if id(r) in leaving):
+            row._finish("cancelled")
+        full = [r for r in self.rows if id(r) not in leaving and len(r.tokens) - r.start > self.max_len]
+        for row in full:
+            row.start = len(row.tokens) - self.max_len // 2
+        if leaving or full:
+            gone = leaving | {id(r) for r in full}
+            self._regroup([r for r in self.rows if id(r) not in gone], [])
+        stepped = list(self.rows)
+        tokens = self._decode_batch() if stepped else []
+        joining = full + self._admit(self.max_batch - len(stepped) - len(full))
+        prefilled: list[tuple[Request, list[LayerCache]]] = []
+        for row in joining:
+            try:
+                cache, token = self._prefill(row)
+            except Exception as error:  # one request's failure ends it alone
+                row._finish("error", error)
+                continue
+            prefilled.append((row, cache))
+            tokens.append(token)
+        done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
+        self.steps += 1
+        self.tokens_generated += len(tokens)
+        self._regroup(
+            [r for r in stepped if id(r) not in done], [(r, c) for r, c in prefilled if id(r) not in done]
+        )
+        return len(tokens)
+
+    def _admit(self, free: int) -> list[Request]:
+        """Up to ``free`` waiting requests, oldest first (cancelled ones end here)."""
+        taken: list[Request] = []
+        with self._lock:
+            while self._pending and len(taken) < free:
+                request = self._pending.popleft()
+                if request.cancelled:
+                    request._finish("cancelled")
+                else:
+                    taken.append(request)
+        return taken
+
+    def _logits(self, tokens: Tensor, mask: Tensor | None, cache: list[LayerCache]) -> Tensor:
+        logits = self.model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1].float()
+        if self.vocab_size is not None and self.vocab_size < logits.shape[-1]:
+            logits[:, self.vocab_size :] = -math.inf
+        return logits
+
+    def _choose(self, logits: Tensor, rows: list[Request]) -> list[int]:
+        """Each row's next token: argmax, or a draw with its own decoding and generator."""
+        choice = logits.argmax(dim=-1)
+        for i, row in enumerate(rows):
+            if row.decoding.strategy == "sample":
+                choice[i] = choose_next(logits[i : i + 1], row.decoding, row.generator)[0]
+        return choice.tolist()
+
+    def _prefill(self, row: Request) -> tuple[list[LayerCache], int]:
+        """The row's tokens in view in one forward pass, alone: its cache and next token."""
+        view = row.tokens[row.start :]
+        cache = self.model.new_cache()
+        ids = torch.tensor([view], dtype=torch.long, device=self.device)
+        token = self._choose(self._logits(ids, None, cache), [row])[0]
+        row.cached = len(view)
+        return cache, token
+
+    def _decode_batch(self) -> list[int]:
+        """One step of the running batch: each row's newest token, fed with the key mask (left
+        out when no row is padded: positions then follow the cache)."""
+        assert self.cache is not None and self.mask is not None
+        width = self.mask.shape[1]
+        newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
+        padded = any(r.cached < width for r in self.rows)
+        tokens = self._choose(self._logits(newest, self.mask if padded else None, self.cache), self.rows)
+        for row in self.rows:
+            row.cached += 1
+        return tokens
+
+    def _regroup(self, keep: list[Request], joining: list[tuple[Request, list[LayerCache]]]) -> None:
+        """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
+        own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
+        rows = keep + [r for r, _ in joining]
+        if not rows:
+            self.rows, self.cache, self.mask = [], None, None
+            return
+        if keep == self.rows and not joining:
+            return
+        width = max(r.cached for r in rows)
+        place = {id(r): i for i, r in enumerate(self.rows)}
+        index = torch.tensor([place[id(r)] for r in keep], dtype=torch.long, device=self.device)
+        cache = self.model.new_cache()
+        for layer, target in enumerate(cache):
+            parts: list[tuple[Tensor, Tensor]] = []
+            if keep:
+                assert self.cache is not None
+                source = self.cache[layer].self_attn
+                assert source.key is not None and source.value is not None
+                parts.append((source.key.index_select(0, index), source.value.index_select(0, index)))
+            for _, own in joining:
+                key, value = own[layer].self_attn.key, own[layer].self_attn.value
+                assert key is not None and value is not None
+                parts.append((key, value))
+            _fill(target.self_attn, parts, width)
+        columns = torch.arange(width, device=self.device)
+        lengths = torch.tensor([r.cached for r in rows], dtype=torch.long, device=self.device)
+        self.rows, self.cache, self.mask = rows, cache, columns >= (width - lengths)[:, None]
+
+    def start(self) -> ContinuousEngine:
+        """Run :meth:`step` in a thread of its own while there is work."""
+        self._thread = threading.Thread(target=self._drive, name="vaswani-continuous", daemon=True)
+        self._thread.start()
+        return self
+
+    def _drive(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self._pending and not self.rows:
+                    self._lock.wait()
+                if self._closed:
+                    break
+            try:
+                self.step()
+            except Exception as error:  # the batch failed: its requests end with the error
+                for row in self.rows:
+                    row._finish("error", error)
+                self.rows, self.cache, self.mask = [], None, None
+        self._end_all()
+
+    def close(self) -> None:
+        """Take no more requests; end those held (cancelled) and stop the thread."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._end_all()
+
+    def _end_all(self) -> None:
+        with self._lock:
+            held, self._pending = list(self._pending) + self.rows, deque()
+        for request in held:
+            request._finish("cancelled")
+        self.rows, self.cache, self.mask = [], None, None
+
+
+def _fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
+    """Fill an empty cache with the rows of ``parts`` ((rows, heads, kept, d_head) keys and values,
+    the newest last), right-aligned on ``width`` columns, the columns before a row's zeros (masked).
+    A rolling cache keeps at most its window (and no more than ``width``) and counts ``width``."""
+    kept = width
+    if isinstance(target, RollingKVCache):
+        kept = min(width, max(key.shape[2] for key, _ in parts))
+    (first_key, first_value), rows = parts[0], sum(key.shape[0] for key, _ in parts)
+    key = first_key.new_zeros(rows, first_key.shape[1], kept, first_key.shape[3])
+    value = first_value.new_zeros(rows, first_value.shape[1], kept, first_value.shape[3])
+    row = 0
+    for part_key, part_value in parts:
+        n, have = part_key.shape[0], min(part_key.shape[2], kept)
+        key[row : row + n, :, kept - have :] = part_key[:, :, part_key.shape[2] - have :]
+        value[row : row + n, :, kept - have :] = part_value[:, :, part_value.shape[2] - have :]
+        row += n
+    target.append(key, value)
+    target.length = width
