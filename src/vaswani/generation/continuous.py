@@ -179,9 +179,8 @@ class ContinuousEngine:
         self.max_len = model.config.max_len
         self.rows: list[Request] = []  # the running rows, in the order of the cache's rows
         self.cache: list[LayerCache] | None = None
-        self.mask: Tensor | None = None  # (rows, columns): True on each row's tokens
-        self.steps = 0
-        self.tokens_generated = 0
+        self.width = 0  # the cache's columns: each row's tokens are its newest ``row.cached``
+        self.steps, self.tokens_generated = 0, 0  # counts, for a server's metrics
         self._pending: deque[Request] = deque()
         self._lock = threading.Condition()
         self._closed = False
@@ -193,9 +192,8 @@ class ContinuousEngine:
 
     @property
     def cache_bytes(self) -> int:
-        """Bytes held by the running batch's caches and mask."""
-        layers = sum(c.self_attn.nbytes + c.cross_attn.nbytes for c in self.cache or [])
-        return layers + (0 if self.mask is None else self.mask.numel() * self.mask.element_size())
+        """Bytes held by the running batch's caches."""
+        return sum(c.self_attn.nbytes + c.cross_attn.nbytes for c in self.cache or [])
 
     def submit(
         self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
@@ -208,10 +206,8 @@ class ContinuousEngine:
         budget = lm_budget(decoding)
         prompt = [int(i) for i in prompt_ids] or [self.eos_id]
         if len(prompt) >= self.max_len:
-            raise DataError(
-                f"prompt: {len(prompt)} tokens do not fit the model's context of {self.max_len} "
-                "(model.max_len) with room to generate"
-            )
+            context = f"the model's context of {self.max_len} (model.max_len)"
+            raise DataError(f"prompt: {len(prompt)} tokens do not fit {context} with room to generate")
         vocab = self.vocab_size or self.model.config.vocab_size
         if not all(0 <= i < vocab for i in prompt):
             raise InputError(f"prompt: token ids must be in [0, {vocab})")
@@ -241,8 +237,7 @@ class ContinuousEngine:
         for row in full:
             row.start = len(row.tokens) - self.max_len // 2
         if leaving or full:
-            gone = leaving | {id(r) for r in full}
-            self._regroup([r for r in self.rows if id(r) not in gone], [])
+            self._regroup([r for r in self.rows if id(r) not in leaving and r not in full], [])
         stepped = list(self.rows)
         tokens = self._decode_batch() if stepped else []
         joining = full + self._admit(self.max_batch - len(stepped) - len(full))
@@ -299,14 +294,15 @@ class ContinuousEngine:
         return cache, token
 
     def _decode_batch(self) -> list[int]:
-        """One step of the running batch: each row's newest token, fed with the key mask (left
-        out when no row is padded: positions then follow the cache)."""
-        assert self.cache is not None and self.mask is not None
-        width = self.mask.shape[1]
+        """One step of the running batch: each row's newest token, fed with the key mask of the
+        rows' tokens (left out when no row is padded: positions then follow the cache)."""
+        assert self.cache is not None
         newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
-        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
-        padded = any(r.cached < width for r in self.rows)
-        tokens = self._choose(self._logits(newest, self.mask if padded else None, self.cache), self.rows)
+        mask = None
+        if any(r.cached < self.width for r in self.rows):
+            mask = _suffix_mask([r.cached + 1 for r in self.rows], self.width + 1, self.device)
+        tokens = self._choose(self._logits(newest, mask, self.cache), self.rows)
+        self.width += 1
         for row in self.rows:
             row.cached += 1
         return tokens
@@ -316,7 +312,7 @@ class ContinuousEngine:
         own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
         rows = keep + [r for r, _ in joining]
         if not rows:
-            self.rows, self.cache, self.mask = [], None, None
+            self.rows, self.cache, self.width = [], None, 0
             return
         if keep == self.rows and not joining:
             return
@@ -336,9 +332,7 @@ class ContinuousEngine:
                 assert key is not None and value is not None
                 parts.append((key, value))
             _fill(target.self_attn, parts, width)
-        columns = torch.arange(width, device=self.device)
-        lengths = torch.tensor([r.cached for r in rows], dtype=torch.long, device=self.device)
-        self.rows, self.cache, self.mask = rows, cache, columns >= (width - lengths)[:, None]
+        self.rows, self.cache, self.width = rows, cache, width
 
     def start(self) -> ContinuousEngine:
         """Run :meth:`step` in a thread of its own while there is work."""
@@ -358,7 +352,7 @@ class ContinuousEngine:
             except Exception as error:  # the batch failed: its requests end with the error
                 for row in self.rows:
                     row._finish("error", error)
-                self.rows, self.cache, self.mask = [], None, None
+                self.rows, self.cache, self.width = [], None, 0
         self._end_all()
 
     def close(self) -> None:
@@ -376,7 +370,13 @@ class ContinuousEngine:
             held, self._pending = list(self._pending) + self.rows, deque()
         for request in held:
             request._finish("cancelled")
-        self.rows, self.cache, self.mask = [], None, None
+        self.rows, self.cache, self.width = [], None, 0
+
+
+def _suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
+    """(rows, width) True on the newest ``lengths[i]`` columns of row i: its tokens."""
+    starts = torch.tensor([width - n for n in lengths], dtype=torch.long, device=device)
+    return torch.arange(width, device=device) >= starts[:, None]
 
 
 def _fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
