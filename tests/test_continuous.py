@@ -213,3 +213,49 @@ def test_bad_requests_are_refused_at_submit():
     engine.close()
     with pytest.raises(EngineClosed):
         engine.submit([3])
+
+
+def test_draining_without_waiting_sees_every_step_and_on_step_the_batch_sizes():
+    model = position_gpt("learned", max_len=32)
+    sizes: list[int] = []
+    engine = ContinuousEngine(model, NEVER, _ids, vocab_size=VOCAB, max_batch=2, on_step=sizes.append).start()
+    woken = threading.Event()
+    requests = [
+        engine.submit([1 + i], DecodingConfig(max_new_tokens=5 + i), on_event=woken.set) for i in range(3)
+    ]
+    try:
+        drained: list[list[int]] = [[] for _ in requests]
+        while not all(r.ended for r in requests):
+            woken.wait(5)
+            woken.clear()
+            for got, request in zip(drained, requests, strict=True):
+                got.extend(request.drain())
+    finally:
+        engine.close()
+    assert drained == [r.result().ids for r in requests] == [_alone(model, [1 + i], 5 + i) for i in range(3)]
+    assert max(sizes) == 2 and sum(sizes) == 5 + 6 + 7 == engine.tokens_generated
+
+
+def test_a_failing_step_ends_its_requests_and_the_engine_goes_on(monkeypatch):
+    model = position_gpt("learned", max_len=32)
+    engine = ContinuousEngine(model, NEVER, _ids, vocab_size=VOCAB, max_batch=2)
+    forward = type(model).forward
+    calls = {"n": 0}
+
+    def failing_once(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("boom")
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", failing_once)
+    engine.start()
+    try:
+        first = engine.submit([1, 2], DecodingConfig(max_new_tokens=8))
+        with pytest.raises(RuntimeError, match="boom"):
+            first.result()
+        assert first.finish_reason == "error"
+        later = engine.submit([4, 5], DecodingConfig(max_new_tokens=4))
+        assert later.result().ids == _alone(model, [4, 5], 4)
+    finally:
+        engine.close()

@@ -21,25 +21,21 @@ generator, so a seeded request gives the same tokens alone and in any batch.
 from __future__ import annotations
 
 import math
-import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from vaswani.errors import DataError, InputError, VaswaniError
 from vaswani.generation.config import GREEDY, DecodingConfig
-from vaswani.generation.lm import cut_at_stop, held_back, lm_budget
+from vaswani.generation.lm import lm_budget
+from vaswani.generation.request import Decode, Request
 from vaswani.generation.sampling import choose_next
 from vaswani.layers.blocks import LayerCache
 from vaswani.layers.cache import AttentionCache, RollingKVCache
 from vaswani.models.gpt import GPT
-
-Decode = Callable[[Sequence[int]], str]
-"""Text of token ids (the tokenizer's ``decode``: stopping at EOS, special tokens left out)."""
 
 
 class QueueFull(VaswaniError):
@@ -50,115 +46,10 @@ class EngineClosed(VaswaniError):
     """The engine was closed: it takes no more requests, and those it held ended."""
 
 
-@dataclass(frozen=True)
-class Completion:
-    """A finished request: the generated ``ids`` (with the EOS that ended them), their ``text``
-    (cut before the first stop string) and why it ended: ``stop`` (EOS or a stop string),
-    ``length`` (its ``max_new_tokens``) or ``cancelled``."""
-
-    ids: list[int]
-    text: str
-    finish_reason: str
-
-
-class Request:
-    """One submitted generation, read from any thread: :meth:`steps` (the new ids of each step),
-    :meth:`pieces` (text as it becomes final), :meth:`result`; :meth:`cancel` ends it at the next
-    step boundary. Read it one way once."""
-
-    def __init__(
-        self, prompt: list[int], decoding: DecodingConfig, budget: int, eos_id: int, decode: Decode,
-        generator: torch.Generator | None, on_event: Callable[[], None] | None,
-    ) -> None:  # fmt: skip
-        self.prompt, self.decoding, self.budget, self.eos_id = prompt, decoding, budget, eos_id
-        self.generator = generator
-        self.ids: list[int] = []  # generated so far (written by the engine's thread)
-        self.finish_reason: str | None = None
-        self.error: BaseException | None = None
-        self._decode, self._on_event = decode, on_event
-        self._events: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
-        self._cancelled = threading.Event()
-        self._ended = False  # the reader has seen the end
-        # The engine's view of the row: the first token in view and the tokens in the cache.
-        self.tokens = list(prompt)
-        self.start = 0
-        self.cached = 0
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def cancel(self) -> None:
-        """Stop generating (a client that went away); the row leaves at the next step boundary."""
-        self._cancelled.set()
-
-    def steps(self) -> Iterator[list[int]]:
-        """The ids each step added, as they come (blocking), until the request ends; a failure
-        of its generation is raised here."""
-        while not self._ended:
-            item = self._events.get()
-            if item is None:
-                self._ended = True
-            else:
-                yield item
-        if self.error is not None:
-            raise self.error
-
-    def pieces(self) -> Iterator[str]:
-        """The text as it grows, in pieces that are final: an incomplete UTF-8 character and the
-        beginning of a stop string wait for the next tokens. Joined, the pieces are the
-        result's text."""
-        ids: list[int] = []
-        shown = 0
-        stop = self.decoding.stop
-        for new in self.steps():
-            ids.extend(new)
-            text, _ = cut_at_stop(self._decode(ids), stop)
-            safe = len(text) - held_back(text, stop)
-            if safe > shown:
-                yield text[shown:safe]
-                shown = safe
-        text = self.text()
-        if len(text) > shown:
-            yield text[shown:]
-
-    def result(self) -> Completion:
-        """Wait for the end; the ids, text and finish reason."""
-        for _ in self.steps():
-            pass
-        return Completion(list(self.ids), self.text(), self.finish_reason or "cancelled")
-
-    def text(self) -> str:
-        """The text of the ids so far, cut before the first stop string."""
-        return cut_at_stop(self._decode(self.ids), self.decoding.stop)[0]
-
-    def _push(self, token: int) -> bool:
-        """Record the next token; whether the request has ended (EOS, a stop string, its budget)."""
-        self.ids.append(token)
-        self.tokens.append(token)
-        self._events.put([token])
-        if token == self.eos_id:
-            reason: str | None = "stop"
-        elif self.decoding.stop and cut_at_stop(self._decode(self.ids), self.decoding.stop)[1]:
-            reason = "stop"
-        else:
-            reason = "length" if len(self.ids) >= self.budget else None
-        if reason is not None:
-            self._finish(reason)
-        elif self._on_event is not None:
-            self._on_event()
-        return reason is not None
-
-    def _finish(self, reason: str, error: BaseException | None = None) -> None:
-        self.finish_reason, self.error = reason, error
-        self._events.put(None)
-        if self._on_event is not None:
-            self._on_event()
-
-
 class ContinuousEngine:
     """Continuous batching of ``model`` (a :class:`GPT`) for up to ``max_batch`` rows at once;
-    ``max_pending`` requests may wait for a slot (None: any number).
+    ``max_pending`` requests may wait for a slot (None: any number); ``on_step(rows)`` is told the
+    rows of each step (a server's batch sizes).
 
     ``engine.submit(prompt_ids, decoding) -> Request``; :meth:`step` advances every running
     request by one token (called by :meth:`start`'s thread, or directly). ``decode`` turns ids into
@@ -168,14 +59,14 @@ class ContinuousEngine:
 
     def __init__(
         self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
-        max_batch: int = 8, max_pending: int | None = None,
+        max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
     ) -> None:  # fmt: skip
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.eos_id, self.decode, self.vocab_size = eos_id, decode, vocab_size
-        self.max_batch, self.max_pending = max_batch, max_pending
+        self.max_batch, self.max_pending, self.on_step = max_batch, max_pending, on_step
         self.max_len = model.config.max_len
         self.rows: list[Request] = []  # the running rows, in the order of the cache's rows
         self.cache: list[LayerCache] | None = None
@@ -253,6 +144,8 @@ class ContinuousEngine:
         done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
         self.steps += 1
         self.tokens_generated += len(tokens)
+        if self.on_step is not None and tokens:
+            self.on_step(len(tokens))
         self._regroup(
             [r for r in stepped if id(r) not in done], [(r, c) for r, c in prefilled if id(r) not in done]
         )
