@@ -23,7 +23,7 @@ LAYERS = [
     ["models"],
     ["generation", "training"],
     ["tasks"],
-    ["interop", "plots"],
+    ["interop", "plots", "serve"],
     ["cli", "__main__"],
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

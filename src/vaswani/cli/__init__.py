@@ -13,7 +13,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vaswani.cli import average, classify, decoding, images, interop, lm, mlm, plots, train, translation
+from vaswani.cli import (
+    average,
+    classify,
+    decoding,
+    images,
+    interop,
+    lm,
+    mlm,
+    plots,
+    serve,
+    train,
+    translation,
+)
 from vaswani.cli.common import add_device_flag
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
@@ -55,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     interop.add_parsers(commands)
     average.add_parser(commands)
     plots.add_parsers(commands)
+    serve.add_parser(commands)
 
     evaluate = commands.add_parser(
         "evaluate",

@@ -3,7 +3,7 @@ BOS greedily, by sampling or by beam search, as the :class:`DecodingConfig` says
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -55,16 +55,19 @@ def translate_ids(
     generator: torch.Generator | None = None,
     keep_logits: bool = False,
     suppress: Sequence[int] = (),
+    on_step: Callable[[Tensor], bool] | None = None,
 ) -> Generated:
     """Greedy or sampled translations (:func:`~vaswani.generation.sampling.generate`) of a padded
     batch of source ids ``src`` (batch, src_len), starting from BOS, within the budget of
     :meth:`DecodingConfig.target_budget`. Samples are drawn from ``generator`` (default: one on
     ``src``'s device seeded with ``decoding.seed``); every tensor stays on ``src``'s device; the
-    ids in ``suppress`` are never generated."""
+    ids in ``suppress`` are never generated. ``on_step(tokens)`` sees each step's tokens (batch,)
+    and may return True to stop (streaming, cancellation), as in ``generate``."""
     prefix, budget = _start(model, src, bos_id, decoding)
     return generate(
         seq2seq_next_logits(model, src, decoding.use_cache), prefix, budget, eos_id, model.config.pad_id,
-        decoding, generator or decoding.generator(src.device), keep_logits=keep_logits, suppress=suppress,
+        decoding, generator or decoding.generator(src.device), keep_logits=keep_logits, on_step=on_step,
+        suppress=suppress,
     )  # fmt: skip
 
 

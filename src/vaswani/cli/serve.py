@@ -1,0 +1,74 @@
+"""``vaswani serve RUN_DIR [RUN_DIR ...]``: the runs behind an HTTP API (:mod:`vaswani.serve`).
+
+Every run is loaded before the port is bound: one that does not load stops the command with one
+line (exit 2). Binding a non-loopback address without an API key prints a warning line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vaswani.cli.common import add_device_flag
+
+
+def add_parser(commands: Any) -> None:
+    from vaswani.serve.settings import API_KEY_ENV, ServeSettings
+
+    caps = ServeSettings()
+    p = commands.add_parser(
+        "serve",
+        help="serve trained runs over HTTP (OpenAI-style API, streaming, batching)",
+        description="Serve every RUN_DIR over HTTP: /v1/models, /v1/completions (lm), /v1/translations, "
+        "/v1/embeddings, /v1/classifications, /v1/fill-mask, /v1/tags, /v1/images/classifications, "
+        "/v1/attention, /health, /metrics; the API is documented at /docs.",
+    )
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("--host", default=caps.host, help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=caps.port)
+    p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="allow this origin by CORS (repeatable; default: CORS off)")  # fmt: skip
+    for name, help_text in (
+        ("max_body_bytes", "the largest request body"),
+        ("max_inputs", "the most texts (or n completions) in one request"),
+        ("max_tokens", "the most tokens one request may generate"),
+        ("max_input_chars", "the longest input text"),
+        ("queue_size", "the most requests waiting or running per model before a 503"),
+        ("max_batch", "the most one-shot requests in one call of a model"),
+    ):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(caps, name),
+                       help=f"{help_text} (default {getattr(caps, name)})")  # fmt: skip
+    p.add_argument("--max-wait-ms", type=float, default=caps.max_wait_ms,
+                   help=f"how long a batch waits for more requests (default {caps.max_wait_ms})")  # fmt: skip
+    add_device_flag(p)
+    p.set_defaults(handler=cmd_serve)
+
+
+def settings_of(args: argparse.Namespace) -> Any:
+    """The :class:`~vaswani.serve.settings.ServeSettings` of the command's flags."""
+    from vaswani.serve.settings import API_KEY_ENV, ServeSettings
+
+    return ServeSettings(
+        host=args.host, port=args.port, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        cors_origins=tuple(args.cors_origin), max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
+        max_tokens=args.max_tokens, max_input_chars=args.max_input_chars, queue_size=args.queue_size,
+        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, device=args.device, debug=args.debug,
+    )  # fmt: skip
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from vaswani.serve.app import create_app
+    from vaswani.serve.settings import exposure_warning
+
+    settings = settings_of(args)
+    app = create_app(args.run_dirs, settings)
+    warning = exposure_warning(settings)
+    if warning:
+        print(warning, file=sys.stderr)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="debug" if settings.debug else "info")

@@ -1,0 +1,196 @@
+"""``/v1/completions`` (lm runs, OpenAI's shape) and ``/v1/translations`` (translation runs).
+
+A one-shot request goes through its model's batching queue (``queue.submit((kind, decoding),
+inputs)``: requests with the same decoding options share one call). A streamed one runs alone in
+the model's worker thread (:func:`stream_rows`), counted in the queue while it runs; its pieces
+arrive as server-sent events, ``finish_reason`` exactly once, in the last chunk, then
+``data: [DONE]``. When the client goes away, the stream's :class:`~vaswani.serve.streaming.Pipe`
+is cancelled and generation stops at the next step. The continuous-batching engine plugs in
+here: it replaces ``queue.submit`` and :func:`stream_rows` for lm runs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from vaswani.serve.batching import BatchQueue
+from vaswani.serve.errors import ApiError, log_failure
+from vaswani.serve.generate import Generation, complete, source_ids, translate_one
+from vaswani.serve.loading import ServedModel
+from vaswani.serve.requests import check_max_tokens, decoding_of, served_model, texts
+from vaswani.serve.schemas import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    Hypothesis,
+    Translation,
+    TranslationRequest,
+    TranslationResponse,
+    Usage,
+)
+from vaswani.serve.security import require_key
+from vaswani.serve.streaming import DONE, Cancelled, Pipe, sse
+
+router = APIRouter(dependencies=[Depends(require_key)])
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@router.post("/v1/completions", response_model=CompletionResponse, tags=["generation"])
+async def completions(body: CompletionRequest, request: Request) -> Any:
+    """Complete a prompt (or prompts) with a language model; greedy unless sampling is asked for."""
+    settings = request.app.state.settings
+    served, queue = served_model(request, body.model, ["lm"])
+    prompts = texts(body.prompt, settings, "prompt")
+    check_max_tokens(body.max_tokens, settings)
+    if not 1 <= body.n <= settings.max_inputs:
+        raise ApiError(
+            422, f"n: must be in 1..{settings.max_inputs} (the server's --max-inputs), got {body.n}", "n"
+        )
+    if len(prompts) * body.n > settings.max_inputs:
+        raise ApiError(
+            422, f"n: {len(prompts)} prompts × n={body.n} exceed --max-inputs {settings.max_inputs}", "n"
+        )
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    sampled = bool(body.temperature) or body.top_p is not None or body.top_k is not None
+    decoding = decoding_of({
+        "temperature": body.temperature if sampled else None, "top_p": body.top_p, "top_k": body.top_k,
+        "seed": body.seed, "max_new_tokens": body.max_tokens, "stop": stop,
+    })  # fmt: skip
+    rows = [p for p in prompts for _ in range(body.n)]
+    ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    head = {"id": ident, "object": "text_completion", "created": created, "model": served.name}
+    if body.stream:
+        if len(rows) != 1:
+            raise ApiError(422, "stream: streaming serves one prompt and n=1", "stream")
+        lm = served.wrapper
+        lm.encode_prompts(rows)  # a prompt too long is refused before the stream starts
+
+        def run(watch: Callable[[list[str]], None]) -> Generation:
+            return complete(lm, rows, decoding, watch)[0]
+
+        def chunk(text: str, finish: str | None) -> dict[str, Any]:
+            return {
+                **head,
+                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+            }
+
+        return streamed(request, served, queue, run, chunk)
+    done: list[Generation] = await queue.submit(("complete", decoding), rows)
+    count(request, served, done)
+    choices = [
+        CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason) for i, g in enumerate(done)
+    ]
+    prompt_tokens = sum(g.input_tokens for g in done[:: body.n])
+    completion_tokens = sum(g.tokens for g in done)
+    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                  total_tokens=prompt_tokens + completion_tokens)  # fmt: skip
+    return CompletionResponse(**head, choices=choices, usage=usage)
+
+
+@router.post("/v1/translations", response_model=TranslationResponse, tags=["generation"])
+async def translations(body: TranslationRequest, request: Request) -> Any:
+    """Translate a text (or texts): greedy by default, beam search and n-best, sampling; greedy streams."""
+    settings = request.app.state.settings
+    served, queue = served_model(request, body.model, ["translation"])
+    inputs = texts(body.input, settings)
+    check_max_tokens(body.max_tokens, settings)
+    check_max_tokens(body.max_new_tokens, settings, "max_new_tokens")
+    if body.max_tokens is not None and body.max_new_tokens is not None:
+        raise ApiError(422, "max_tokens: give max_tokens or max_new_tokens, not both", "max_tokens")
+    fields = body.model_dump(exclude={"model", "input", "stream", "max_tokens"})
+    fields["max_new_tokens"] = body.max_new_tokens or body.max_tokens
+    decoding = decoding_of(fields)
+    if body.stream:
+        if decoding.strategy != "greedy" or len(inputs) != 1:
+            raise ApiError(422, "stream: streaming serves greedy decoding of one input", "stream")
+        translator = served.wrapper
+        source_ids(translator, inputs[0])  # a text too long is refused before the stream starts
+
+        def run(watch: Callable[[list[str]], None]) -> Generation:
+            return translate_one(translator, inputs[0], decoding, watch)
+
+        def chunk(text: str, finish: str | None) -> dict[str, Any]:
+            return {"object": "translation.chunk", "model": served.name, "index": 0, "text": text,
+                    "finish_reason": finish}  # fmt: skip
+
+        return streamed(request, served, queue, run, chunk)
+    results = await queue.submit(("translate", decoding), inputs)
+    if decoding.strategy == "beam":
+        many = decoding.n_best > 1
+        data = [
+            Translation(index=i, text=best[0].text, hypotheses=hypotheses(best) if many else None)
+            for i, best in enumerate(results)
+        ]
+    else:
+        data = [Translation(index=i, text=text) for i, text in enumerate(results)]
+    return TranslationResponse(model=served.name, data=data)
+
+
+def hypotheses(best: list[Any]) -> list[Hypothesis]:
+    """The n-best list of one text as the response shows it."""
+    return [Hypothesis(text=h.text, score=h.score) for h in best]
+
+
+def count(request: Request, served: ServedModel, done: list[Generation]) -> None:
+    request.app.state.metrics.tokens.labels(served.name).inc(sum(g.tokens for g in done))
+
+
+def streamed(
+    request: Request,
+    served: ServedModel,
+    queue: BatchQueue,
+    run: Callable[[Callable[[list[str]], None]], Generation],
+    chunk: Callable[[str, str | None], dict[str, Any]],
+) -> StreamingResponse:
+    """``run(watch)`` in the model's worker thread, its pieces sent as events as they come; the
+    last chunk carries the finish reason."""
+    metrics = request.app.state.metrics
+    queue.check_room()
+    pipe = Pipe()
+
+    def work() -> None:
+        def watch(pieces: list[str]) -> None:
+            pipe.check()
+            if pieces[0]:
+                pipe.send(pieces[0])
+
+        try:
+            pipe.send(run(watch))
+        except Cancelled:
+            metrics.cancelled.labels(served.name).inc()
+            pipe.close()
+        except Exception as exc:
+            pipe.close(exc)
+        else:
+            pipe.close()
+
+    async def events() -> AsyncIterator[str]:
+        with queue.hold(check=False):
+            future = queue.thread.submit(work)
+            try:
+                async for item in relay(pipe):
+                    yield item
+            finally:
+                pipe.cancelled.set()
+                future.cancel()
+
+    async def relay(pipe: Pipe) -> AsyncIterator[str]:
+        try:
+            async for item in pipe:
+                if isinstance(item, Generation):
+                    metrics.tokens.labels(served.name).inc(item.tokens)
+                    yield sse(chunk("", item.finish_reason))
+                    yield DONE
+                else:
+                    yield sse(chunk(item, None))
+        except Exception as exc:  # the stream has begun: end it with one line, never a traceback
+            log_failure(request.url.path, exc, request.app.state.settings.debug)
+            yield sse({"error": {"message": "internal error: generation failed", "type": "server_error"}})
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -1,0 +1,134 @@
+"""Generation as the server runs it: completions of a language model and translations, each
+row's text built by a :class:`~vaswani.serve.streaming.TextStream` step by step, so that a
+streamed text and the same request's one-shot text are one and the same.
+
+``complete(lm, prompts, decoding, watch)`` and ``translate_one(translator, text, decoding,
+watch)`` return one :class:`Generation` per row; ``watch(pieces)`` (optional) is called after
+each step with the new text of every row ("" where none) and may raise
+:class:`~vaswani.serve.streaming.Cancelled` to stop generation at that step boundary (the
+client has gone). Both run in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import DataError
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.lm import lm_budget, lm_next_logits
+from vaswani.generation.sampling import generate
+from vaswani.generation.seq2seq import translate_ids
+from vaswani.serve.streaming import TextStream
+from vaswani.tasks.evaluation import model_device
+from vaswani.tasks.lm import LanguageModel
+from vaswani.tasks.translator import Translator
+
+Watch = Callable[[list[str]], None]
+
+
+@dataclass
+class Generation:
+    """One row's text, why it ended (``stop``: EOS or a stop string; ``length``: the budget), the
+    tokens it generated (up to its end) and the tokens of its input."""
+
+    text: str
+    finish_reason: str
+    tokens: int
+    input_tokens: int
+
+
+class Rows:
+    """The growing rows of one call: each step's tokens pushed into each row's stream until the
+    row ends (EOS, or a stop string)."""
+
+    def __init__(
+        self, n: int, decode: Callable[[Sequence[int]], str], eos_id: int, stop: Sequence[str]
+    ) -> None:
+        self.streams = [TextStream(decode, stop) for _ in range(n)]
+        self.ended = [False] * n
+        self.eos_id = eos_id
+
+    def push(self, choice: Tensor) -> list[str]:
+        """The new text of each row after the step that chose ``choice`` (batch,)."""
+        pieces = []
+        for i, token in enumerate(choice.tolist()):
+            piece = ""
+            if not self.ended[i]:
+                if token == self.eos_id:
+                    self.ended[i] = True
+                else:
+                    piece = self.streams[i].push(token)
+                    self.ended[i] = self.streams[i].stopped
+            pieces.append(piece)
+        return pieces
+
+    def finish(self, watch: Watch | None, input_tokens: Sequence[int]) -> list[Generation]:
+        rests = [stream.finish() for stream in self.streams]
+        if watch is not None and any(rests):
+            watch(rests)
+        return [
+            Generation(stream.shown, "stop" if ended else "length", len(stream.ids), n)
+            for stream, ended, n in zip(self.streams, self.ended, input_tokens, strict=True)
+        ]
+
+
+def complete(
+    lm: LanguageModel, prompts: Sequence[str], decoding: DecodingConfig, watch: Watch | None = None
+) -> list[Generation]:
+    """The completion of each prompt, as :meth:`LanguageModel.generate` gives it (greedy or sampled,
+    cut before the first stop string), with its finish reason and token counts."""
+    max_new_tokens = lm_budget(decoding)
+    lm.model.eval()
+    device = model_device(lm.model)
+    ids, mask = (t.to(device) for t in lm.encode_prompts(prompts))
+    tok = lm.tokenizer
+    rows = Rows(len(prompts), tok.decode, tok.eos_id, decoding.stop)
+
+    def on_step(choice: Tensor) -> bool:
+        pieces = rows.push(choice)
+        if watch is not None:
+            watch(pieces)
+        return all(rows.ended)
+
+    next_logits = lm_next_logits(lm.model, mask, decoding.use_cache, tok.vocab_size)
+    generate(next_logits, ids, max_new_tokens, tok.eos_id, tok.pad_id, decoding, decoding.generator(device),
+             on_step=on_step)  # fmt: skip
+    return rows.finish(watch, mask.sum(dim=1).tolist())
+
+
+def source_ids(translator: Translator, text: str) -> list[int]:
+    """The source ids of ``text``; more than the model's max_len is a one-line error."""
+    ids = translator.src_tok.encode(text)
+    if len(ids) > translator.model.config.max_len:
+        raise DataError(
+            f"input: {len(ids)} tokens exceed the model's max_len={translator.model.config.max_len}"
+        )
+    return ids
+
+
+@torch.no_grad()
+def translate_one(
+    translator: Translator, text: str, decoding: DecodingConfig, watch: Watch | None = None
+) -> Generation:
+    """The translation of one text, greedy or sampled, as :meth:`Translator.translate` gives it."""
+    model = translator.model
+    model.eval()
+    ids = source_ids(translator, text)
+    device = model_device(model)
+    tok = translator.tgt_tok
+    rows = Rows(1, tok.decode, tok.eos_id, ())
+
+    def on_step(choice: Tensor) -> bool:
+        pieces = rows.push(choice)
+        if watch is not None:
+            watch(pieces)
+        return all(rows.ended)
+
+    src = torch.tensor([ids], device=device)
+    translate_ids(model, src, tok.bos_id, tok.eos_id, decoding, decoding.generator(device),
+                  suppress=tok.suppressed_ids, on_step=on_step)  # fmt: skip
+    return rows.finish(watch, [len(ids)])[0]

@@ -1,0 +1,61 @@
+"""The models a server serves: every run directory loaded at start through the task registry.
+
+``load_models(run_dirs, device) -> dict[str, ServedModel]``, keyed by the model id (the run
+directory's name; a second run of the same name gets ``-2``, ``-3``...). A run that does not
+load raises its one-line :class:`~vaswani.errors.VaswaniError` naming it, before any port is
+bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vaswani.errors import RunDirError, VaswaniError
+from vaswani.tasks import registry
+
+# The endpoints that serve each task's runs (besides /v1/models and /health).
+ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "lm": ("/v1/completions", "/v1/attention"),
+    "translation": ("/v1/translations", "/v1/attention"),
+    "mlm": ("/v1/fill-mask", "/v1/embeddings"),
+    "encoder": ("/v1/embeddings",),
+    "classify": ("/v1/classifications", "/v1/embeddings"),
+    "tag": ("/v1/tags",),
+    "image": ("/v1/images/classifications",),
+}
+
+
+@dataclass
+class ServedModel:
+    """One loaded run: its id, task, wrapper (``registry.load``'s) and directory."""
+
+    name: str
+    task: str
+    wrapper: Any
+    run_dir: Path
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return ENDPOINTS.get(self.task, ())
+
+
+def load_models(run_dirs: Sequence[str | Path], device: str = "auto") -> dict[str, ServedModel]:
+    """Every run of ``run_dirs`` loaded on ``device``; the first that fails raises its one line."""
+    if not run_dirs:
+        raise RunDirError("vaswani serve needs at least one run directory")
+    models: dict[str, ServedModel] = {}
+    for run_dir in map(Path, run_dirs):
+        try:
+            spec = registry.spec_of(run_dir)
+            wrapper = spec.load(run_dir, device=device)
+        except VaswaniError as exc:
+            message = str(exc)
+            raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None
+        name, number = run_dir.resolve().name, 2
+        while name in models:
+            name, number = f"{run_dir.resolve().name}-{number}", number + 1
+        models[name] = ServedModel(name, spec.name, wrapper, run_dir)
+    return models

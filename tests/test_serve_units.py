@@ -1,0 +1,127 @@
+"""The parts of ``vaswani serve`` that need no server: incremental detokenization, the batching
+queue, the error lines, the settings, and generation's per-step hook."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from vaswani.config import ModelConfig
+from vaswani.errors import ConfigError
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_ids
+from vaswani.models.transformer import Transformer
+from vaswani.serve.batching import BatchQueue, QueueFull
+from vaswani.serve.errors import validation_message, vaswani_param
+from vaswani.serve.settings import ServeSettings, exposure_warning
+from vaswani.serve.streaming import TextStream
+from vaswani.tokenizer import LMTokenizer
+
+CJK = "汤姆追逐杰瑞。猫和老鼠 🐱🐭 是好朋友！ 😀 café"
+
+
+@pytest.fixture(scope="module")
+def byte_level() -> LMTokenizer:
+    # Few merges: most CJK characters and every emoji stay split across several byte tokens.
+    return LMTokenizer.train(["hello world, the cat"] * 20, "bpe", 300)
+
+
+def test_a_stream_never_cuts_a_character_and_joins_to_the_whole_text(byte_level):
+    ids = byte_level.encode(CJK)
+    partial = [byte_level.decode(ids[:n]) for n in range(1, len(ids))]
+    assert any(text.endswith("\ufffd") for text in partial)  # per-token decoding would show U+FFFD
+    stream = TextStream(byte_level.decode)
+    pieces = [stream.push(token) for token in ids] + [stream.finish()]
+    assert "".join(pieces) == CJK
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert sum(bool(piece) for piece in pieces) > 5  # it streams, not all at the end
+
+
+def test_a_stream_holds_back_a_stop_string_s_beginning_and_cuts_before_it(byte_level):
+    ids = byte_level.encode("the cat sat. END and more")
+    stream = TextStream(byte_level.decode, ("END",))
+    pieces = []
+    for token in ids:
+        pieces.append(stream.push(token))
+        if stream.stopped:
+            break
+    pieces.append(stream.finish())
+    assert "".join(pieces) == "the cat sat. " and stream.stopped
+    assert not any("E" in piece for piece in pieces)
+
+
+def test_the_queue_batches_jobs_of_one_key_and_splits_the_results():
+    calls: list[list[int]] = []
+
+    def run(jobs):
+        calls.append([job.payload for job in jobs])
+        return [job.payload * 10 for job in jobs]
+
+    async def main():
+        queue = BatchQueue(run, max_batch=3, max_wait_s=0.05, capacity=10)
+        results = await asyncio.gather(*(queue.submit("k" if i < 4 else "other", i) for i in range(5)))
+        return results
+
+    assert asyncio.run(main()) == [0, 10, 20, 30, 40]
+    assert sorted(map(sorted, calls)) == [[0, 1, 2], [3], [4]]
+
+
+def test_one_failing_job_never_fails_the_others_of_its_batch():
+    def run(jobs):
+        if any(job.payload < 0 for job in jobs):
+            raise ValueError("negative")
+        return [job.payload for job in jobs]
+
+    async def main():
+        queue = BatchQueue(run, max_batch=4, max_wait_s=0.05, capacity=10)
+        return await asyncio.gather(*(queue.submit("k", p) for p in (1, -1, 2)), return_exceptions=True)
+
+    first, failed, second = asyncio.run(main())
+    assert (first, second) == (1, 2) and isinstance(failed, ValueError)
+
+
+def test_a_full_queue_refuses_more():
+    async def main():
+        queue = BatchQueue(lambda jobs: [0 for _ in jobs], max_batch=1, max_wait_s=0.0, capacity=1)
+        with queue.hold(), pytest.raises(QueueFull):
+            await queue.submit("k", 1)
+        return await queue.submit("k", 1)  # room again once the stream has ended
+
+    assert asyncio.run(main()) == 0
+
+
+def test_error_lines_name_their_field():
+    union = [{"loc": ("body", "input", "list[str]", 2), "msg": "Input should be a valid string", "type": "x"}]
+    assert validation_message(union) == ("input.2: Input should be a valid string", "input")
+    extra = [{"loc": ("body", "beams"), "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}]
+    assert validation_message(extra) == ("beams: unknown field", "beams")
+    assert vaswani_param("decoding.top_p must be in (0, 1], got 2") == "top_p"
+    assert vaswani_param("prompt 1: 40 tokens do not fit") is None
+
+
+def test_settings_refuse_bad_caps_and_warn_when_exposed():
+    with pytest.raises(ConfigError, match="--max-batch"):
+        ServeSettings(max_batch=0)
+    assert exposure_warning(ServeSettings()) is None
+    assert exposure_warning(ServeSettings(host="::1")) is None
+    assert "without an API key" in exposure_warning(ServeSettings(host="0.0.0.0"))
+    assert exposure_warning(ServeSettings(host="0.0.0.0", api_key="k")) is None
+
+
+def test_on_step_sees_each_step_of_a_translation_and_can_stop_it():
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32, n_layers=1,
+                      max_len=32, dropout=0.0)  # fmt: skip
+    model = Transformer(cfg).eval()
+    src = torch.tensor([[5, 6, 7, 8, 2]])
+    whole = translate_ids(model, src, 1, 2, DecodingConfig(max_new_tokens=12)).tokens
+    seen: list[int] = []
+
+    def on_step(choice):
+        seen.append(int(choice[0]))
+        return len(seen) == 3
+
+    stopped = translate_ids(model, src, 1, 2, DecodingConfig(max_new_tokens=12), on_step=on_step).tokens
+    assert seen == whole[0, :3].tolist() and stopped.tolist() == whole[:, :3].tolist()
