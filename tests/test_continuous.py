@@ -221,7 +221,8 @@ def test_draining_without_waiting_sees_every_step_and_on_step_the_batch_sizes():
     engine = ContinuousEngine(model, NEVER, _ids, vocab_size=VOCAB, max_batch=2, on_step=sizes.append).start()
     woken = threading.Event()
     requests = [
-        engine.submit([1 + i], DecodingConfig(max_new_tokens=5 + i), on_event=woken.set) for i in range(3)
+        engine.submit([1 + i], DecodingConfig(max_new_tokens=5 + i), on_event=lambda r: woken.set())
+        for i in range(3)
     ]
     try:
         drained: list[list[int]] = [[] for _ in requests]
@@ -259,3 +260,18 @@ def test_a_failing_step_ends_its_requests_and_the_engine_goes_on(monkeypatch):
         assert later.result().ids == _alone(model, [4, 5], 4)
     finally:
         engine.close()
+
+
+def test_a_failing_on_event_cancels_its_request_alone():
+    model = position_gpt("learned", max_len=32)
+    engine = ContinuousEngine(model, NEVER, _ids, vocab_size=VOCAB, max_batch=2)
+
+    def gone(request):
+        raise RuntimeError("the loop is closed")
+
+    broken = engine.submit([1, 2], DecodingConfig(max_new_tokens=10), on_event=gone)
+    fine = engine.submit([3], DecodingConfig(max_new_tokens=6))
+    while engine.rows or engine.pending:
+        engine.step()
+    assert broken.result().finish_reason == "cancelled" and len(broken.result().ids) == 1
+    assert fine.result().ids == _alone(model, [3], 6)

@@ -88,11 +88,11 @@ class ContinuousEngine:
 
     def submit(
         self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
-        on_event: Callable[[], None] | None = None,
+        on_event: Callable[[Request], None] | None = None,
     ) -> Request:  # fmt: skip
         """Queue the generation of a continuation of ``prompt_ids`` (an empty prompt starts from
-        EOS, as a new document) as ``decoding`` says; ``on_event()`` is called from the engine's
-        thread after each new token and at the end. A prompt that leaves no room in the context
+        EOS, as a new document) as ``decoding`` says; ``on_event(request)`` is called from the
+        engine's thread after each new token and at the end. A prompt that leaves no room in the context
         is a DataError, an id outside the vocabulary an InputError, a full queue QueueFull."""
         budget = lm_budget(decoding)
         prompt = [int(i) for i in prompt_ids] or [self.eos_id]

@@ -34,13 +34,13 @@ class Completion:
 class Request:
     """One submitted generation, read from any thread: :meth:`steps` (the new ids of each step,
     blocking), :meth:`drain` (the same without waiting), :meth:`pieces` (text as it becomes final),
-    :meth:`result`; :meth:`cancel` ends it at the next step boundary. ``on_event()`` is called from
-    the engine's thread after each new token and at the end. Read it one way once (a
+    :meth:`result`; :meth:`cancel` ends it at the next step boundary. ``on_event(request)`` is called
+    from the engine's thread after each new token and at the end. Read it one way once (a
     :meth:`result` may follow any)."""
 
     def __init__(
         self, prompt: list[int], decoding: DecodingConfig, budget: int, eos_id: int, decode: Decode,
-        generator: torch.Generator | None, on_event: Callable[[], None] | None,
+        generator: torch.Generator | None, on_event: Callable[[Request], None] | None,
     ) -> None:  # fmt: skip
         self.prompt, self.decoding, self.budget, self.eos_id = prompt, decoding, budget, eos_id
         self.generator = generator
@@ -140,12 +140,19 @@ class Request:
             reason = "length" if len(self.ids) >= self.budget else None
         if reason is not None:
             self._finish(reason)
-        elif self._on_event is not None:
-            self._on_event()
+        else:
+            self._notify()
         return reason is not None
 
     def _finish(self, reason: str, error: BaseException | None = None) -> None:
         self.finish_reason, self.error = reason, error
         self._events.put(None)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Call ``on_event``; if it fails, its reader is gone: the request is cancelled."""
         if self._on_event is not None:
-            self._on_event()
+            try:
+                self._on_event(self)
+            except Exception:
+                self.cancel()

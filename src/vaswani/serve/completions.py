@@ -20,8 +20,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from vaswani.serve.batching import BatchQueue
+from vaswani.serve.engine import complete_rows, stream_completion
 from vaswani.serve.errors import ApiError, log_failure
-from vaswani.serve.generate import Generation, complete, source_ids, translate_one
+from vaswani.serve.generate import Generation, source_ids, translate_one
 from vaswani.serve.loading import ServedModel
 from vaswani.serve.requests import check_max_tokens, decoding_of, served_model, texts
 from vaswani.serve.schemas import (
@@ -68,11 +69,6 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     if body.stream:
         if len(rows) != 1:
             raise ApiError(422, "stream: streaming serves one prompt and n=1", "stream")
-        lm = served.wrapper
-        lm.encode_prompts(rows)  # a prompt too long is refused before the stream starts
-
-        def run(watch: Callable[[list[str]], None]) -> Generation:
-            return complete(lm, rows, decoding, watch)[0]
 
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {
@@ -80,9 +76,8 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
                 "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
             }
 
-        return streamed(request, served, queue, run, chunk)
-    done: list[Generation] = await queue.submit(("complete", decoding), rows)
-    count(request, served, done)
+        return stream_completion(request, served, queue, rows[0], decoding, chunk)
+    done = await complete_rows(request, served, queue, rows, decoding, body.n)
     choices = [
         CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason) for i, g in enumerate(done)
     ]
@@ -135,10 +130,6 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
 def hypotheses(best: list[Any]) -> list[Hypothesis]:
     """The n-best list of one text as the response shows it."""
     return [Hypothesis(text=h.text, score=h.score) for h in best]
-
-
-def count(request: Request, served: ServedModel, done: list[Generation]) -> None:
-    request.app.state.metrics.tokens.labels(served.name).inc(sum(g.tokens for g in done))
 
 
 def streamed(
