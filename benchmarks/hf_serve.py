@@ -40,7 +40,9 @@ def create_app(folder: str) -> FastAPI:
 
     def options(body: Completion) -> dict[str, Any]:
         ids = tokenizer(body.prompt, return_tensors="pt")
-        return dict(**ids, max_new_tokens=body.max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        return dict(
+            **ids, max_new_tokens=body.max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
+        )
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -39,16 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from timing import cpu_description
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import cpu_description  # noqa: E402
-
-from vaswani.data.grammar import generate_pairs  # noqa: E402
-from vaswani.generation.config import DecodingConfig  # noqa: E402
-from vaswani.tasks.lm import LanguageModel  # noqa: E402
-from vaswani.tasks.translator import Translator  # noqa: E402
+from vaswani.data.grammar import generate_pairs
+from vaswani.generation.config import DecodingConfig
+from vaswani.tasks.lm import LanguageModel
+from vaswani.tasks.translator import Translator
 
 HOST = "127.0.0.1"
+ENV = dict(os.environ)  # of every process started: OMP_NUM_THREADS set by --threads
 PROMPTS = ["The module", "A function that returns", "If the argument is", "This class", "When the file"]
 
 
@@ -62,7 +61,7 @@ def free_port() -> int:
 def server(command: list[str], port: int, ready_s: float = 180.0) -> Iterator[int]:
     """A server process started by ``command`` on ``port`` of 127.0.0.1, up once ``/health``
     answers 200; terminated (then killed) on leaving."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.monotonic() + ready_s
         while True:
@@ -187,15 +186,17 @@ def load(port: int, path: str, bodies: list[dict[str, Any]], check: Callable[[in
 
 
 def train_runs(folder: Path, quick: bool) -> tuple[Path, Path]:
-    """A small translation run (the default recipe, few steps) and a small GPT (gpt-mini)."""
+    """A small translation run (the default recipe's model, few steps, little data) and a small GPT
+    (gpt-mini on the default text): the model shapes of the defaults, trained for a minute or two."""
     runs = folder / "translation", folder / "lm"
-    steps = ("60", "20") if quick else ("200", "60")
-    for task, out, n in (("translation", runs[0], steps[0]), ("lm", runs[1], steps[1])):
+    steps = ("60", "20") if quick else ("150", "40")
+    small = ["--n-train", "20000", "--n-valid", "50", "--n-test", "50", "--eval-sentences", "20"]
+    for task, out, n, extra in (("translation", runs[0], steps[0], small), ("lm", runs[1], steps[1], [])):
         started = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "vaswani", "train", task, "--out", str(out), "--max-steps", n,
-             "--eval-every", "100000", "--quiet"],
-            check=True, stdout=subprocess.DEVNULL,
+             "--eval-every", "100000", "--quiet", *extra],
+            check=True, stdout=subprocess.DEVNULL, env=ENV,
         )  # fmt: skip
         print(f"trained {task} ({n} steps) in {time.perf_counter() - started:.0f} s", flush=True)
     return runs
@@ -251,28 +252,30 @@ def generation_speed(run: Path, folder: Path, args: argparse.Namespace) -> dict[
     lm = LanguageModel.load(run, "cpu")
     prompt = PROMPTS[0]
     greedy = DecodingConfig(max_new_tokens=args.max_tokens)
-    tokens = len(lm.tokenizer.encode(lm.generate([prompt], greedy)[0]))
     body = {"prompt": prompt, "max_tokens": args.max_tokens}
     subprocess.run([sys.executable, "-m", "vaswani", "export-hf", str(run), str(folder / "hf")], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+                   stdout=subprocess.DEVNULL, env=ENV)  # fmt: skip
     times: dict[str, list[float]] = {}
     with vaswani_server(run, 16) as ours, hf_server(folder / "hf") as theirs:
-        conns = {name: http.client.HTTPConnection(HOST, port, timeout=120) for name, port in
-                 (("ours", ours), ("hf", theirs))}  # fmt: skip
+
+        def conn(port: int) -> http.client.HTTPConnection:  # a new one: an idle one is closed after 5 s
+            return http.client.HTTPConnection(HOST, port, timeout=120)
+
         ways: dict[str, Callable[[], Any]] = {
             "direct generate": lambda: lm.generate([prompt], greedy),
-            "vaswani serve": lambda: post(conns["ours"], "/v1/completions", body),
-            "vaswani serve, streamed": lambda: stream(conns["ours"], "/v1/completions", body),
-            "HF app": lambda: post(conns["hf"], "/v1/completions", body),
-            "HF app, streamed": lambda: stream(conns["hf"], "/v1/completions", body),
+            "vaswani serve": lambda: post(conn(ours), "/v1/completions", body),
+            "vaswani serve, streamed": lambda: stream(conn(ours), "/v1/completions", body),
+            "HF app": lambda: post(conn(theirs), "/v1/completions", body),
+            "HF app, streamed": lambda: stream(conn(theirs), "/v1/completions", body),
         }
+        tokens = ways["vaswani serve"]()[1]["usage"]["completion_tokens"]  # also a warm-up
         for fn in ways.values():
             fn()  # warm-up
         for r in range(args.rounds):
             order = list(ways) if r % 2 == 0 else list(reversed(ways))
             for name in order:
                 times.setdefault(name, []).append(timed(ways[name]))
-        _, answer = post(conns["hf"], "/v1/completions", body)
+        _, answer = post(conn(theirs), "/v1/completions", body)
     hf_tokens = answer["usage"]["completion_tokens"]
     return {
         name: (hf_tokens if name.startswith("HF") else tokens) / statistics.median(values)
@@ -284,9 +287,10 @@ def load_rows(kind: str, loads: dict[int, Load]) -> list[str]:
     rows = []
     for batch, r in loads.items():
         how = "batched (max 16)" if batch > 1 else "one at a time"
+        p50, p99 = 1000 * r.percentile(0.5), 1000 * r.percentile(0.99)
         rows.append(
             f"| {kind}, {how} | {r.requests} | {r.server_errors} | {r.other_errors} | {r.lost} | {r.wrong} "
-            f"| {1000 * r.percentile(0.5):.0f} | {1000 * r.percentile(0.99):.0f} | {r.requests / r.seconds:.1f} |"
+            f"| {p50:.0f} | {p99:.0f} | {r.requests / r.seconds:.1f} |"
         )
     ratio = loads[16].seconds and loads[1].seconds / loads[16].seconds
     rows.append(f"| {kind}: batched / one at a time | | | | | | | | **{ratio:.2f}×** |")
@@ -302,7 +306,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of the generation-speed test")
     parser.add_argument("--translation-run", type=Path, help="a translation run (default: train one)")
     parser.add_argument("--lm-run", type=Path, help="an lm run (default: train one)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of every process (default 1: OpenMP threads that wait for each "
+                        "other on a busy machine make 2 up to 30x slower)")  # fmt: skip
     args = parser.parse_args()
+    ENV["OMP_NUM_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
     if args.quick:
         args.requests, args.rounds = min(args.requests, 128), min(args.rounds, 2)
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
@@ -319,7 +328,9 @@ def main() -> None:
         speed = generation_speed(lm, folder, args)
     print(f"\n{args.clients} clients, {args.max_tokens} tokens per request, greedy; "
           f"{time.perf_counter() - started:.0f} s in all\n")  # fmt: skip
-    print("| load | requests | 5xx | other errors | lost | wrong or duplicated | p50 ms | p99 ms | requests/s |")
+    print(
+        "| load | requests | 5xx | other errors | lost | wrong or duplicated | p50 ms | p99 ms | requests/s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(load_rows("translation", translations) + load_rows("completions", completions)))
     direct = speed["direct generate"]
