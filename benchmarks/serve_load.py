@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
 import json
 import os
@@ -48,6 +49,7 @@ from vaswani.tasks.translator import Translator
 
 HOST = "127.0.0.1"
 ENV = dict(os.environ)  # of every process started: OMP_NUM_THREADS set by --threads
+PIDS: dict[int, int] = {}  # port → the process of the server listening there
 PROMPTS = ["The module", "A function that returns", "If the argument is", "This class", "When the file"]
 
 
@@ -75,6 +77,7 @@ def server(command: list[str], port: int, ready_s: float = 180.0) -> Iterator[in
             if time.monotonic() > deadline:
                 raise SystemExit(f"server {' '.join(command)} did not answer /health in {ready_s:.0f} s")
             time.sleep(0.2)
+        PIDS[port] = process.pid
         yield port
     finally:
         process.terminate()
@@ -241,10 +244,16 @@ def completion_load(run: Path, args: argparse.Namespace) -> dict[int, Load]:
     return loads
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    started = time.perf_counter()
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, its finished threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fn: Callable[[], Any], clock: Callable[[], float]) -> float:
+    started = clock()
     fn()
-    return time.perf_counter() - started
+    return clock() - started
 
 
 def generation_speed(run: Path, folder: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -268,13 +277,18 @@ def generation_speed(run: Path, folder: Path, args: argparse.Namespace) -> dict[
             "HF app": lambda: post(conn(theirs), "/v1/completions", body),
             "HF app, streamed": lambda: stream(conn(theirs), "/v1/completions", body),
         }
+        clocks = dict.fromkeys(ways, time.perf_counter)
+        if args.clock == "cpu":  # the CPU seconds of the process that generates
+            clocks = {name: time.process_time if name == "direct generate" else
+                      functools.partial(cpu_seconds, PIDS[theirs if name.startswith("HF") else ours])
+                      for name in ways}  # fmt: skip
         tokens = ways["vaswani serve"]()[1]["usage"]["completion_tokens"]  # also a warm-up
         for fn in ways.values():
             fn()  # warm-up
         for r in range(args.rounds):
             order = list(ways) if r % 2 == 0 else list(reversed(ways))
             for name in order:
-                times.setdefault(name, []).append(timed(ways[name]))
+                times.setdefault(name, []).append(timed(ways[name], clocks[name]))
         _, answer = post(conn(theirs), "/v1/completions", body)
     hf_tokens = answer["usage"]["completion_tokens"]
     return {
@@ -306,6 +320,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of the generation-speed test")
     parser.add_argument("--translation-run", type=Path, help="a translation run (default: train one)")
     parser.add_argument("--lm-run", type=Path, help="an lm run (default: train one)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="the generation-speed test's clock: wall seconds, or the CPU seconds of the "
+        "generating process (this one, or the server), which neighbours barely inflate",
+    )
+    parser.add_argument("--speed-only", action="store_true", help="only the generation-speed test")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every process (default 1: OpenMP threads that wait for each "
                         "other on a busy machine make 2 up to 30x slower)")  # fmt: skip
@@ -323,8 +345,8 @@ def main() -> None:
             translation, lm = train_runs(folder, args.quick)
         translation = args.translation_run or translation
         lm = args.lm_run or lm
-        translations = translation_load(translation, args)
-        completions = completion_load(lm, args)
+        loads = [] if args.speed_only else [("translation", translation_load(translation, args)),
+                                            ("completions", completion_load(lm, args))]  # fmt: skip
         speed = generation_speed(lm, folder, args)
     print(f"\n{args.clients} clients, {args.max_tokens} tokens per request, greedy; "
           f"{time.perf_counter() - started:.0f} s in all\n")  # fmt: skip
@@ -332,9 +354,9 @@ def main() -> None:
         "| load | requests | 5xx | other errors | lost | wrong or duplicated | p50 ms | p99 ms | requests/s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(load_rows("translation", translations) + load_rows("completions", completions)))
+    print("\n".join(row for kind, runs in loads for row in load_rows(kind, runs)))
     direct = speed["direct generate"]
-    print("\n| one client, greedy | tokens/s | / direct generate |\n|---|---:|---:|")
+    print(f"\n| one client, greedy, {args.clock} clock | tokens/s | / direct generate |\n|---|---:|---:|")
     for name, rate in speed.items():
         print(f"| {name} | {rate:.1f} | {rate / direct:.2f} |")
     print(f"\nvaswani serve, streamed / HF app, streamed: "

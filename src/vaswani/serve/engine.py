@@ -8,6 +8,11 @@ back short ones (one-shot and streamed requests alike, up to ``--max-batch`` row
 one as server-sent events. Both count in the model's queue (``queue.hold``: its length, and the 503
 of a full queue), wait on the event loop without blocking it (the engine wakes them), and cancel
 their rows when the client goes away.
+
+Translations stay batched per call by the model's :class:`~vaswani.serve.batching.BatchQueue`
+(requests that arrive together decode together): joining a running batch at a step boundary would
+need per-row target positions and a target key mask in ``Transformer.decode``, which does not take
+them (its decoder rows all continue after the same number of cached tokens).
 """
 
 from __future__ import annotations
