@@ -75,7 +75,7 @@ from vaswani.training.checkpoint import list_checkpoints
 
 FAMILIES = (
     "translation", "lm", "mlm", "classify", "fill-mask", "embed", "interop", "average", "plots",
-    "evaluate", "image",
+    "evaluate", "image", "serve",
 )  # fmt: skip
 
 
@@ -481,6 +481,11 @@ CLI = [
     Cli("evaluate", "non-UTF-8 labeled file",
         ["evaluate", "{cls}", "--labeled", "{tmp}/latin1.txt", "--format", "tsv"], ["latin1.txt:2", "UTF-8"]),
     Cli("evaluate", "a run of a newer format", ["evaluate", "{newer}"], NEWER),
+    # serve: refused before any port is bound
+    Cli("serve", "a missing run directory", ["serve", "{tr}", "{tmp}/nope"],
+        ["nope", "no such run directory"]),
+    Cli("serve", "--max-batch 0", ["serve", "{tr}", "--max-batch", "0"], ["--max-batch", ">= 1", "got 0"]),
+    Cli("serve", "a port out of range", ["serve", "{tr}", "--port", "70000"], ["--port", "0..65535"]),
     # train image, classify-image
     Cli("image", "image size not divisible by the patch size",
         ["train", "image", "--image-size", "10", "--patch-size", "4", "--out", "{tmp}/out"],

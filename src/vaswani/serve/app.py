@@ -19,7 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from vaswani.serve import completions
+from vaswani.serve import completions, tasks
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.engine import engines_of
 from vaswani.serve.errors import install_handlers
@@ -69,6 +69,7 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
         )
 
     app.include_router(completions.router)
+    app.include_router(tasks.router)
     return app
 
 
@@ -77,4 +78,5 @@ def queue_of(served: ServedModel, settings: ServeSettings, metrics: ServeMetrics
     return BatchQueue(
         runner(served), settings.max_batch, settings.max_wait_ms / 1000, settings.queue_size,
         on_batch=metrics.batch.labels(served.name).observe,
+        on_cancel=metrics.cancelled.labels(served.name).inc,
     )  # fmt: skip

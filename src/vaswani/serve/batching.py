@@ -6,9 +6,10 @@ loop) takes the oldest job and the jobs with the same ``job.key`` that arrive wi
 ``max_wait_s``, up to ``max_batch`` of them, and calls ``run(jobs) -> results`` (one result per
 job, in order) in the model's worker thread, so the event loop never blocks. If a batch of
 several jobs fails, each is run again alone, so that one bad request never fails the others; a
-job's exception is raised by its ``submit``. ``capacity`` counts the jobs waiting or running (and
-the streams holding the model, :meth:`BatchQueue.hold`): past it, ``submit`` raises
-:class:`QueueFull` (the server's 503).
+job's exception is raised by its ``submit``; a batch whose clients have all gone (their
+``submit`` cancelled) may stop by raising :class:`Cancelled`. ``capacity`` counts the jobs
+waiting or running (and the streams holding the model, :meth:`BatchQueue.hold`): past it,
+``submit`` raises :class:`QueueFull` (the server's 503).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+
+class Cancelled(Exception):
+    """Every client of a generation has gone: it stops at the next step."""
 
 
 class QueueFull(Exception):
@@ -45,9 +50,10 @@ class BatchQueue:
         max_wait_s: float,
         capacity: int,
         on_batch: Callable[[int], None] = lambda size: None,
+        on_cancel: Callable[[], None] = lambda: None,
     ) -> None:
         self.run, self.max_batch, self.max_wait_s, self.capacity = run, max_batch, max_wait_s, capacity
-        self.on_batch = on_batch
+        self.on_batch, self.on_cancel = on_batch, on_cancel
         self.pending: list[Job] = []
         self.busy = 0  # jobs being run and streams holding the model
         self.arrived = asyncio.Event()
@@ -118,6 +124,9 @@ class BatchQueue:
         self.on_batch(len(live))
         try:
             results = await self.call(self.run, live)
+        except Cancelled:  # every client of the batch has gone (their futures are cancelled)
+            self.on_cancel()
+            return
         except Exception as exc:
             if len(live) == 1:
                 _settle(live[0], exc=exc)

@@ -11,15 +11,16 @@ here: it replaces ``queue.submit`` and :func:`stream_rows` for lm runs.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
-from vaswani.serve.batching import BatchQueue
+from vaswani.serve.batching import BatchQueue, Cancelled
 from vaswani.serve.engine import complete_rows, stream_completion
 from vaswani.serve.errors import ApiError, log_failure
 from vaswani.serve.generate import Generation, source_ids, translate_one
@@ -36,9 +37,11 @@ from vaswani.serve.schemas import (
     Usage,
 )
 from vaswani.serve.security import require_key
-from vaswani.serve.streaming import DONE, Cancelled, Pipe, sse
+from vaswani.serve.streaming import DONE, Pipe, sse
 
 router = APIRouter(dependencies=[Depends(require_key)])
+CLIENT_GONE = 499  # the status logged for a request whose client left before its answer
+DISCONNECT_POLL_S = 0.1
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -77,7 +80,10 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
             }
 
         return stream_completion(request, served, queue, rows[0], decoding, chunk)
-    done = await complete_rows(request, served, queue, rows, decoding, body.n)
+    completing = complete_rows(request, served, queue, rows, decoding, body.n)
+    done: list[Generation] | None = await unless_gone(request, completing)
+    if done is None:
+        return Response(status_code=CLIENT_GONE)
     choices = [
         CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason) for i, g in enumerate(done)
     ]
@@ -125,6 +131,19 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
     else:
         data = [Translation(index=i, text=text) for i, text in enumerate(results)]
     return TranslationResponse(model=served.name, data=data)
+
+
+async def unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """The result of ``work``, or None once the client has gone (``work`` is then cancelled, which
+    tells the batch it is in)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            return None
 
 
 def hypotheses(best: list[Any]) -> list[Hypothesis]:

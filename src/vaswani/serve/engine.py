@@ -116,8 +116,11 @@ async def complete_rows(
                 async for _ in new_ids(row, woken):
                     pass
         finally:
-            for row in rows:
-                row.cancel()  # a client gone: the rows still running stop at the next step
+            gone = [row for row in rows if not row.ended]  # a client gone: they stop at the next step
+            for row in gone:
+                row.cancel()
+            if gone:
+                request.app.state.metrics.cancelled.labels(served.name).inc()
     done = [generation(row) for row in rows]
     request.app.state.metrics.tokens.labels(served.name).inc(sum(g.tokens for g in done))
     return done

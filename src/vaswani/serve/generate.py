@@ -5,7 +5,7 @@ streamed text and the same request's one-shot text are one and the same.
 ``complete(lm, prompts, decoding, watch)`` and ``translate_one(translator, text, decoding,
 watch)`` return one :class:`Generation` per row; ``watch(pieces)`` (optional) is called after
 each step with the new text of every row ("" where none) and may raise
-:class:`~vaswani.serve.streaming.Cancelled` to stop generation at that step boundary (the
+:class:`~vaswani.serve.batching.Cancelled` to stop generation at that step boundary (the
 client has gone). Both run in a worker thread, never on the event loop.
 """
 

@@ -20,9 +20,9 @@ from vaswani.tasks import registry
 ENDPOINTS: dict[str, tuple[str, ...]] = {
     "lm": ("/v1/completions", "/v1/attention"),
     "translation": ("/v1/translations", "/v1/attention"),
-    "mlm": ("/v1/fill-mask", "/v1/embeddings"),
+    "mlm": ("/v1/fill-mask",),
     "encoder": ("/v1/embeddings",),
-    "classify": ("/v1/classifications", "/v1/embeddings"),
+    "classify": ("/v1/classifications",),
     "tag": ("/v1/tags",),
     "image": ("/v1/images/classifications",),
 }

@@ -46,8 +46,11 @@ def served_model(request: Request, name: str | None, tasks: Sequence[str]) -> tu
     return model, request.app.state.queues[model.name]
 
 
-def texts(value: str | list[str], settings: ServeSettings, field: str = "input") -> list[str]:
-    """``value`` as a list of texts, within ``max_inputs`` and ``max_input_chars``."""
+def texts(
+    value: str | list[str], settings: ServeSettings, field: str = "input", count_only: bool = False
+) -> list[str]:
+    """``value`` as a list of texts, within ``max_inputs`` and (unless ``count_only``: base64
+    images, whose size the body cap bounds) ``max_input_chars``."""
     items = [value] if isinstance(value, str) else list(value)
     if not items:
         raise ApiError(422, f"{field}: give at least one text", field)
@@ -56,7 +59,7 @@ def texts(value: str | list[str], settings: ServeSettings, field: str = "input")
             422, f"{field}: {len(items)} texts exceed the server's --max-inputs {settings.max_inputs}", field
         )
     for i, text in enumerate(items):
-        if len(text) > settings.max_input_chars:
+        if not count_only and len(text) > settings.max_input_chars:
             where = field if isinstance(value, str) else f"{field}.{i}"
             raise ApiError(
                 422, f"{where}: {len(text)} characters exceed the server's --max-input-chars "

@@ -128,3 +128,108 @@ class ErrorResponse(BaseModel):
     """Every error: one line, the field it is about, never a traceback."""
 
     error: ErrorBody
+
+
+class TextsRequest(Request):
+    """A text or a list of texts for one of the encoder tasks."""
+
+    input: Texts = Field(description="a text or a list of texts")
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float]
+
+
+class EmbeddingResponse(BaseModel):
+    """OpenAI's ``/v1/embeddings`` shape: unit vectors, mean-pooled."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class Label(BaseModel):
+    label: str
+    score: float
+
+
+class Classification(Label):
+    index: int
+
+
+class ClassificationResponse(BaseModel):
+    object: Literal["classification"] = "classification"
+    model: str
+    data: list[Classification]
+
+
+class FillMaskRequest(TextsRequest):
+    """Texts with ``[MASK]`` where a word is to be predicted."""
+
+    top_k: int = Field(5, description="candidates per [MASK]")
+
+
+class Filled(BaseModel):
+    index: int
+    masks: list[list[Label]] = Field(description="the candidates of each [MASK], best first")
+
+
+class FillMaskResponse(BaseModel):
+    object: Literal["fill-mask"] = "fill-mask"
+    model: str
+    data: list[Filled]
+
+
+class Tagged(BaseModel):
+    index: int
+    words: list[str]
+    tags: list[str]
+
+
+class TagResponse(BaseModel):
+    object: Literal["tags"] = "tags"
+    model: str
+    data: list[Tagged]
+
+
+class ImageRequest(Request):
+    """Images as base64 (or a ``data:image/...;base64,`` URL); or POST the file itself with an
+    ``image/*`` content type (``?model=`` and ``?top_k=`` in the query)."""
+
+    image: str | list[str] = Field(description="an image or a list of images, base64")
+    top_k: int = Field(1, description="classes per image")
+
+
+class ImageClassification(BaseModel):
+    index: int
+    labels: list[Label] = Field(description="the top_k classes, best first")
+
+
+class ImageResponse(BaseModel):
+    object: Literal["image.classification"] = "image.classification"
+    model: str
+    data: list[ImageClassification]
+
+
+class AttentionRequest(Request):
+    input: str = Field(description="one text (a translation run: the source sentence)")
+
+
+class AttentionMapBody(BaseModel):
+    name: str
+    query_axis: str
+    key_axis: str
+    queries: list[str]
+    keys: list[str]
+    weights: list[list[list[list[float]]]] = Field(description="(layers, heads, queries, keys)")
+
+
+class AttentionResponse(BaseModel):
+    object: Literal["attention"] = "attention"
+    model: str
+    title: str
+    output: str | None = Field(None, description="the translation whose attention this is")
+    maps: list[AttentionMapBody]

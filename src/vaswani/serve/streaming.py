@@ -4,7 +4,8 @@
 character: it decodes all the ids so far and emits only the new text, once the text no longer
 ends in an incomplete UTF-8 character (which the byte-level BPE decoder shows as U+FFFD; a
 Chinese character or an emoji may span several byte-level tokens) nor in the beginning of a stop
-string. The pieces joined are the text decoded at the end.
+string. The pieces joined are the text decoded at the end (without a last character whose
+bytes the token budget cut short).
 
 :class:`Pipe` carries the pieces from the model's worker thread to the event loop;
 :func:`sse` formats one event (``data: JSON``), and :data:`DONE` ends a stream as OpenAI's does.
@@ -18,14 +19,11 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from vaswani.serve.batching import Cancelled
 from vaswani.tasks.lm import cut_at_stop, held_back
 
 DONE = "data: [DONE]\n\n"
 END = object()  # what a Pipe yields after the last piece
-
-
-class Cancelled(Exception):
-    """The client of a stream has gone: generation stops at the next step."""
 
 
 class TextStream:
@@ -48,9 +46,10 @@ class TextStream:
         return self._advance(safe)
 
     def finish(self) -> str:
-        """The rest of the text, once generation has ended."""
+        """The rest of the text, once generation has ended; a last character that the budget cut
+        short (its bytes incomplete) is left out."""
         text, self.stopped = cut_at_stop(self.decode(self.ids), self.stop)
-        return self._advance(text)
+        return self._advance(text.removesuffix("\ufffd"))
 
     def _advance(self, text: str) -> str:
         if len(text) <= len(self.shown) or not text.startswith(self.shown):

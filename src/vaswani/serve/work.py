@@ -3,7 +3,8 @@ a key ``(kind, options)``, their inputs are joined into one call of the model's 
 results split back, one per job.
 
 ``runner(served)`` is the ``run`` of that model's :class:`~vaswani.serve.batching.BatchQueue`;
-:data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``.
+:data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``, and
+completions (kind ``complete``) stop early when all their clients have gone.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vaswani.serve.batching import Job
+from vaswani.serve.batching import Cancelled, Job
 from vaswani.serve.generate import complete
 from vaswani.serve.loading import ServedModel
 
@@ -28,8 +29,15 @@ def joined(payloads: list[list[Any]], run: Callable[[list[Any]], Sequence[Any]])
     return out
 
 
-def _complete(lm: Any, decoding: Any, payloads: list[Any]) -> list[Any]:
-    return joined(payloads, lambda prompts: complete(lm, prompts, decoding))
+def complete_batch(lm: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]) -> list[Any]:
+    """The completions of the jobs' prompts in one call, stopped at a step boundary (by
+    :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every client has left."""
+
+    def watch(pieces: list[str]) -> None:
+        if gone():
+            raise Cancelled
+
+    return joined(payloads, lambda prompts: complete(lm, prompts, decoding, watch))
 
 
 def _translate(translator: Any, decoding: Any, payloads: list[Any]) -> list[Any]:
@@ -50,19 +58,21 @@ def _tag(tagger: Any, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, tagger.tag)
 
 
-def _each(method: str) -> Batch:
-    """A batch function calling ``wrapper.method(payload, *options)`` once per payload."""
-    return lambda wrapper, options, payloads: [getattr(wrapper, method)(p, *options) for p in payloads]
+def _fill_mask(mlm: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda texts: [mlm.fill_mask(text, *options) for text in texts])
+
+
+def _images(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+    return joined(payloads, lambda paths: classifier.predict(paths, *options))
 
 
 KINDS: dict[str, Batch] = {
-    "complete": _complete,
     "translate": _translate,
     "embed": _embed,
     "classify": _classify,
     "tag": _tag,
-    "fill_mask": _each("fill_mask"),
-    "images": _each("predict"),
+    "fill_mask": _fill_mask,
+    "images": _images,
 }
 
 
@@ -71,6 +81,14 @@ def runner(served: ServedModel) -> Callable[[Sequence[Job]], list[Any]]:
 
     def run(jobs: Sequence[Job]) -> list[Any]:
         kind, options = jobs[0].key
-        return KINDS[kind](served.wrapper, options, [job.payload for job in jobs])
+        payloads = [job.payload for job in jobs]
+        if kind == "complete":
+            return complete_batch(served.wrapper, options, payloads, lambda: all(gone(job) for job in jobs))
+        return KINDS[kind](served.wrapper, options, payloads)
 
     return run
+
+
+def gone(job: Job) -> bool:
+    """Whether the client of ``job`` has left (its ``submit`` cancelled; read from the worker thread)."""
+    return job.future is not None and job.future.cancelled()
