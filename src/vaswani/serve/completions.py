@@ -1,12 +1,11 @@
 """``/v1/completions`` (lm runs, OpenAI's shape) and ``/v1/translations`` (translation runs).
 
-A one-shot request goes through its model's batching queue (``queue.submit((kind, decoding),
-inputs)``: requests with the same decoding options share one call). A streamed one runs alone in
-the model's worker thread (:func:`stream_rows`), counted in the queue while it runs; its pieces
-arrive as server-sent events, ``finish_reason`` exactly once, in the last chunk, then
-``data: [DONE]``. When the client goes away, the stream's :class:`~vaswani.serve.streaming.Pipe`
-is cancelled and generation stops at the next step. The continuous-batching engine plugs in
-here: it replaces ``queue.submit`` and :func:`stream_rows` for lm runs.
+A completion, one-shot or streamed, joins the running batch of its model's continuous-batching
+engine (:mod:`vaswani.serve.engine`). A one-shot translation goes through its model's batching
+queue (``queue.submit((kind, decoding), inputs)``: requests with the same decoding options share
+one call); a streamed one runs alone in the model's worker thread (:func:`streamed`), counted in
+the queue while it runs. Pieces arrive as server-sent events, ``finish_reason`` exactly once, in
+the last chunk, then ``data: [DONE]``. When the client goes away, generation stops at the next step.
 """
 
 from __future__ import annotations
