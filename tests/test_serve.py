@@ -158,7 +158,7 @@ def test_stop_n_and_seed(client):
         ("/v1/completions", {"prompt": "a", "max_tokens": 0}, 422, "max_tokens", ["1..48"]),
         ("/v1/completions", {"prompt": "a", "n": 5}, 422, "n", ["n"]),
         ("/v1/completions", {"prompt": "a", "temperature": -1}, 422, "temperature", ["decoding.temperature"]),
-        ("/v1/completions", {"prompt": "汤姆" * 40}, 422, None, ["context"]),
+        ("/v1/completions", {"prompt": "汤姆" * 40}, 422, "prompt", ["context"]),
         ("/v1/completions", {"max_tokens": 3}, 422, "prompt", ["prompt"]),
     ],
 )

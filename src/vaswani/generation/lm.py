@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -77,3 +78,21 @@ def lm_next_logits(
         return logits
 
     return next_logits
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found."""
+    found = [text.index(s) for s in stop if s and s in text]
+    return (text[: min(found)], True) if found else (text, False)
+
+
+def held_back(text: str, stop: Sequence[str]) -> int:
+    """How many trailing characters to keep from a stream for now: an incomplete UTF-8
+    character (decoded as U+FFFD) or the beginning of a stop string."""
+    hold = 1 if text.endswith("\ufffd") else 0
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return hold

@@ -21,6 +21,7 @@ from fastapi.responses import Response
 
 from vaswani.serve import completions, page, tasks
 from vaswani.serve.batching import BatchQueue
+from vaswani.serve.engine import engines_of
 from vaswani.serve.errors import install_handlers
 from vaswani.serve.loading import ServedModel, load_models
 from vaswani.serve.metrics import ServeMetrics
@@ -38,6 +39,7 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
     app = FastAPI(title="vaswani", summary="every trained vaswani run behind one HTTP API", version="1")
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.queues = {name: queue_of(served, settings, metrics) for name, served in models.items()}
+    app.state.engines = engines_of(models, settings, metrics)
     install_handlers(app)
     if settings.cors_origins:
         app.add_middleware(

@@ -1,12 +1,11 @@
 """``/v1/completions`` (lm runs, OpenAI's shape) and ``/v1/translations`` (translation runs).
 
-A one-shot request goes through its model's batching queue (``queue.submit((kind, decoding),
-inputs)``: requests with the same decoding options share one call). A streamed one runs alone in
-the model's worker thread (:func:`stream_rows`), counted in the queue while it runs; its pieces
-arrive as server-sent events, ``finish_reason`` exactly once, in the last chunk, then
-``data: [DONE]``. When the client goes away, the stream's :class:`~vaswani.serve.streaming.Pipe`
-is cancelled and generation stops at the next step. The continuous-batching engine plugs in
-here: it replaces ``queue.submit`` and :func:`stream_rows` for lm runs.
+A completion, one-shot or streamed, joins the running batch of its model's continuous-batching
+engine (:mod:`vaswani.serve.engine`). A one-shot translation goes through its model's batching
+queue (``queue.submit((kind, decoding), inputs)``: requests with the same decoding options share
+one call); a streamed one runs alone in the model's worker thread (:func:`streamed`), counted in
+the queue while it runs. Pieces arrive as server-sent events, ``finish_reason`` exactly once, in
+the last chunk, then ``data: [DONE]``. When the client goes away, generation stops at the next step.
 """
 
 from __future__ import annotations
@@ -21,8 +20,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from vaswani.serve.batching import BatchQueue, Cancelled
+from vaswani.serve.engine import complete_rows, stream_completion
 from vaswani.serve.errors import ApiError, log_failure
-from vaswani.serve.generate import Generation, complete, source_ids, translate_one
+from vaswani.serve.generate import Generation, source_ids, translate_one
 from vaswani.serve.loading import ServedModel
 from vaswani.serve.requests import check_max_tokens, decoding_of, served_model, texts
 from vaswani.serve.schemas import (
@@ -71,11 +71,6 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     if body.stream:
         if len(rows) != 1:
             raise ApiError(422, "stream: streaming serves one prompt and n=1", "stream")
-        lm = served.wrapper
-        lm.encode_prompts(rows)  # a prompt too long is refused before the stream starts
-
-        def run(watch: Callable[[list[str]], None]) -> Generation:
-            return complete(lm, rows, decoding, watch)[0]
 
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {
@@ -83,11 +78,11 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
                 "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
             }
 
-        return streamed(request, served, queue, run, chunk)
-    done: list[Generation] | None = await unless_gone(request, queue.submit(("complete", decoding), rows))
+        return stream_completion(request, served, queue, rows[0], decoding, chunk)
+    completing = complete_rows(request, served, queue, rows, decoding, body.n)
+    done: list[Generation] | None = await unless_gone(request, completing)
     if done is None:
         return Response(status_code=CLIENT_GONE)
-    count(request, served, done)
     choices = [
         CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason) for i, g in enumerate(done)
     ]
@@ -153,10 +148,6 @@ async def unless_gone(request: Request, work: Awaitable[Any]) -> Any:
 def hypotheses(best: list[Any]) -> list[Hypothesis]:
     """The n-best list of one text as the response shows it."""
     return [Hypothesis(text=h.text, score=h.score) for h in best]
-
-
-def count(request: Request, served: ServedModel, done: list[Generation]) -> None:
-    request.app.state.metrics.tokens.labels(served.name).inc(sum(g.tokens for g in done))
 
 
 def streamed(

@@ -22,7 +22,7 @@ from vaswani.data.config import TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig
-from vaswani.generation.lm import lm_budget, lm_next_logits
+from vaswani.generation.lm import cut_at_stop, held_back, lm_budget, lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
@@ -274,24 +274,6 @@ class LanguageModel:
         return stream_loss(
             self.model, encode_documents(self.tokenizer, [text]), vocab_size=self.tokenizer.vocab_size
         )
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to the first stop string, and whether one was found."""
-    found = [text.index(s) for s in stop if s and s in text]
-    return (text[: min(found)], True) if found else (text, False)
-
-
-def held_back(text: str, stop: Sequence[str]) -> int:
-    """How many trailing characters to keep from a stream for now: an incomplete UTF-8
-    character (decoded as U+FFFD) or the beginning of a stop string."""
-    hold = 1 if text.endswith("\ufffd") else 0
-    for s in stop:
-        for n in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:n]):
-                hold = max(hold, n)
-                break
-    return hold
 
 
 def check_vocab(run: RunConfig, tokenizer: LMTokenizer, run_dir: Path) -> None:

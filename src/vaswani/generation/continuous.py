@@ -1,0 +1,292 @@
+"""Continuous batching of a decoder-only model: requests join and leave a running batch at step
+boundaries, so that a long generation does not hold back short ones.
+
+The running rows share one KV cache per layer (the model's ``new_cache``: a growing
+:class:`~vaswani.layers.cache.KVCache`, or a :class:`~vaswani.layers.cache.RollingKVCache` in
+windowed layers), left-padded: each row's tokens are the newest columns, a key mask (rows,
+columns) marks them and gives each row its position ids, as in a left-padded batch of
+:func:`~vaswani.generation.lm.lm_next_logits`. A step feeds every row its newest token. A new
+request is prefilled alone (its prompt in one forward pass, its own cache, its first token), then
+its cache joins the batch's; a finished or cancelled row leaves. Joining and leaving regroup the
+caches in one copy: the rows right-aligned on ``max(tokens in view)`` columns, so that columns that
+no row needs any more are dropped and the cache never holds more than ``max_batch`` rows of
+``max_len`` columns. A row whose context is full restarts its view ``max_len // 2`` tokens before
+its end and is prefilled again, as :func:`~vaswani.generation.lm.lm_next_logits` does.
+
+Each request keeps its :class:`DecodingConfig` (greedy or sampled; temperature, top_k, top_p) and
+its own generator (seeded by ``decoding.seed``): a row draws from its own logits with its own
+generator, so a seeded request gives the same tokens alone and in any batch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import DataError, InputError, VaswaniError
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import lm_budget
+from vaswani.generation.request import Decode, Request
+from vaswani.generation.sampling import choose_next
+from vaswani.layers.blocks import LayerCache
+from vaswani.layers.cache import AttentionCache, RollingKVCache
+from vaswani.models.gpt import GPT
+
+
+class QueueFull(VaswaniError):
+    """The engine already holds ``max_pending`` requests waiting for a slot."""
+
+
+class EngineClosed(VaswaniError):
+    """The engine was closed: it takes no more requests, and those it held ended."""
+
+
+class ContinuousEngine:
+    """Continuous batching of ``model`` (a :class:`GPT`) for up to ``max_batch`` rows at once;
+    ``max_pending`` requests may wait for a slot (None: any number); ``on_step(rows)`` is told the
+    rows of each step (a server's batch sizes).
+
+    ``engine.submit(prompt_ids, decoding) -> Request``; :meth:`step` advances every running
+    request by one token (called by :meth:`start`'s thread, or directly). ``decode`` turns ids into
+    text (stop strings, streaming); logits of ids >= ``vocab_size`` (padding of the embedding) are
+    never chosen. Every tensor stays on the model's device; a step reads it once (the new ids).
+    """
+
+    def __init__(
+        self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
+        max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.eos_id, self.decode, self.vocab_size = eos_id, decode, vocab_size
+        self.max_batch, self.max_pending, self.on_step = max_batch, max_pending, on_step
+        self.max_len = model.config.max_len
+        self.rows: list[Request] = []  # the running rows, in the order of the cache's rows
+        self.cache: list[LayerCache] | None = None
+        self.width = 0  # the cache's columns: each row's tokens are its newest ``row.cached``
+        self.steps, self.tokens_generated = 0, 0  # counts, for a server's metrics
+        self._pending: deque[Request] = deque()
+        self._lock = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:  # requests waiting for a slot
+        return len(self._pending)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes held by the running batch's caches."""
+        return sum(c.self_attn.nbytes + c.cross_attn.nbytes for c in self.cache or [])
+
+    def submit(
+        self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
+        on_event: Callable[[Request], None] | None = None,
+    ) -> Request:  # fmt: skip
+        """Queue the generation of a continuation of ``prompt_ids`` (an empty prompt starts from
+        EOS, as a new document) as ``decoding`` says; ``on_event(request)`` is called from the
+        engine's thread after each new token and at the end. A prompt that leaves no room in the context
+        is a DataError, an id outside the vocabulary an InputError, a full queue QueueFull."""
+        budget = lm_budget(decoding)
+        prompt = [int(i) for i in prompt_ids] or [self.eos_id]
+        if len(prompt) >= self.max_len:
+            context = f"the model's context of {self.max_len} (model.max_len)"
+            raise DataError(f"prompt: {len(prompt)} tokens do not fit {context} with room to generate")
+        vocab = self.vocab_size or self.model.config.vocab_size
+        if not all(0 <= i < vocab for i in prompt):
+            raise InputError(f"prompt: token ids must be in [0, {vocab})")
+        generator = decoding.generator(self.device)
+        request = Request(prompt, decoding, budget, self.eos_id, self.decode, generator, on_event)
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            if self.max_pending is not None and len(self._pending) >= self.max_pending:
+                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_pending)")
+            self._pending.append(request)
+            self._lock.notify_all()
+        return request
+
+    def step(self) -> int:
+        """Advance every running request by one token: cancelled rows leave, rows whose context is
+        full restart their view, waiting requests take the free slots (prefilled alone), the rest
+        of the batch steps together, finished rows leave. Returns the rows that got a token."""
+        with torch.no_grad():
+            return self._step()
+
+    def _step(self) -> int:
+        leaving = {id(r) for r in self.rows if r.cancelled}
+        for row in (r for r in self.rows if id(r) in leaving):
+            row._finish("cancelled")
+        full = [r for r in self.rows if id(r) not in leaving and len(r.tokens) - r.start > self.max_len]
+        for row in full:
+            row.start = len(row.tokens) - self.max_len // 2
+        if leaving or full:
+            self._regroup([r for r in self.rows if id(r) not in leaving and r not in full], [])
+        stepped = list(self.rows)
+        tokens = self._decode_batch() if stepped else []
+        joining = full + self._admit(self.max_batch - len(stepped) - len(full))
+        prefilled: list[tuple[Request, list[LayerCache]]] = []
+        for row in joining:
+            try:
+                cache, token = self._prefill(row)
+            except Exception as error:  # one request's failure ends it alone
+                row._finish("error", error)
+                continue
+            prefilled.append((row, cache))
+            tokens.append(token)
+        done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
+        self.steps += 1
+        self.tokens_generated += len(tokens)
+        if self.on_step is not None and tokens:
+            self.on_step(len(tokens))
+        self._regroup(
+            [r for r in stepped if id(r) not in done], [(r, c) for r, c in prefilled if id(r) not in done]
+        )
+        return len(tokens)
+
+    def _admit(self, free: int) -> list[Request]:
+        """Up to ``free`` waiting requests, oldest first (cancelled ones end here)."""
+        taken: list[Request] = []
+        with self._lock:
+            while self._pending and len(taken) < free:
+                request = self._pending.popleft()
+                if request.cancelled:
+                    request._finish("cancelled")
+                else:
+                    taken.append(request)
+        return taken
+
+    def _logits(self, tokens: Tensor, mask: Tensor | None, cache: list[LayerCache]) -> Tensor:
+        logits = self.model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1].float()
+        if self.vocab_size is not None and self.vocab_size < logits.shape[-1]:
+            logits[:, self.vocab_size :] = -math.inf
+        return logits
+
+    def _choose(self, logits: Tensor, rows: list[Request]) -> list[int]:
+        """Each row's next token: argmax, or a draw with its own decoding and generator."""
+        choice = logits.argmax(dim=-1)
+        for i, row in enumerate(rows):
+            if row.decoding.strategy == "sample":
+                choice[i] = choose_next(logits[i : i + 1], row.decoding, row.generator)[0]
+        return choice.tolist()
+
+    def _prefill(self, row: Request) -> tuple[list[LayerCache], int]:
+        """The row's tokens in view in one forward pass, alone: its cache and next token."""
+        view = row.tokens[row.start :]
+        cache = self.model.new_cache()
+        ids = torch.tensor([view], dtype=torch.long, device=self.device)
+        token = self._choose(self._logits(ids, None, cache), [row])[0]
+        row.cached = len(view)
+        return cache, token
+
+    def _decode_batch(self) -> list[int]:
+        """One step of the running batch: each row's newest token, fed with the key mask of the
+        rows' tokens (left out when no row is padded: positions then follow the cache)."""
+        assert self.cache is not None
+        newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
+        mask = None
+        if any(r.cached < self.width for r in self.rows):
+            mask = _suffix_mask([r.cached + 1 for r in self.rows], self.width + 1, self.device)
+        tokens = self._choose(self._logits(newest, mask, self.cache), self.rows)
+        self.width += 1
+        for row in self.rows:
+            row.cached += 1
+        return tokens
+
+    def _regroup(self, keep: list[Request], joining: list[tuple[Request, list[LayerCache]]]) -> None:
+        """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
+        own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
+        rows = keep + [r for r, _ in joining]
+        if not rows:
+            self.rows, self.cache, self.width = [], None, 0
+            return
+        if keep == self.rows and not joining:
+            return
+        width = max(r.cached for r in rows)
+        place = {id(r): i for i, r in enumerate(self.rows)}
+        index = torch.tensor([place[id(r)] for r in keep], dtype=torch.long, device=self.device)
+        cache = self.model.new_cache()
+        for layer, target in enumerate(cache):
+            parts: list[tuple[Tensor, Tensor]] = []
+            if keep:
+                assert self.cache is not None
+                source = self.cache[layer].self_attn
+                assert source.key is not None and source.value is not None
+                parts.append((source.key.index_select(0, index), source.value.index_select(0, index)))
+            for _, own in joining:
+                key, value = own[layer].self_attn.key, own[layer].self_attn.value
+                assert key is not None and value is not None
+                parts.append((key, value))
+            _fill(target.self_attn, parts, width)
+        self.rows, self.cache, self.width = rows, cache, width
+
+    def start(self) -> ContinuousEngine:
+        """Run :meth:`step` in a thread of its own while there is work."""
+        self._thread = threading.Thread(target=self._drive, name="vaswani-continuous", daemon=True)
+        self._thread.start()
+        return self
+
+    def _drive(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self._pending and not self.rows:
+                    self._lock.wait()
+                if self._closed:
+                    break
+            try:
+                self.step()
+            except Exception as error:  # the batch failed: its requests end with the error
+                for row in self.rows:
+                    row._finish("error", error)
+                self.rows, self.cache, self.width = [], None, 0
+        self._end_all()
+
+    def close(self) -> None:
+        """Take no more requests; end those held (cancelled) and stop the thread."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._end_all()
+
+    def _end_all(self) -> None:
+        with self._lock:
+            held, self._pending = list(self._pending) + self.rows, deque()
+        for request in held:
+            request._finish("cancelled")
+        self.rows, self.cache, self.width = [], None, 0
+
+
+def _suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
+    """(rows, width) True on the newest ``lengths[i]`` columns of row i: its tokens."""
+    starts = torch.tensor([width - n for n in lengths], dtype=torch.long, device=device)
+    return torch.arange(width, device=device) >= starts[:, None]
+
+
+def _fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
+    """Fill an empty cache with the rows of ``parts`` ((rows, heads, kept, d_head) keys and values,
+    the newest last), right-aligned on ``width`` columns, the columns before a row's zeros (masked).
+    A rolling cache keeps at most its window (and no more than ``width``) and counts ``width``."""
+    kept = width
+    if isinstance(target, RollingKVCache):
+        kept = min(width, max(key.shape[2] for key, _ in parts))
+    (first_key, first_value), rows = parts[0], sum(key.shape[0] for key, _ in parts)
+    key = first_key.new_zeros(rows, first_key.shape[1], kept, first_key.shape[3])
+    value = first_value.new_zeros(rows, first_value.shape[1], kept, first_value.shape[3])
+    row = 0
+    for part_key, part_value in parts:
+        n, have = part_key.shape[0], min(part_key.shape[2], kept)
+        key[row : row + n, :, kept - have :] = part_key[:, :, part_key.shape[2] - have :]
+        value[row : row + n, :, kept - have :] = part_value[:, :, part_value.shape[2] - have :]
+        row += n
+    target.append(key, value)
+    target.length = width

@@ -1,0 +1,166 @@
+"""Continuous batching behind ``/v1/completions``: one
+:class:`~vaswani.generation.continuous.ContinuousEngine` per served lm run, in a thread of its own,
+so that completions join and leave a running batch at step boundaries and a long one does not hold
+back short ones (one-shot and streamed requests alike, up to ``--max-batch`` rows).
+
+``engines_of(models, settings, metrics)`` starts them (``app.state.engines``: model id → engine);
+:func:`complete_rows` awaits the completions of some prompts and :func:`stream_completion` streams
+one as server-sent events. Both count in the model's queue (``queue.hold``: its length, and the 503
+of a full queue), wait on the event loop without blocking it (the engine wakes them), and cancel
+their rows when the client goes away.
+
+Translations stay batched per call by the model's :class:`~vaswani.serve.batching.BatchQueue`
+(requests that arrive together decode together): joining a running batch at a step boundary would
+need per-row target positions and a target key mask in ``Transformer.decode``, which does not take
+them (its decoder rows all continue after the same number of cached tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.continuous import ContinuousEngine
+from vaswani.generation.request import Request as EngineRequest
+from vaswani.serve.batching import BatchQueue
+from vaswani.serve.errors import log_failure
+from vaswani.serve.generate import Generation
+from vaswani.serve.loading import ServedModel
+from vaswani.serve.metrics import ServeMetrics
+from vaswani.serve.settings import ServeSettings
+from vaswani.serve.streaming import DONE, TextStream, sse
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def engines_of(
+    models: dict[str, ServedModel], settings: ServeSettings, metrics: ServeMetrics
+) -> dict[str, ContinuousEngine]:
+    """A started engine for each lm run of ``models``, its steps' rows counted as batch sizes."""
+    engines = {}
+    for name, served in models.items():
+        if served.task == "lm":
+            tok = served.wrapper.tokenizer
+            engines[name] = ContinuousEngine(
+                served.wrapper.model, tok.eos_id, tok.decode, tok.vocab_size, settings.max_batch,
+                on_step=metrics.batch.labels(name).observe,
+            ).start()  # fmt: skip
+    return engines
+
+
+def submit(
+    engine: ContinuousEngine, served: ServedModel, prompt: str, decoding: DecodingConfig,
+    wake: Callable[[EngineRequest], None],
+) -> EngineRequest:  # fmt: skip
+    """Queue one prompt; a prompt too long (or a bad option) raises its one-line error here."""
+    return engine.submit(served.wrapper.tokenizer.encode(prompt), decoding, on_event=wake)
+
+
+def waker(each_token: bool) -> tuple[asyncio.Event, Callable[[EngineRequest], None]]:
+    """An event of the running loop and the engine's ``on_event`` that sets it from the engine's
+    thread: after each token, or (not ``each_token``) only when a row ends."""
+    loop, event = asyncio.get_running_loop(), asyncio.Event()
+
+    def wake(row: EngineRequest) -> None:
+        if each_token or row.finish_reason is not None:
+            loop.call_soon_threadsafe(event.set)  # raises once the loop is closed: the row is cancelled
+
+    return event, wake
+
+
+async def new_ids(row: EngineRequest, woken: asyncio.Event) -> AsyncIterator[list[int]]:
+    """The ids of ``row`` as the engine adds them, until it ends (its failure raised)."""
+    while True:
+        new = row.drain()
+        if new:
+            yield new
+        if row.ended:
+            return
+        if not new:
+            await woken.wait()
+            woken.clear()
+
+
+def generation(row: EngineRequest) -> Generation:
+    """The ended ``row`` as the server reports it (its EOS not counted as a generated token; a last
+    character whose bytes the budget cut short left out, as :meth:`TextStream.finish` leaves it out
+    of a stream, so that the one-shot text is the streamed one)."""
+    ids = row.ids[:-1] if row.ids and row.ids[-1] == row.eos_id else row.ids
+    reason = "stop" if row.finish_reason == "stop" else "length"
+    return Generation(row.text().removesuffix("\ufffd"), reason, len(ids), len(row.prompt))
+
+
+async def complete_rows(
+    request: Request,
+    served: ServedModel,
+    queue: BatchQueue,
+    prompts: list[str],
+    decoding: DecodingConfig,
+    n: int,
+) -> list[Generation]:
+    """The completion of each of ``prompts`` (each ``n`` times in a row: with a seed, choice j
+    draws from seed + j), through the model's engine."""
+    engine: ContinuousEngine = request.app.state.engines[served.name]
+    with queue.hold():
+        woken, wake = waker(each_token=False)
+        rows: list[EngineRequest] = []
+        try:
+            for i, prompt in enumerate(prompts):
+                seeded = decoding if decoding.seed is None else replace(decoding, seed=decoding.seed + i % n)
+                rows.append(submit(engine, served, prompt, seeded, wake))
+            for row in rows:
+                async for _ in new_ids(row, woken):
+                    pass
+        finally:
+            gone = [row for row in rows if not row.ended]  # a client gone: they stop at the next step
+            for row in gone:
+                row.cancel()
+            if gone:
+                request.app.state.metrics.cancelled.labels(served.name).inc()
+    done = [generation(row) for row in rows]
+    request.app.state.metrics.tokens.labels(served.name).inc(sum(g.tokens for g in done))
+    return done
+
+
+def stream_completion(
+    request: Request, served: ServedModel, queue: BatchQueue, prompt: str, decoding: DecodingConfig,
+    chunk: Callable[[str, str | None], dict[str, Any]],
+) -> StreamingResponse:  # fmt: skip
+    """One completion streamed through the model's engine: its text in pieces never cut inside a
+    character (:class:`~vaswani.serve.streaming.TextStream`), the finish reason in the last chunk,
+    then ``data: [DONE]``; the row stops when the client goes away."""
+    engine: ContinuousEngine = request.app.state.engines[served.name]
+    metrics = request.app.state.metrics
+    queue.check_room()
+    woken, wake = waker(each_token=True)
+    row = submit(engine, served, prompt, decoding, wake)
+
+    async def events() -> AsyncIterator[str]:
+        text = TextStream(served.wrapper.tokenizer.decode, decoding.stop)
+        with queue.hold(check=False):
+            try:
+                async for new in new_ids(row, woken):
+                    piece = "".join(text.push(t) for t in new if t != row.eos_id)
+                    if piece:
+                        yield sse(chunk(piece, None))
+                rest, done = text.finish(), generation(row)
+                metrics.tokens.labels(served.name).inc(done.tokens)
+                if rest:
+                    yield sse(chunk(rest, None))
+                yield sse(chunk("", done.finish_reason))
+                yield DONE
+            except Exception as exc:  # the stream has begun: end it with one line, never a traceback
+                log_failure(request.url.path, exc, request.app.state.settings.debug)
+                yield sse({"error": {"message": "internal error: generation failed", "type": "server_error"}})
+            finally:
+                if not row.ended:
+                    row.cancel()
+                    metrics.cancelled.labels(served.name).inc()
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
