@@ -1,13 +1,17 @@
 """``Linear``: the oneDNN inference path computes what ``F.linear`` and the activation compute,
-for every shape a model feeds it, and training, autocast and other dtypes keep PyTorch's path."""
+for every shape a model feeds it, and training, autocast and other dtypes keep PyTorch's path; the
+oneDNN training path (forward and backward) computes what ``F.linear``'s autograd computes."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 from tests.helpers import linear_reference
+from vaswani.layers import kernels
 from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applies
 
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
@@ -66,3 +70,117 @@ def test_same_parameters_as_nn_linear():
     layer, plain = Linear(16, 24), nn.Linear(16, 24)
     assert layer.state_dict().keys() == plain.state_dict().keys()
     assert isinstance(layer, nn.Linear)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training through oneDNN's linear (where MKL runs AVX2 kernels only)
+
+needs_onednn = pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
+
+
+def gradients(layer: Linear, x: torch.Tensor, activation: str, oneDNN: bool) -> list[torch.Tensor]:
+    """The output and the gradients (x, W, b) of a random cotangent, by ``onednn_train_linear`` or by
+    ``F.linear``'s autograd."""
+    x = x.detach().clone().requires_grad_()
+    layer.zero_grad(set_to_none=True)
+    product = kernels.onednn_train_linear if oneDNN else torch.nn.functional.linear
+    out = ACTIVATIONS[activation](product(x, layer.weight, layer.bias))
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(7)))
+    grads = [x.grad, layer.weight.grad] + ([layer.bias.grad] if layer.bias is not None else [])
+    return [out.detach(), *grads]
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.randn(5, 16),
+        lambda: torch.randn(2, 33, 16),
+        lambda: torch.randn(2, 3, 4, 16),
+        lambda: torch.randn(4, 7, 16)[:, -3:],  # a slice: not contiguous
+        lambda: torch.randn(16, 9).t(),  # a transposed view
+    ],
+)
+def test_onednn_training_equals_f_linear_forward_and_backward(make, bias):
+    torch.manual_seed(4)
+    layer, x = Linear(16, 24, bias=bias), make() * 3
+    fast, reference = gradients(layer, x, "gelu", True), gradients(layer, x, "gelu", False)
+    for a, b in zip(fast, reference, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16)])
+def test_training_on_no_rows_gives_zero_gradients_without_a_warning(shape, monkeypatch):
+    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: True)
+    layer, x = Linear(16, 24), torch.randn(*shape, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = layer(x, "gelu")
+        out.sum().backward()
+    assert out.shape == (*shape[:-1], 24) and x.grad.shape == shape
+    assert torch.equal(layer.weight.grad, torch.zeros(24, 16))
+
+
+@needs_onednn
+def test_onednn_training_computes_only_the_gradients_asked_for():
+    torch.manual_seed(5)
+    layer, x = Linear(16, 24), torch.randn(3, 16, requires_grad=True)
+    layer.weight.requires_grad_(False)
+    kernels.onednn_train_linear(x, layer.weight, layer.bias).sum().backward()
+    assert layer.weight.grad is None
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(3, 16))
+    torch.testing.assert_close(layer.bias.grad, torch.full((24,), 3.0))
+
+
+@needs_onednn
+def test_where_mkl_runs_avx2_only_fp32_training_takes_onednn(monkeypatch):
+    """Forward, grad_x and grad_W are three calls of the op; inference, autocast, float64, no
+    gradients and an Intel CPU keep their paths."""
+    calls = []
+    op = kernels.ONEDNN_TRAINING
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(args[3])
+        return op(*args)
+
+    monkeypatch.setattr(kernels, "ONEDNN_TRAINING", counted)
+    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: True)
+    layer, x = Linear(16, 24), torch.randn(3, 16, requires_grad=True)
+    assert kernels.onednn_trains(x, layer.weight)
+    layer(x, "silu").sum().backward()
+    assert calls == ["none"] * 3
+    with torch.no_grad():
+        assert not kernels.onednn_trains(x, layer.weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not kernels.onednn_trains(x, layer.weight)
+    assert not kernels.onednn_trains(x.double(), layer.weight.double())
+    assert not kernels.onednn_trains(x.detach(), layer.weight.detach())
+    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: False)
+    assert not kernels.onednn_trains(x, layer.weight)
+
+
+def test_the_cpu_vendor_decides():
+    amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
+    intel = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t: avx512f amx_bf16\n"
+    assert kernels.made_by_intel(amd) is False
+    assert kernels.made_by_intel(intel) is True
+    assert kernels.made_by_intel("processor\t: 0\nBogoMIPS\t: 50.00\n") is None  # an Arm CPU
+
+
+@needs_onednn
+def test_an_onednn_op_that_fails_in_training_falls_back_to_pytorch_once_with_a_warning(monkeypatch):
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("mkldnn: unsupported\nsecond line")
+
+    monkeypatch.setattr(kernels, "ONEDNN_TRAINING", broken)
+    torch.manual_seed(6)
+    layer, x = Linear(16, 24), torch.randn(2, 5, 16)
+    reference = gradients(layer, x, "relu", False)
+    with pytest.warns(RuntimeWarning, match=r"oneDNN's linear failed in training \(mkldnn: unsupported\)"):
+        fallback = gradients(layer, x, "relu", True)
+    assert kernels.ONEDNN_TRAINING is None
+    assert not kernels.onednn_trains(x.requires_grad_(), layer.weight)
+    for a, b in zip(fallback, reference, strict=True):
+        torch.testing.assert_close(a, b)

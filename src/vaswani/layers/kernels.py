@@ -11,12 +11,17 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
   or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
   ``F.linear`` from then on.
+- Training's projections: the same oneDNN linear for the forward product and both backward ones,
+  or ``F.linear`` and its autograd (MKL's GEMM) (:func:`onednn_trains`, :func:`onednn_train_linear`),
+  where MKL runs its AVX2 kernels only (a CPU not made by Intel).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -124,3 +129,112 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: st
             stacklevel=2,
         )
         return None
+
+
+def made_by_intel(cpuinfo: str) -> bool | None:
+    """Whether the CPU described by ``cpuinfo`` (the text of Linux's ``/proc/cpuinfo``) is Intel's
+    (``vendor_id: GenuineIntel``); None where it names no vendor (not an x86 CPU)."""
+    vendors = {line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("vendor_id")}
+    return "GenuineIntel" in vendors if vendors else None
+
+
+@functools.cache
+def mkl_runs_avx2_only() -> bool:
+    """Whether torch's BLAS is MKL on an x86 CPU not made by Intel (``AuthenticAMD``,
+    ``HygonGenuine``, …), where MKL dispatches its AVX2 kernels even when the CPU has AVX-512.
+    False where ``/proc/cpuinfo`` cannot be read (another OS) or names no vendor."""
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return made_by_intel(info) is False
+
+
+ONEDNN_TRAINING = ONEDNN_LINEAR
+"""oneDNN's linear for training's products (:func:`onednn_train_linear`), or None where this torch
+lacks it or a call to it failed (then ``F.linear`` and its autograd are used). Its own switch: a
+failure in one path turns off that path only."""
+
+
+def onednn_trains(x: Tensor, weight: Tensor) -> bool:
+    """Whether a projection ``x Wᵀ + b`` that needs gradients should run its forward and backward
+    products through oneDNN's linear (:func:`onednn_train_linear`) rather than ``F.linear`` and its
+    autograd, which call MKL's GEMM: float32 on the CPU, gradients on, no autocast, not inside
+    ``torch.compile`` (which picks its own kernels), on a CPU where MKL runs AVX2 kernels only
+    (:func:`mkl_runs_avx2_only`).
+
+    Measured on an AMD EPYC (Zen 5: AVX-512 with full 512-bit units), 1 thread, torch 2.13, at the
+    ViT-Ti/16 shapes (6,304 rows by 192 → 576, 192 → 192, 192 → 768, 768 → 192): MKL's ``addmm``
+    and the backward ``mm`` run at 94-103 GFLOP/s (its AVX2 kernels), oneDNN's linear at 212-230
+    GFLOP/s for the forward and the input gradient, 138-176 GFLOP/s for the weight gradient
+    (reading the transposed operands as strided views); the ViT-Ti training step from 1.02x to
+    1.5x Hugging Face's (``benchmarks/vit_speed.py``). On an Intel CPU (a Xeon with AVX-512 and
+    AMX) MKL runs its AVX-512 kernels, and float32 products use no AMX tiles in either library,
+    so oneDNN has no such margin there, and the extra copies (the transposed weight) and calls
+    would lose: training keeps ``F.linear`` on Intel CPUs."""
+    return (
+        ONEDNN_TRAINING is not None
+        and not torch.compiler.is_compiling()
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad)
+        and not torch.is_autocast_enabled("cpu")
+        and mkl_runs_avx2_only()
+        and x.numel() > 0  # oneDNN makes no weight gradient of no rows
+    )
+
+
+def _product(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``a bᵀ (+ bias)`` for 2-D ``a`` (m, k) and ``b`` (n, k), either possibly a strided view: by
+    :data:`ONEDNN_TRAINING`, or by ``torch.mm`` once that has failed (turned off for the process,
+    with one warning)."""
+    global ONEDNN_TRAINING
+    op = ONEDNN_TRAINING
+    if op is not None:
+        try:
+            return op(a, b, bias, "none", [], "")
+        except Exception as exc:  # a private op: its signature or its support may change with torch
+            ONEDNN_TRAINING = None
+            warnings.warn(
+                f"oneDNN's linear failed in training ({first_line(exc)}); using F.linear from now on",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return a @ b.t() if bias is None else torch.addmm(bias, a, b.t())
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """x Wᵀ + b with the forward product and both backward ones (grad_x = g W, grad_W = gᵀ x) by
+    :func:`_product`; grad_b = Σ g over the rows."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor, weight: Tensor,
+                bias: Tensor | None) -> Tensor:  # fmt: skip
+        rows = x.reshape(-1, x.shape[-1])
+        out = _product(rows, weight, bias)
+        ctx.save_for_backward(rows, weight)
+        ctx.x_shape = x.shape
+        ctx.has_bias = bias is not None
+        return out.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx,
+                 grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:  # fmt: skip
+        rows, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        needs_x, needs_w, needs_b = ctx.needs_input_grad
+        grad_x = _product(g, weight.t()).view(ctx.x_shape) if needs_x else None
+        grad_w = _product(g.t(), rows.t()) if needs_w else None
+        grad_b = g.sum(0) if ctx.has_bias and needs_b else None
+        return grad_x, grad_w, grad_b
+
+
+def onednn_train_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x Wᵀ + b`` (x: (…, in), W: (out, in)) → (…, out) with gradients, every product by oneDNN's
+    linear (:func:`onednn_trains` says where): the same float32 arithmetic as ``F.linear`` and its
+    backward in another order (results differ at rounding level)."""
+    return _OneDNNLinear.apply(x, weight, bias)
