@@ -12,6 +12,7 @@ from torch import nn
 
 from tests.helpers import linear_reference
 from vaswani.layers import kernels
+from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applies
 
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
@@ -73,7 +74,7 @@ def test_same_parameters_as_nn_linear():
 
 
 # ---------------------------------------------------------------------------------------------
-# Training through oneDNN's linear (where MKL runs AVX2 kernels only)
+# Training through oneDNN's linear (where MKL skips AVX-512)
 
 needs_onednn = pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
 
@@ -113,7 +114,7 @@ def test_onednn_training_equals_f_linear_forward_and_backward(make, bias):
 
 @pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16)])
 def test_training_on_no_rows_gives_zero_gradients_without_a_warning(shape, monkeypatch):
-    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: True)
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", True)
     layer, x = Linear(16, 24), torch.randn(*shape, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -135,7 +136,7 @@ def test_onednn_training_computes_only_the_gradients_asked_for():
 
 
 @needs_onednn
-def test_where_mkl_runs_avx2_only_fp32_training_takes_onednn(monkeypatch):
+def test_where_mkl_skips_avx512_fp32_training_takes_onednn(monkeypatch):
     """Forward, grad_x and grad_W are three calls of the op; inference, autocast, float64, no
     gradients and an Intel CPU keep their paths."""
     calls = []
@@ -146,7 +147,7 @@ def test_where_mkl_runs_avx2_only_fp32_training_takes_onednn(monkeypatch):
         return op(*args)
 
     monkeypatch.setattr(kernels, "ONEDNN_TRAINING", counted)
-    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: True)
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", True)
     layer, x = Linear(16, 24), torch.randn(3, 16, requires_grad=True)
     assert kernels.onednn_trains(x, layer.weight)
     layer(x, "silu").sum().backward()
@@ -157,16 +158,19 @@ def test_where_mkl_runs_avx2_only_fp32_training_takes_onednn(monkeypatch):
         assert not kernels.onednn_trains(x, layer.weight)
     assert not kernels.onednn_trains(x.double(), layer.weight.double())
     assert not kernels.onednn_trains(x.detach(), layer.weight.detach())
-    monkeypatch.setattr(kernels, "mkl_runs_avx2_only", lambda: False)
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", False)
     assert not kernels.onednn_trains(x, layer.weight)
 
 
-def test_the_cpu_vendor_decides():
-    amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
-    intel = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t: avx512f amx_bf16\n"
-    assert kernels.made_by_intel(amd) is False
-    assert kernels.made_by_intel(intel) is True
-    assert kernels.made_by_intel("processor\t: 0\nBogoMIPS\t: 50.00\n") is None  # an Arm CPU
+def test_the_cpu_vendor_and_avx512_decide():
+    def cpuinfo(vendor: str, flags: str) -> str:
+        return f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 26\nflags\t\t: fpu sse2 {flags}\n"
+
+    assert kernels.mkl_skips_avx512(cpuinfo("AuthenticAMD", "avx2 avx512f avx512_bf16"))
+    assert not kernels.mkl_skips_avx512(cpuinfo("AuthenticAMD", "avx2"))  # AVX2 in both libraries
+    assert not kernels.mkl_skips_avx512(cpuinfo("GenuineIntel", "avx2 avx512f amx_bf16"))
+    assert not kernels.mkl_skips_avx512("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n")  # Arm
+    assert not kernels.mkl_skips_avx512("")
 
 
 @needs_onednn
@@ -184,3 +188,28 @@ def test_an_onednn_op_that_fails_in_training_falls_back_to_pytorch_once_with_a_w
     assert not kernels.onednn_trains(x.requires_grad_(), layer.weight)
     for a, b in zip(fallback, reference, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@needs_onednn
+def test_onednn_training_inside_torch_compile_is_one_graph_with_eager_gradients(monkeypatch):
+    """The products are one custom op to dynamo (no graph break), in the forward and the backward
+    graph, and the compiled step gives the eager gradients."""
+    calls = []
+    op = kernels.ONEDNN_TRAINING
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(args[3])
+        return op(*args)
+
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", True)
+    torch.manual_seed(8)
+    ffn, x = FeedForward(16, 32, "gelu"), torch.randn(2, 5, 16)
+    ffn(x).square().sum().backward()
+    eager = [p.grad for p in ffn.parameters()]
+    ffn.zero_grad(set_to_none=True)
+    monkeypatch.setattr(kernels, "ONEDNN_TRAINING", counted)
+    compiled = torch.compile(ffn, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled(x).square().sum().backward()
+    assert len(calls) == 5  # 2 forward products, 2 grad_W, the grad_x of the second layer (x needs none)
+    for p, g in zip(ffn.parameters(), eager, strict=True):
+        torch.testing.assert_close(p.grad, g)

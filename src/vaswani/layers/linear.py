@@ -1,5 +1,5 @@
 """The affine map of every projection: ``nn.Linear`` with faster CPU kernels (inference, and training
-where MKL runs AVX2 kernels only)."""
+where MKL skips AVX-512)."""
 
 from __future__ import annotations
 
