@@ -193,7 +193,7 @@ def test_an_onednn_op_that_fails_in_training_falls_back_to_pytorch_once_with_a_w
 @needs_onednn
 def test_onednn_training_inside_torch_compile_is_one_graph_with_eager_gradients(monkeypatch):
     """The products are one custom op to dynamo (no graph break), in the forward and the backward
-    graph, and the compiled step gives the eager gradients."""
+    graph, and the compiled step gives the gradients of eager ``F.linear``."""
     calls = []
     op = kernels.ONEDNN_TRAINING
 
@@ -201,12 +201,13 @@ def test_onednn_training_inside_torch_compile_is_one_graph_with_eager_gradients(
         calls.append(args[3])
         return op(*args)
 
-    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", True)
     torch.manual_seed(8)
     ffn, x = FeedForward(16, 32, "gelu"), torch.randn(2, 5, 16)
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", False)
     ffn(x).square().sum().backward()
     eager = [p.grad for p in ffn.parameters()]
     ffn.zero_grad(set_to_none=True)
+    monkeypatch.setattr(kernels, "MKL_SKIPS_AVX512", True)
     monkeypatch.setattr(kernels, "ONEDNN_TRAINING", counted)
     compiled = torch.compile(ffn, backend="aot_eager", fullgraph=True, dynamic=True)
     compiled(x).square().sum().backward()
