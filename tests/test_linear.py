@@ -76,7 +76,9 @@ def test_same_parameters_as_nn_linear():
 # ---------------------------------------------------------------------------------------------
 # Training through oneDNN's linear (where MKL skips AVX-512)
 
-needs_onednn = pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
+needs_onednn = pytest.mark.skipif(
+    not (kernels.HAS_ONEDNN and kernels.HAS_CUSTOM_OP), reason="this torch has no oneDNN linear or custom ops"
+)
 
 
 def gradients(layer: Linear, x: torch.Tensor, activation: str, oneDNN: bool) -> list[torch.Tensor]:

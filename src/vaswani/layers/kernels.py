@@ -154,10 +154,13 @@ MKL_SKIPS_AVX512 = torch.backends.mkl.is_available() and mkl_skips_avx512(_read_
 """Whether torch's BLAS is MKL on a CPU where it skips AVX-512 (:func:`mkl_skips_avx512`), read once
 at import."""
 
-ONEDNN_TRAINING = ONEDNN_LINEAR
+HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
+"""Whether this torch has ``torch.library.custom_op`` (2.4 and later), which the training path needs."""
+
+ONEDNN_TRAINING = ONEDNN_LINEAR if HAS_CUSTOM_OP else None
 """oneDNN's linear for training's products (:func:`onednn_train_linear`), or None where this torch
-lacks it or a call to it failed (then ``F.linear`` and its autograd are used). Its own switch: a
-failure in one path turns off that path only."""
+lacks it or custom ops, or a call to it failed (then ``F.linear`` and its autograd are used). Its
+own switch: a failure in one path turns off that path only."""
 
 
 def onednn_trains(x: Tensor, weight: Tensor) -> bool:
@@ -188,8 +191,7 @@ def onednn_trains(x: Tensor, weight: Tensor) -> bool:
     )
 
 
-@torch.library.custom_op("vaswani::onednn_product", mutates_args=())
-def onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+def _onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
     """``a bᵀ (+ bias)`` (m, n) for 2-D ``a`` (m, k) and ``b`` (n, k), either possibly a strided
     view: by :data:`ONEDNN_TRAINING`, or by ``torch.addmm`` for empty operands (oneDNN makes no
     product of them) and once the op has failed (turned off for the process, with one warning)."""
@@ -209,12 +211,13 @@ def onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
     return torch.addmm(zeros if bias is None else bias, a, b.t())
 
 
-@onednn_product.register_fake
-def _(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+def _product_shape(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """The (m, n) result of :func:`onednn_product`, unfilled (for tracing)."""
     return a.new_empty(a.shape[0], b.shape[0])
 
 
 def _keep_operands(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor | None], output: Tensor) -> None:
+    """Keeps ``a`` and ``b`` for the backward pass, and whether there was a bias."""
     a, b, bias = inputs
     ctx.save_for_backward(a, b)
     ctx.has_bias = bias is not None
@@ -240,7 +243,11 @@ def _product_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | N
     return grad_a, grad_b, grad_bias
 
 
-onednn_product.register_autograd(_product_backward, setup_context=_keep_operands)
+if HAS_CUSTOM_OP:
+    onednn_product = torch.library.custom_op("vaswani::onednn_product", mutates_args=())(_onednn_product)
+    """:func:`_onednn_product` as one custom op, with its autograd: opaque to ``torch.compile``."""
+    onednn_product.register_fake(_product_shape)
+    onednn_product.register_autograd(_product_backward, setup_context=_keep_operands)
 
 
 def onednn_train_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
