@@ -15,7 +15,11 @@ Inputs are batches of 32 random images (N(0, 1) pixel values, as normalised imag
 2. **training images/s** (steps/s = images/s ÷ 32): the forward in train mode (dropout 0 in both, ViT's
    default), cross-entropy on random labels, backward, and a ``torch.optim.AdamW`` step (lr 1e-3, weight
    decay 0.05, fused) over every parameter; each side has its own optimizer;
-3. **peak memory of training**: each side trains a few steps in a fresh (spawned) process, which reports
+3. with ``--compile``, **training images/s through ``torch.compile``** (inductor, ``dynamic=True``), in
+   rows of their own: ours through the trainer's ``--compile`` path
+   (``vaswani.training.compilation.compile_for_training``), Hugging Face's model through
+   ``torch.compile`` with the same settings; each compiled in its warm-up calls;
+4. **peak memory of training**: each side trains a few steps in a fresh (spawned) process, which reports
    the growth of its resident size over the built model (``VmRSS`` → ``VmHWM``; on a GPU the allocator's
    peak), lower is better.
 
@@ -27,6 +31,7 @@ ours/HF >= 1.2 for inference and training in fp32.
     python benchmarks/vit_speed.py --quick        # smoke run: a tiny ViT, batch 4, seconds
     python benchmarks/vit_speed.py --fp32         # fp32 only (--bf16: bf16 autocast only)
     python benchmarks/vit_speed.py --threads 1 --clock cpu   # steadiest on a busy machine
+    python benchmarks/vit_speed.py --fp32 --compile   # and the training step through torch.compile
     python benchmarks/vit_speed.py --device cuda  # on a GPU (wall clock, synchronised)
 """
 
@@ -64,6 +69,7 @@ from torch import Tensor, nn
 from vaswani.interop.common import read_hf_config, read_hf_weights
 from vaswani.interop.vit import config_from_hf, state_from_hf
 from vaswani.models.vit import ViT
+from vaswani.training.compilation import BACKEND, CompiledModel, compile_for_training
 
 try:  # the `compare` extra: pip install -e .[compare]
     import transformers
@@ -139,6 +145,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
 
+def compiled(side: str, model: nn.Module) -> nn.Module:
+    """``side``'s model through ``torch.compile`` for training: ours by the trainer's ``--compile``
+    path, Hugging Face's by ``torch.compile`` with the same backend and ``dynamic=True``."""
+    if side == "ours":
+        return compile_for_training(model)
+    return torch.compile(model, backend=BACKEND, dynamic=True)  # type: ignore[return-value]
+
+
 def inference(
     side: str, model: nn.Module, inputs: Inputs, bf16: bool, device: torch.device
 ) -> Callable[[int], None]:
@@ -181,6 +195,20 @@ def compare(label: str, precision: str, works: dict[str, Callable[[int], None]],
     row = Row(label, precision, ours.rates, hf.rates, target)
     ours_rate, hf_rate = row.cells()
     print(f"[{label}, {precision}] ours {ours_rate}, HF {hf_rate}, ours/HF {row.ratio:.3f}", flush=True)
+    return row
+
+
+def compare_compiled(models: dict[str, nn.Module], inputs: Inputs, bf16: bool, args: argparse.Namespace,
+                     device: torch.device, target: str) -> Row:  # fmt: skip
+    """The training row of both sides through ``torch.compile`` (:func:`compiled`); an error where
+    ours fell back to eager (the row would not be what it says)."""
+    precision = "bf16" if bf16 else "fp32"
+    trainers = {side: Trainer(side, compiled(side, models[side]), inputs, bf16, device) for side in SIDES}
+    label = f"training images/s, torch.compile (steps/s = ÷ {args.batch})"
+    row = compare(label, precision, {side: t.step for side, t in trainers.items()}, args, device, target)
+    ours = trainers["ours"].model
+    if not (isinstance(ours, CompiledModel) and ours.compiled):
+        raise RuntimeError("our model fell back to eager: the compiled row would be the eager one")
     return row
 
 
@@ -255,6 +283,8 @@ def run(args: argparse.Namespace, folder: Path, threads: int, device: torch.devi
         rows.append(
             compare(f"training images/s (steps/s = ÷ {args.batch})", precision, steps, args, device, target)
         )
+        if args.compile:
+            rows.append(compare_compiled(models, inputs, bf16, args, device, target))
         rows.append(bench_memory(folder, args, size, threads, bf16, device))
     print(f"\ntotal {time.perf_counter() - start:.0f} s\n")
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -276,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, help="images a batch (32; --quick 4)")
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--compile", action="store_true", help="add the training rows through torch.compile")
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--fp32", action="store_true", help="fp32 only")
     only.add_argument("--bf16", action="store_true", help="bf16 autocast only")

@@ -11,12 +11,17 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
   or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
   ``F.linear`` from then on.
+- Training's projections: the same oneDNN linear for the forward product and both backward ones,
+  or ``F.linear`` and its autograd (MKL's GEMM) (:func:`onednn_trains`, :func:`onednn_train_linear`),
+  where MKL runs its AVX2 kernels on a CPU with AVX-512 (one not made by Intel).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -124,3 +129,131 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: st
             stacklevel=2,
         )
         return None
+
+
+def mkl_skips_avx512(cpuinfo: str) -> bool:
+    """Whether the x86 CPU described by ``cpuinfo`` (the text of Linux's ``/proc/cpuinfo``) has
+    AVX-512 (``avx512f``) and is not Intel's (``vendor_id`` ``AuthenticAMD``, ``HygonGenuine``, …):
+    there MKL dispatches its AVX2 kernels, and oneDNN its AVX-512 ones. False for an Intel CPU, an
+    x86 CPU without AVX-512 (AVX2 in both libraries) and a CPU that names no vendor (not x86)."""
+    fields = [line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line]
+    vendors = {value.strip() for key, value in fields if key.strip() == "vendor_id"}
+    flags = {flag for key, value in fields if key.strip() == "flags" for flag in value.split()}
+    return bool(vendors) and "GenuineIntel" not in vendors and "avx512f" in flags
+
+
+def _read_cpuinfo() -> str:
+    """Linux's ``/proc/cpuinfo``, or "" where it cannot be read (another OS)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+MKL_SKIPS_AVX512 = torch.backends.mkl.is_available() and mkl_skips_avx512(_read_cpuinfo())
+"""Whether torch's BLAS is MKL on a CPU where it skips AVX-512 (:func:`mkl_skips_avx512`), read once
+at import."""
+
+HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
+"""Whether this torch has ``torch.library.custom_op`` (2.4 and later), which the training path needs."""
+
+ONEDNN_TRAINING = ONEDNN_LINEAR if HAS_CUSTOM_OP else None
+"""oneDNN's linear for training's products (:func:`onednn_train_linear`), or None where this torch
+lacks it or custom ops, or a call to it failed (then ``F.linear`` and its autograd are used). Its
+own switch: a failure in one path turns off that path only."""
+
+
+def onednn_trains(x: Tensor, weight: Tensor) -> bool:
+    """Whether a projection ``x Wᵀ + b`` that needs gradients should run its forward and backward
+    products through oneDNN's linear (:func:`onednn_train_linear`) rather than ``F.linear`` and its
+    autograd, which call MKL's GEMM: float32 on the CPU, gradients on, no autocast, on a CPU with
+    AVX-512 where MKL runs its AVX2 kernels (:data:`MKL_SKIPS_AVX512`). Inside ``torch.compile``
+    too: the products are one custom op to it, and inductor fuses what lies between them.
+
+    Measured on an AMD EPYC (Zen 5: AVX-512 with full 512-bit units), 1 thread, torch 2.13, at the
+    ViT-Ti/16 shapes (6,304 rows by 192 → 576, 192 → 192, 192 → 768, 768 → 192): MKL's ``addmm``
+    and the backward ``mm`` run at 94-103 GFLOP/s (its AVX2 kernels), oneDNN's linear at 212-230
+    GFLOP/s for the forward and the input gradient, 138-176 GFLOP/s for the weight gradient
+    (reading the transposed operands as strided views): the ViT-Ti training step from 1.02x to
+    about 1.5x Hugging Face's (``benchmarks/vit_speed.py``). On an Intel CPU (a Xeon with AVX-512
+    and AMX) MKL runs its AVX-512 kernels, and float32 products use no AMX tiles in either library,
+    so oneDNN has no such margin there, and its extra copies (a transposed operand of each weight
+    gradient) would lose: training keeps ``F.linear`` on Intel CPUs, and on x86 CPUs without AVX-512
+    (AVX2 kernels in both libraries)."""
+    return (
+        ONEDNN_TRAINING is not None
+        and MKL_SKIPS_AVX512
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad)
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def _onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """``a bᵀ (+ bias)`` (m, n) for 2-D ``a`` (m, k) and ``b`` (n, k), either possibly a strided
+    view: by :data:`ONEDNN_TRAINING`, or by ``torch.addmm`` for empty operands (oneDNN makes no
+    product of them) and once the op has failed (turned off for the process, with one warning)."""
+    global ONEDNN_TRAINING
+    op = ONEDNN_TRAINING
+    if op is not None and a.numel() and b.numel():
+        try:
+            return op(a, b, bias, "none", [], "")
+        except Exception as exc:  # a private op: its signature or its support may change with torch
+            ONEDNN_TRAINING = None
+            warnings.warn(
+                f"oneDNN's linear failed in training ({first_line(exc)}); using F.linear from now on",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    zeros = a.new_zeros(a.shape[0], b.shape[0])
+    return torch.addmm(zeros if bias is None else bias, a, b.t())
+
+
+def _product_shape(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """The (m, n) result of :func:`onednn_product`, unfilled (for tracing)."""
+    return a.new_empty(a.shape[0], b.shape[0])
+
+
+def _keep_operands(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor | None], output: Tensor) -> None:
+    """Keeps ``a`` and ``b`` for the backward pass, and whether there was a bias."""
+    a, b, bias = inputs
+    ctx.save_for_backward(a, b)
+    ctx.has_bias = bias is not None
+
+
+def _product_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """grad_a = g b, grad_b = gᵀ a (both by :func:`onednn_product`), grad_bias = Σ g over the rows.
+
+    oneDNN's linear copies a transposed first operand to contiguous memory (a strided second one
+    it reads as it is), so grad_b is computed as (aᵀ g)ᵀ where a has fewer columns than g: the
+    smaller of the two is copied (192 against 768 columns at ViT-Ti's first FFN layer: its weight
+    gradient at 172 against 154 GFLOP/s)."""
+    a, b = ctx.saved_tensors
+    needs_a, needs_b, needs_bias = ctx.needs_input_grad
+    grad_a = onednn_product(grad, b.t(), None) if needs_a else None
+    grad_b = None
+    if needs_b:
+        if a.shape[1] < grad.shape[1]:
+            grad_b = onednn_product(a.t(), grad.t(), None).t()
+        else:
+            grad_b = onednn_product(grad.t(), a.t(), None)
+    grad_bias = grad.sum(0) if ctx.has_bias and needs_bias else None
+    return grad_a, grad_b, grad_bias
+
+
+if HAS_CUSTOM_OP:
+    onednn_product = torch.library.custom_op("vaswani::onednn_product", mutates_args=())(_onednn_product)
+    """:func:`_onednn_product` as one custom op, with its autograd: opaque to ``torch.compile``."""
+    onednn_product.register_fake(_product_shape)
+    onednn_product.register_autograd(_product_backward, setup_context=_keep_operands)
+
+
+def onednn_train_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x Wᵀ + b`` (x: (…, in), W: (out, in)) → (…, out) with gradients, every product (forward,
+    grad_x, grad_W) by oneDNN's linear (:func:`onednn_trains` says where): the same float32
+    arithmetic as ``F.linear`` and its backward in another order (results differ at rounding
+    level)."""
+    rows = onednn_product(x.reshape(-1, x.shape[-1]), weight, bias)
+    return rows.view(*x.shape[:-1], weight.shape[0])

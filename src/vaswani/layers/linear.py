@@ -1,11 +1,18 @@
-"""The affine map of every projection: ``nn.Linear`` with a faster CPU inference kernel."""
+"""The affine map of every projection: ``nn.Linear`` with faster CPU kernels (inference, and training
+where MKL skips AVX-512)."""
 
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.layers.kernels import HAS_ONEDNN, onednn_applies, onednn_linear
+from vaswani.layers.kernels import (
+    HAS_ONEDNN,
+    onednn_applies,
+    onednn_linear,
+    onednn_train_linear,
+    onednn_trains,
+)
 
 __all__ = ["ACTIVATIONS", "HAS_ONEDNN", "Linear", "onednn_applies"]
 
@@ -22,10 +29,13 @@ class Linear(nn.Linear):
     """y = act(x Wᵀ + b): ``nn.Linear`` (same parameters, names and initialisation) with an
     optional activation applied to its output (``relu``, ``gelu``, ``gelu_tanh``, ``silu``).
 
-    Training runs ``F.linear`` then the activation. Inference in float32 on the CPU runs oneDNN's
-    linear kernel with the activation fused into it where :mod:`vaswani.layers.kernels` chooses
-    it: the same float32 arithmetic in another order (results differ at rounding level), faster
-    at our models' shapes.
+    Training runs ``F.linear`` then the activation, or, in float32 on a CPU where
+    :func:`~vaswani.layers.kernels.onednn_trains` chooses it, every product of the forward and the
+    backward pass by oneDNN's linear (:func:`~vaswani.layers.kernels.onednn_train_linear`), then
+    the activation. Inference in float32 on the CPU runs oneDNN's linear kernel with the
+    activation fused into it where :mod:`vaswani.layers.kernels` chooses it. Both are the same
+    float32 arithmetic in another order (results differ at rounding level), faster at our
+    models' shapes.
     """
 
     def forward(self, x: Tensor, activation: str = "none") -> Tensor:
@@ -33,4 +43,6 @@ class Linear(nn.Linear):
             out = onednn_linear(x, self.weight, self.bias, activation)
             if out is not None:
                 return out
+        if onednn_trains(x, self.weight):
+            return ACTIVATIONS[activation](onednn_train_linear(x, self.weight, self.bias))
         return ACTIVATIONS[activation](F.linear(x, self.weight, self.bias))
