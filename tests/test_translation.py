@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -143,3 +145,14 @@ def test_variant_flags_reach_the_saved_config_and_the_model(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", str(out), "a b c"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_a_pad_id_that_disagrees_with_the_tokenizers_is_refused(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "run_dirs" / "translation", run)
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    config["model"]["pad_id"] = 3
+    (run / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert main(["translate", str(run), "a b"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "src_tokenizer.json: its padding id is 0, the model's pad_id is 3" in error

@@ -147,7 +147,10 @@ class Hypothesis:
 
 
 def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer, run_dir: Path) -> None:
-    """Refuse tokenizers whose vocabularies do not fit the model's embeddings."""
+    """Refuse tokenizers whose vocabularies do not fit the model's embeddings, or whose padding id
+    is not the model's ``pad_id`` (the source's padding mask and the target's are built from it).
+    A vocabulary smaller than the embedding is allowed: the rows past it pad the table, and
+    decoding never produces them."""
     for tok, size, name in (
         (src_tok, cfg.src_vocab_size, SRC_TOKENIZER),
         (tgt_tok, cfg.tgt_vocab_size, TGT_TOKENIZER),
@@ -156,4 +159,9 @@ def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer
             raise ConfigError(
                 f"{run_dir / name}: vocabulary of {tok.vocab_size} does not fit the model's "
                 f"embedding of {size}"
+            )
+        if tok.pad_id != cfg.pad_id:
+            raise ConfigError(
+                f"{run_dir / name}: its padding id is {tok.pad_id}, the model's pad_id is {cfg.pad_id} "
+                f"({run_dir / 'config.json'})"
             )
