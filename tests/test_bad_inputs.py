@@ -508,6 +508,11 @@ CLI = [
     Cli("image", "a ViTModel folder (no classifier) to import-hf",
         ["import-hf", "{tmp}/hf_vitmodel", "{tmp}/out"],
         ["hf_vitmodel/model.safetensors", "no classifier (a ViTModel)", "ViTForImageClassification"]),
+    # a resume that would train nothing
+    Cli("translation", "resume below the run's step", ["train", "translation", "--resume", "{tr}",
+        "--max-steps", "1"], ["translation_run", "already at step 2 of max_steps 1", "--max-steps above 2"]),
+    Cli("lm", "resume a finished run", ["train", "lm", "--resume", "{lm}"],
+        ["lm_run", "already at step 20 of max_steps 20", "nothing to train"]),
 ]  # fmt: skip
 
 

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, RunDirError
+from vaswani.rundir import RunDir
 
 
 def add_parser(commands: Any) -> None:
@@ -28,12 +29,17 @@ def add_parser(commands: Any) -> None:
 
 def cmd_average(args: argparse.Namespace) -> None:
     from vaswani.tasks import registry
-    from vaswani.training.averaging import average_checkpoints
+    from vaswani.training.averaging import newest_checkpoints, write_average
+    from vaswani.training.checkpoint import list_checkpoints
 
     if args.last < 1:
         raise ConfigError(f"--last must be >= 1, got {args.last}")
     registry.spec_of(args.run_dir)
-    done = average_checkpoints(args.run_dir, args.last, args.out)
+    chosen = newest_checkpoints(args.run_dir, args.last)  # before the lock: a refusal changes nothing
+    with RunDir(args.run_dir).lock():  # not while the run trains, resumes or is averaged elsewhere
+        if list_checkpoints(args.run_dir)[-args.last :] != chosen:
+            raise RunDirError(f"{args.run_dir}: its checkpoints changed meanwhile; average again")
+        done = write_average(args.run_dir, chosen, args.out)
     names = ", ".join(path.name for path in done.checkpoints)
     print(f"averaged {len(done.checkpoints)} checkpoints ({names}) → {done.out}")
     if done.backup is not None:
