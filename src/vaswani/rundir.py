@@ -117,6 +117,8 @@ class RunDir:
     CHECKPOINTS = "checkpoints"
     LOCK = ".lock"
     BACKUP = "model.before-average.safetensors"
+    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP))
+    OWN_SUFFIXES = (".json", ".spm")  # tokenizers, labels, preprocessing, SentencePiece models
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -130,6 +132,15 @@ class RunDir:
     def file(self, name: str) -> Path:
         """The path of the run's file ``name`` (a tokenizer, hypotheses...)."""
         return self.path / name
+
+    def owns(self, path: Path) -> bool:
+        """Whether ``path`` (resolved, inside this run) is the run or one of the files its commands
+        read: config, weights, metrics, log, lock, the weights kept by averaging, a top-level
+        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/``."""
+        parts = path.relative_to(self.path.resolve()).parts
+        if not parts or parts[0] == self.CHECKPOINTS:
+            return True
+        return len(parts) == 1 and (parts[0] in self.OWN_FILES or path.suffix in self.OWN_SUFFIXES)
 
     @property
     def config_path(self) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_device_flag
+from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
@@ -34,6 +35,7 @@ def add_parsers(commands: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="image to write (.png, .svg, .pdf...)")
     p.add_argument("--layers", metavar="I,J", help="decoder layers to draw, counted from 0 (default: all)")
     p.add_argument("--heads", metavar="I,J", help="heads to draw, counted from 0 (default: all)")
+    add_force_flag(p)
     add_device_flag(p)
     p.set_defaults(handler=cmd_attention)
 
@@ -45,6 +47,7 @@ def add_parsers(commands: Any) -> None:
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES})")
+    add_force_flag(p)
     p.set_defaults(handler=cmd_plot)
 
 
@@ -60,10 +63,12 @@ def parse_indices(text: str | None, flag: str) -> list[int] | None:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     """Draw the maps of the run's task's attention hook (see :mod:`vaswani.tasks.registry`)."""
-    from vaswani.plots import attention_figure, image_attention_figure
+    from vaswani.plots import attention_figure, image_attention_figure, image_kind
     from vaswani.tasks import registry
     from vaswani.tasks.attention import ImageAttention
 
+    image_kind(args.out)
+    check_output(args.out, "--out", {"SENTENCE": Path(args.sentence)}, own_run=args.run_dir, force=args.force)
     layers = parse_indices(args.layers, "--layers")
     heads = parse_indices(args.heads, "--heads")
     with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
@@ -84,9 +89,12 @@ def shorten(text: str, limit: int = 120) -> str:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from vaswani.plots import loss_curves_figure
+    from vaswani.plots import image_kind, loss_curves_figure
     from vaswani.tasks import registry
 
+    if args.out is not None:
+        image_kind(args.out)
+    check_output(args.out, "--out", own_run=args.run_dir, force=args.force)
     registry.spec_of(args.run_dir)  # a clear error for a directory that is not a run of a known task
     out = args.out or args.run_dir / LOSS_CURVES
     loss_curves_figure(RunDir(args.run_dir).log, out)

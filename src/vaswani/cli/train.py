@@ -20,6 +20,7 @@ from typing import Any
 
 from vaswani.cli import launch
 from vaswani.cli.flags import add_fields, flag_names, given
+from vaswani.cli.outputs import check_new_run
 from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
@@ -127,6 +128,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = spec.train(resumed, Path(args.resume), resume=True, quiet=args.quiet)
             finish(spec, result, Path(args.resume), started, args.quiet)
         return 0
+    check_new_run(args.out)
     try:
         run = registry.configure(spec.name, flags, config=args.config)
     except ConfigError as exc:
