@@ -22,7 +22,7 @@ import pytest
 
 from tests.helpers import tiny_lm_args, tiny_lm_run, write_lm_text
 from vaswani.cli import main
-from vaswani.errors import RunDirError
+from vaswani.errors import RunDirError, VaswaniError
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.training.checkpoint import list_checkpoints
@@ -201,3 +201,26 @@ def test_two_new_runs_racing_for_one_folder_leave_one_whole_run(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["d_model"] == int(winner)
     registry.load(out, device="cpu")  # the weights fit the config: one run's files, not a mix
+
+
+def test_a_new_run_that_fails_before_its_first_checkpoint_is_removed(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(VaswaniError, match="no data yet"), registry.new_run(out, "lm", "cpu"):
+        raise VaswaniError("no data yet")  # before training began: removed without a word
+    assert not out.exists() and capsys.readouterr().err == ""
+    with pytest.raises(VaswaniError, match="diverged"), registry.new_run(out, "lm", "cpu") as run_dir:
+        (run_dir / "config.json").write_text("{}")
+        raise VaswaniError("diverged")
+    assert not out.exists()
+    assert capsys.readouterr().err == f"vaswani: note: removed {out}: it had no checkpoint to resume from\n"
+
+
+def test_a_new_run_that_fails_after_a_checkpoint_says_how_to_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(VaswaniError, match="diverged"), registry.new_run(out, "lm", "cpu") as run_dir:
+        (run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
+        raise VaswaniError("diverged")
+    assert (out / "checkpoints" / "step_00000002").is_dir() and not (out / ".lock").exists()
+    assert capsys.readouterr().err == (
+        f"vaswani: note: {out} keeps its checkpoints; continue with: vaswani train lm --resume {out}\n"
+    )
