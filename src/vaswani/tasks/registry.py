@@ -269,8 +269,8 @@ def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator
     ``runs/TASK-DATE-TIME``), made and held for the block (:meth:`RunDir.create`) before any data
     is read. Under several processes the main one makes it and tells the others (after joining
     the process group for ``device``). A failure in the block leaves no unusable run: one without
-    a checkpoint is removed (and, once training had begun, a line says so); one with a
-    checkpoint stays, and a line says how to resume it."""
+    a checkpoint is removed (once training had begun, its error, or a note, says so); one with a
+    checkpoint stays, and its error (or a note, after a KeyboardInterrupt) says how to resume it."""
     place, _ = distributed.start(device)
     chosen: list[Path] = []
 
@@ -284,23 +284,25 @@ def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator
         try:
             yield Path(path)
         except BaseException as exc:
-            if lock is not None:
-                _after_failure(RunDir(path), lock, task, exc)
+            said = _after_failure(RunDir(path), lock, task, exc) if lock is not None else None
+            if said is None:
+                raise
+            if isinstance(exc, VaswaniError) and not isinstance(exc, TrainingInterrupted):
+                raise type(exc)(f"{exc}; {said}") from None  # still one line
+            print(f"vaswani: note: {said}", file=sys.stderr)
             raise
 
 
-def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException) -> None:
-    """Remove a new run that failed before its first checkpoint; say what became of it."""
+def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException) -> str | None:
+    """Remove a new run that failed before its first checkpoint; what became of it, where that
+    is news (None: nothing had been written but the empty folder, or the run is finished or
+    interrupted with a checkpoint, which its own message says)."""
     begun = folder.config_path.is_file()
     if folder.remove_stub(lock):
-        if begun:
-            print(f"vaswani: note: removed {folder}: it had no checkpoint to resume from", file=sys.stderr)
-    elif folder.path.is_dir() and not (isinstance(exc, TrainingInterrupted) or folder.metrics_path.is_file()):
-        print(
-            f"vaswani: note: {folder} keeps its checkpoints; continue with: vaswani train {task} "
-            f"--resume {folder}",
-            file=sys.stderr,
-        )
+        return f"removed {folder}: it had no checkpoint to resume from" if begun else None
+    if folder.path.is_dir() and not (isinstance(exc, TrainingInterrupted) or folder.metrics_path.is_file()):
+        return f"{folder} keeps its checkpoints; continue with: vaswani train {task} --resume {folder}"
+    return None
 
 
 def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:
