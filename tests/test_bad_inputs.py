@@ -202,6 +202,10 @@ def bad_files(tmp: Path, data: Path) -> None:
     config = json.loads((data / "lm_run" / "config.json").read_text(encoding="utf-8"))
     config["model"]["vocab_size"] = 10**9
     (huge / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    os.link(data / "train.tgt", tmp / "hard.tgt")
+    (tmp / "link.src").symlink_to(data / "train.src")
+    (tmp / "dangling").symlink_to(tmp / "nothing")
+    (tmp / "loop").symlink_to(tmp / "loop")
 
 
 def vector_files(tmp: Path) -> None:
@@ -282,6 +286,21 @@ def vec_train(name: str, *extra: str) -> list[str]:
 
 def tr_train(*extra: str, src: str = "{data}/train.src", tgt: str = "{data}/train.tgt") -> list[str]:
     return tiny_args(Path(src), Path(tgt), Path("{tmp}/out"), *extra)
+
+
+def evaluate_out(out: str, *extra: str) -> list[str]:
+    """``vaswani evaluate`` of the translation run on its own training pair, hypotheses to ``out``."""
+    return [
+        "evaluate",
+        "{tr}",
+        "--src",
+        "{data}/train.src",
+        "--ref",
+        "{data}/train.tgt",
+        "--out",
+        out,
+        *extra,
+    ]
 
 
 def lm_train(*extra: str, text: str = "{data}/lm.txt") -> list[str]:
@@ -660,6 +679,61 @@ CLI = [
     Cli("word-vectors", "a word-level tokenizer with --init",
         ["train", "classify", "--train", "{data}/train.tsv", "--dev", "{data}/dev.tsv", "--init", "{mlm}",
          "--tokenizer", "word", "--out", "{tmp}/out", "--quiet"], ["data.text_tokenizer", "--init"]),
+    # an output never overwrites an input, lies in another run, or replaces a file without --force
+    Cli("evaluate", "--out the reference", evaluate_out("{data}/train.tgt"),
+        ["--out", "train.tgt", "is also an input (--ref"]),
+    Cli("evaluate", "--out the source", evaluate_out("{data}/train.src", "--force"),
+        ["--out", "train.src", "is also an input (--src"]),
+    Cli("evaluate", "--out a hard link to the reference", evaluate_out("{tmp}/hard.tgt", "--force"),
+        ["hard.tgt", "is also an input (--ref"]),
+    Cli("evaluate", "--out a symbolic link to the source", evaluate_out("{tmp}/link.src", "--force"),
+        ["train.src", "is also an input (--src"]),
+    Cli("evaluate", "--out a dangling symbolic link", evaluate_out("{tmp}/dangling"),
+        ["--out", "dangling", "a symbolic link to nothing"]),
+    Cli("evaluate", "--out a loop of symbolic links", evaluate_out("{tmp}/loop"),
+        ["--out", "loop", "a symbolic link to nothing"]),
+    Cli("evaluate", "--out the run's config.json", evaluate_out("{tr}/config.json", "--force"),
+        ["config.json", "is one of the files of the run"]),
+    Cli("evaluate", "--out inside another run", evaluate_out("{lm}/hyp.txt"),
+        ["lm_run/hyp.txt", "lies inside the run directory", "lm_run"]),
+    Cli("evaluate", "--out a file that exists", evaluate_out("{tmp}/p.txt"),
+        ["p.txt", "already exists", "--force"]),
+    Cli("evaluate", "--out a folder", evaluate_out("{tmp}/folder.tsv", "--force"),
+        ["folder.tsv", "is a folder"]),
+    Cli("evaluate", "--out in a missing folder", evaluate_out("{tmp}/nowhere/hyp.txt"),
+        ["nowhere/hyp.txt", "no such folder"]),
+    Cli("evaluate", "--out under a file", evaluate_out("{tmp}/p.txt/hyp.txt"), ["p.txt", "is not a folder"]),
+    Cli("evaluate", "--out a file of the --text folder", ["evaluate", "{lm}", "--text", "{tmp}/mixed",
+        "--out", "{tmp}/mixed/l.png", "--force"], ["l.png", "is a file of the input folder --text"]),
+    Cli("embed", "--out inside a run", ["embed", "{cls}", "a", "--out", "{cls}/e.npy"],
+        ["e.npy", "lies inside the run directory"]),
+    Cli("plots", "attention --out into a run's checkpoints", ["attention", "{tr}", "a b", "--out",
+        "{tr}/checkpoints/a.png"], ["checkpoints/a.png", "is one of the files of the run"]),
+    Cli("image", "attention --out its own image", ["attention", "{img}", "{tmp}/big.png", "--out",
+        "{tmp}/big.png", "--force"], ["big.png", "is also an input (SENTENCE"]),
+    Cli("plots", "plot --out inside another run", ["plot", "{tr}", "--out", "{lm}/curves.png"],
+        ["curves.png", "lies inside the run directory"]),
+    Cli("plots", "plot --out a file that exists", ["plot", "{tr}", "--out", "{tmp}/big.png"],
+        ["big.png", "already exists", "--force"]),
+    Cli("average", "--out the run's weights", ["average", "{tr}", "--last", "1", "--out",
+        "{tr}/model.safetensors"], ["model.safetensors", "is one of the files of the run"]),
+    Cli("average", "--out a checkpoint's weights", ["average", "{tr}", "--last", "1", "--out",
+        "{tr}/checkpoints/step_00000002/model.safetensors", "--force"], ["is one of the files of the run"]),
+    Cli("average", "--out a file that exists", ["average", "{tr}", "--last", "1", "--out", "{tmp}/p.txt"],
+        ["p.txt", "already exists", "--force"]),
+    Cli("interop", "export-hf into a folder of a run", ["export-hf", "{lm}", "{lm}/hf"],
+        ["lm_run/hf", "lies inside the run directory"]),
+    Cli("interop", "export-hf into a missing folder", ["export-hf", "{lm}", "{tmp}/nowhere/hf"],
+        ["nowhere/hf", "no such folder"]),
+    Cli("interop", "import-hf into a run", ["import-hf", "{tmp}/hf_gpt2", "{mlm}/imported"],
+        ["mlm_run/imported", "lies inside the run directory"]),
+    Cli("mlm", "a new run inside a run", mlm_train(out="{tr}/inner"),
+        ["--out", "inner", "lies inside the run"]),
+    # a resume that would train nothing
+    Cli("translation", "resume below the run's step", ["train", "translation", "--resume", "{tr}",
+        "--max-steps", "1"], ["translation_run", "already at step 2 of max_steps 1", "--max-steps above 2"]),
+    Cli("lm", "resume a finished run", ["train", "lm", "--resume", "{lm}"],
+        ["lm_run", "already at step 20 of max_steps 20", "nothing to train"]),
 ]  # fmt: skip
 
 

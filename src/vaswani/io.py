@@ -234,9 +234,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     try:
         write_file(tmp, data)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # KeyboardInterrupt too: no temporary file is left
         tmp.unlink(missing_ok=True)
-        raise write_error(path, exc) from None
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
+        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -9,6 +9,7 @@
         metrics.json         final metrics
         train_log.csv        one row per evaluation
         checkpoints/         the last few complete checkpoints (resume)
+        .lock                while a process writes the run (train, resume, average): its pid
 
 :class:`RunDir` knows these files, reads and validates them (``config.json`` like a config from
 the user) and writes them atomically. Turning a run directory into a usable model (a
@@ -20,7 +21,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fcntl
 import math
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from vaswani.io import (
     json_text,
     load_weights,
     read_json,
+    write_error,
 )
 from vaswani.resources import check_fits, check_weights
 from vaswani.schema import Config
@@ -56,6 +62,55 @@ SHARED_DATA_FIELDS = frozenset(
 )  # fmt: skip
 
 
+def this_command() -> str:
+    """This process's command line, as a user would type it (``vaswani train lm ...``), shortened."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    name = "vaswani" if name in ("vaswani", "__main__.py", "-c") else name
+    command = " ".join([name, *sys.argv[1:]]).replace("\n", " ")
+    return command if len(command) <= 200 else command[:199] + "…"
+
+
+class RunLock:
+    """The exclusive hold of one process on a run directory: ``fcntl.flock`` on its ``.lock``
+    file, which holds the holder's pid and command. The kernel drops the lock when the process
+    ends, however it ends, so the lock of a killed process is simply taken over. ``made`` is the
+    topmost folder that creating the run made (None: the run directory was already there)."""
+
+    def __init__(self, path: Path, fd: int, made: Path | None = None) -> None:
+        self.path = path
+        self.fd: int | None = fd
+        self.made = made
+
+    def release(self) -> None:
+        """Remove the lock file (while still holding it, and only if it is this lock's) and let go."""
+        if self.fd is None:
+            return
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
+                self.path.unlink()
+        except OSError:  # the run directory was removed meanwhile
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def holder(path: Path, fd: int) -> str:
+    """Who holds the lock file ``path`` (open as ``fd``): ``process 123 (vaswani train ...)``."""
+    try:
+        pid, _, command = os.pread(fd, 4096, 0).decode("utf-8", "replace").partition("\n")
+    except OSError:
+        pid, command = "", ""
+    if not pid.strip().isdigit():
+        return "another process"
+    return f"process {pid.strip()}" + (f" ({command.strip()})" if command.strip() else "")
+
+
 class RunDir:
     """The files of one run directory (see the module docstring); ``RunDir(path)`` reads nothing
     until asked."""
@@ -65,6 +120,10 @@ class RunDir:
     METRICS = "metrics.json"
     LOG = "train_log.csv"
     CHECKPOINTS = "checkpoints"
+    LOCK = ".lock"
+    BACKUP = "model.before-average.safetensors"
+    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP))
+    OWN_SUFFIXES = (".json", ".spm")  # tokenizers, labels, preprocessing, SentencePiece models
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -78,6 +137,15 @@ class RunDir:
     def file(self, name: str) -> Path:
         """The path of the run's file ``name`` (a tokenizer, hypotheses...)."""
         return self.path / name
+
+    def owns(self, path: Path) -> bool:
+        """Whether ``path`` (resolved, inside this run) is the run or one of the files its commands
+        read: config, weights, metrics, log, lock, the weights kept by averaging, a top-level
+        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/``."""
+        parts = path.relative_to(self.path.resolve()).parts
+        if not parts or parts[0] == self.CHECKPOINTS:
+            return True
+        return len(parts) == 1 and (parts[0] in self.OWN_FILES or path.suffix in self.OWN_SUFFIXES)
 
     @property
     def config_path(self) -> Path:
@@ -105,9 +173,103 @@ class RunDir:
         existing run is never overwritten. Nothing is created yet."""
         if out is None:
             out = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        run = cls(out)
+        if out.exists() and (not out.is_dir() or any(p.name != cls.LOCK for p in out.iterdir())):
+            if out.is_dir():
+                run.check_not_held()
             raise RunDirError(f"{out}: already exists and is not empty; choose another --out")
-        return cls(out)
+        return run
+
+    @classmethod
+    def create(cls, out: Path | None, name: str) -> tuple[RunDir, RunLock]:
+        """:meth:`new`, then the folder made (an exclusive ``mkdir``: of two processes, one makes
+        it) or taken empty, and locked (:meth:`lock`): another process that creates or trains the
+        same directory gets a one-line :class:`RunDirError`, and nothing of its is touched."""
+        run = cls.new(out, name)
+        made = next((p for p in reversed([run.path, *run.path.parents]) if not p.exists()), None)
+        try:
+            run.path.mkdir(parents=True)
+        except FileExistsError:
+            made = None  # an empty folder, or one another process has just made: the lock decides
+        except OSError as exc:
+            raise write_error(run.path, exc) from None
+        lock = run.lock()
+        lock.made = made
+        if any(p.name != cls.LOCK for p in run.path.iterdir()):  # another run began here meanwhile
+            lock.release()
+            raise RunDirError(f"{run.path}: already exists and is not empty; choose another --out")
+        return run, lock
+
+    def held_by(self) -> str | None:
+        """Who holds this run (:func:`holder`), or None when no process does; changes nothing."""
+        try:
+            fd = os.open(self.path / self.LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return holder(self.path / self.LOCK, fd)
+        finally:
+            os.close(fd)
+        return None
+
+    def check_not_held(self) -> None:
+        """A run that another process holds is a one-line :class:`RunDirError` naming it."""
+        who = self.held_by()
+        if who is not None:
+            raise RunDirError(f"{self.path}: in use by {who}; wait until it ends, or stop it")
+
+    def lock(self, command: str | None = None) -> RunLock:
+        """Hold the run for this process (train, resume and average do, for their whole time):
+        ``.lock`` is created, locked with ``fcntl.flock`` and given this pid and ``command``. A
+        run held by another process is a one-line :class:`RunDirError` naming its pid and command."""
+        path = self.path / self.LOCK
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                if not self.path.is_dir():
+                    raise RunDirError(f"{self.path}: no such run directory") from None
+                raise write_error(path, exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                who = holder(path, fd)
+                os.close(fd)
+                raise RunDirError(f"{self.path}: in use by {who}; wait until it ends, or stop it") from None
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # the holder removed the file as it let go: lock the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{command or this_command()}\n".encode(), 0)
+        return RunLock(path, fd)
+
+    def remove_stub(self, lock: RunLock) -> bool:
+        """After a failure: remove this run if it has no checkpoint to resume from (what
+        :meth:`create` made, or else the folder's contents); whether it was removed."""
+        checkpoints = self.checkpoints
+        if not self.path.is_dir() or (checkpoints.is_dir() and any(checkpoints.glob("step_*"))):
+            return False
+        if lock.made is None:
+            for child in self.path.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                elif child.name != self.LOCK:
+                    child.unlink()
+            return True
+        shutil.rmtree(self.path, ignore_errors=True)
+        for folder in self.path.parents:  # the parents that create made, while they are empty
+            if not folder.is_relative_to(lock.made):
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        return True
 
     def read_config(self, task: str | None = None, data: type[Config] | None = None) -> RunConfig:
         """``config.json``, validated like a config from the user; with ``task``, a run directory
@@ -191,7 +353,10 @@ class RunDir:
         return loaded
 
     def append_log(self, row: dict[str, Any]) -> None:
-        """One row of ``train_log.csv`` (the header first, in a new log)."""
+        """One row of ``train_log.csv`` (the header first, in a new log); a run directory removed
+        during training is refused, not recreated."""
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: the run directory was removed during training; stopping")
         new = not self.log.exists()
         with self.log.open("a", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(row))

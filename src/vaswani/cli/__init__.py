@@ -30,6 +30,7 @@ from vaswani.cli import (
     translation,
 )
 from vaswani.cli.common import add_device_flag
+from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.tasks import registry
@@ -43,6 +44,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    inputs = {
+        "--src": args.src,
+        "--ref": args.ref,
+        "--text": args.text,
+        "--labeled": args.labeled,
+        "--data": args.data,
+    }
+    check_output(args.out, "--out", inputs, own_run=args.run_dir, force=args.force)
     spec = registry.spec_of(args.run_dir)
     if spec.evaluate is None:
         raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
@@ -94,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=LABELED_FORMATS, help="format of --labeled (default: extension)"
     )
     evaluate.add_argument("--batch-size", type=int, default=64)
+    add_force_flag(evaluate)
     add_device_flag(evaluate)
     decoding.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)

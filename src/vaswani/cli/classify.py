@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
+from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import POOLS
 from vaswani.errors import ConfigError, DataError
 
@@ -68,6 +69,7 @@ def add_command_parsers(commands: Any) -> None:
     )
     p.add_argument("--dims", type=int, default=6, help="dimensions shown of each vector (default 6)")
     p.add_argument("--out", type=Path, help="write the vectors to FILE.npy or FILE.safetensors")
+    add_force_flag(p)
     p.add_argument("--batch-size", type=int, default=64)
     add_device_flag(p)
     p.set_defaults(handler=cmd_embed, texts_field="text")
@@ -145,6 +147,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
         raise ConfigError("--dims must be >= 0 and --batch-size >= 1")
     if args.tokens and args.out is not None:
         raise ConfigError("--out writes sentence or word vectors, not those of --tokens")
+    check_output(args.out, "--out", force=args.force)
     encoder = SentenceEncoder.load(args.run_dir, args.device)
     texts = read_texts(args.text)
     warn_if_cut(encoder.tokenizer, [(text,) for text in texts])

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.outputs import check_output
+
 
 def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
@@ -46,6 +48,7 @@ def add_parsers(commands: Any) -> None:
 def cmd_import(args: argparse.Namespace) -> None:
     from vaswani.interop import import_hf
 
+    check_output(args.out, "OUT", {"DIR": args.src}, folder=True)
     out = import_hf(args.src, args.out)
     print(f"wrote run directory {out} (from {args.src})")
 
@@ -53,5 +56,6 @@ def cmd_import(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     from vaswani.interop import export_hf
 
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
     out = export_hf(args.run_dir, args.out)
     print(f"wrote Hugging Face model folder {out} (from {args.run_dir})")

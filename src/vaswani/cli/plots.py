@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_device_flag
+from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
@@ -45,6 +46,7 @@ def add_parsers(commands: Any) -> None:
         help="what to draw: translation encoder, decoder-self or cross, comma-separated (default "
         "cross,decoder-self); image rollout (default) or last",
     )
+    add_force_flag(p)
     add_device_flag(p)
     p.set_defaults(handler=cmd_attention)
 
@@ -62,6 +64,7 @@ def add_parsers(commands: Any) -> None:
         "what", nargs="+", metavar="[KIND] RUN_DIR", help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss)"
     )
     p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS})")
+    add_force_flag(p)
     p.set_defaults(handler=cmd_plot)
 
 
@@ -77,10 +80,12 @@ def parse_indices(text: str | None, flag: str) -> list[int] | None:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     """Draw the maps of the run's task's attention hook (see :mod:`vaswani.tasks.registry`)."""
-    from vaswani.plots import attention_figure, image_attention_figure
+    from vaswani.plots import attention_figure, image_attention_figure, image_kind
     from vaswani.tasks import registry
     from vaswani.tasks.attention import ImageAttention
 
+    image_kind(args.out)
+    check_output(args.out, "--out", {"SENTENCE": Path(args.sentence)}, own_run=args.run_dir, force=args.force)
     layers = parse_indices(args.layers, "--layers")
     heads = parse_indices(args.heads, "--heads")
     with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
@@ -101,7 +106,7 @@ def shorten(text: str, limit: int = 120) -> str:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from vaswani.plots import loss_curves_figure
+    from vaswani.plots import image_kind, loss_curves_figure
     from vaswani.plots.positions import positions_figure
     from vaswani.tasks import registry
     from vaswani.tasks.positions import position_profile
@@ -114,6 +119,9 @@ def cmd_plot(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"plot takes [KIND] RUN_DIR, KIND one of {', '.join(PLOT_KINDS)}; got {' '.join(args.what)}"
         )
+    if args.out is not None:
+        image_kind(args.out)
+    check_output(args.out, "--out", own_run=run_dir, force=args.force)
     registry.spec_of(run_dir)  # a clear error for a directory that is not a run of a known task
     if kind == "positions":
         out = args.out or run_dir / POSITIONS

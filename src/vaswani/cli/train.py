@@ -20,6 +20,7 @@ from typing import Any
 
 from vaswani.cli import launch
 from vaswani.cli.flags import add_fields, flag_names, given
+from vaswani.cli.outputs import check_new_run
 from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
@@ -113,7 +114,7 @@ def named_flag(exc: ConfigError, args: argparse.Namespace, flags: dict[str, dict
 
 def cmd_train(args: argparse.Namespace) -> int:
     spec = registry.get(args.task)
-    assert spec.finish is not None
+    assert spec.train is not None
     started = time.perf_counter()
     flags = flags_of(args)
     if args.nproc is not None and args.nproc < 1:
@@ -123,22 +124,29 @@ def cmd_train(args: argparse.Namespace) -> int:
         if launch.wanted(args.nproc):
             RunDir(args.resume).read_config(spec.name)  # a bad run directory: one line, before launching
             return launch.launch(args.argv, args.nproc)
-        result = registry.resume(args.resume, args.quiet, spec.name, **changes)
-        run_dir = Path(args.resume)
-    else:
-        try:
-            run = registry.configure(spec.name, flags, config=args.config)
-        except ConfigError as exc:
-            raise named_flag(exc, args, flags) from None
-        if run.train.fsdp and not launch.wanted(args.nproc) and not distributed.world().many:
-            raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
-        if launch.wanted(args.nproc):
-            RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
-            return launch.launch(args.argv, args.nproc)
-        run_dir = registry.new_run_dir(args.out, spec.name, run.train.device)
-        assert spec.train is not None
+        with registry.resumed_run(args.resume, spec.name, **changes) as (_, resumed):
+            result = spec.train(resumed, Path(args.resume), resume=True, quiet=args.quiet)
+            finish(spec, result, Path(args.resume), started, args.quiet)
+        return 0
+    check_new_run(args.out)
+    try:
+        run = registry.configure(spec.name, flags, config=args.config)
+    except ConfigError as exc:
+        raise named_flag(exc, args, flags) from None
+    if run.train.fsdp and not launch.wanted(args.nproc) and not distributed.world().many:
+        raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
+    if launch.wanted(args.nproc):
+        RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
+        return launch.launch(args.argv, args.nproc)
+    with registry.new_run(args.out, spec.name, run.train.device) as run_dir:
         result = spec.train(run, run_dir, resume=False, quiet=args.quiet)
-    if distributed.world().main:
-        for line in spec.finish(result, run_dir, started, args.quiet):
-            print(line)
+        finish(spec, result, run_dir, started, args.quiet)
     return 0
+
+
+def finish(spec: registry.TaskSpec, result: Any, run_dir: Path, started: float, quiet: bool) -> None:
+    """Print the task's report of a trained run (in the main process)."""
+    assert spec.finish is not None
+    if distributed.world().main:
+        for line in spec.finish(result, run_dir, started, quiet):
+            print(line)

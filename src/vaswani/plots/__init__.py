@@ -121,15 +121,21 @@ def _finish(fig: Figure, out: str | Path | None) -> Figure:
         fig.draw_without_rendering()
         return fig
     out = Path(out)
-    kinds = fig.canvas.get_supported_filetypes()
-    kind = out.suffix.lower().lstrip(".")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=image_kind(out), dpi=fig.dpi)
+    atomic_write(out, buffer.getvalue())
+    return fig
+
+
+def image_kind(out: str | Path) -> str:
+    """The image format that the suffix of ``out`` names (``png``...); one that matplotlib cannot
+    write is a one-line :class:`ConfigError` (checked before anything is drawn)."""
+    kinds = Figure().canvas.get_supported_filetypes()
+    kind = Path(out).suffix.lower().lstrip(".")
     if kind not in kinds:
         known = ", ".join(f".{k}" for k in sorted(kinds))
         raise ConfigError(f"{out}: not an image format that can be written ({known})")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=kind, dpi=fig.dpi)
-    atomic_write(out, buffer.getvalue())
-    return fig
+    return kind
 
 
 # -- attention heatmaps -------------------------------------------------------------------------

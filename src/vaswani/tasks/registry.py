@@ -10,7 +10,10 @@ that a new task is one model module, one adapter module and one entry in :data:`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +23,9 @@ from torch import nn
 
 from vaswani.config import RunConfig
 from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
-from vaswani.errors import RunDirError
+from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.recipes import Sections
-from vaswani.rundir import RunDir
+from vaswani.rundir import RunDir, RunLock
 from vaswani.tasks import bert, classify, encoder, image, image_data, lm, mlm, tag, translation, translator
 from vaswani.tasks.attention import (
     AttentionMap,
@@ -35,6 +38,8 @@ from vaswani.tasks.attention import (
 from vaswani.tasks.evaluation import Evaluation
 from vaswani.tasks.settings import run_config
 from vaswani.training import distributed
+from vaswani.training.checkpoint import checkpoint_problem, list_checkpoints
+from vaswani.training.state import restored_state
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,18 @@ def resume(
     config (with ``task``, a run of another task is refused). ``train_changes`` (e.g.
     ``max_steps=...``) may extend it; they are saved in the config, so that a later plain resume
     keeps them. Returns what the task's training returns."""
+    with resumed_run(run_dir, task, **train_changes) as (spec, run):
+        assert spec.train is not None
+        return spec.train(run, Path(run_dir), resume=True, quiet=quiet)
+
+
+@contextlib.contextmanager
+def resumed_run(
+    run_dir: str | Path, task: str | None = None, **train_changes: Any
+) -> Iterator[tuple[TaskSpec, RunConfig]]:
+    """The entry and the config (with ``train_changes``) of the stopped run ``run_dir``, held
+    (:meth:`RunDir.lock`, by the main process) for the block. A run already at its step or time
+    budget is refused in one line, before any data is read."""
     folder = RunDir(run_dir)
     spec = get(folder.read_config(task).task, run_dir)
     run = folder.read_config(task, spec.data)
@@ -174,8 +191,64 @@ def resume(
     if "max_steps" in train_changes:  # a new step budget replaces a budget of epochs
         train_changes = {"epochs": None, **train_changes}
     resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    distributed.start(resumed.train.device)
-    return spec.train(resumed, folder.path, resume=True, quiet=quiet)
+    place, _ = distributed.start(resumed.train.device)
+
+    def take() -> RunLock:
+        folder.check_not_held()  # a run in use is said first; then refusals that leave it as it was
+        budget_left(folder.path, resumed)
+        return folder.lock()
+
+    with _held(place, take):
+        yield spec, resumed
+
+
+def budget_left(run_dir: Path, run: RunConfig) -> None:
+    """Refuse, in one line, a resume of a run whose newest intact checkpoint is already at
+    ``max_steps`` (or past ``max_minutes``): it would train nothing."""
+    train = run.train
+    for path in reversed(list_checkpoints(run_dir)):
+        step = int(path.name.removeprefix("step_"))
+        if step < train.max_steps and train.max_minutes is None:
+            return
+        if checkpoint_problem(path) is not None:  # newest_intact_checkpoint says so, and goes on
+            continue
+        file = path / "trainer_state.json"  # intact: as it was written
+        try:
+            state = restored_state(json.loads(file.read_text(encoding="utf-8")), file)
+        except OSError:  # removed meanwhile: the run is trained by another process, which the lock finds
+            continue
+        step, minutes = state.step, state.train_seconds / 60
+        if step >= train.max_steps:
+            raise RunDirError(
+                f"{run_dir}: already at step {step} of max_steps {train.max_steps}: nothing to train; "
+                f"give --max-steps above {step} to train more"
+            )
+        if train.max_minutes is not None and minutes >= train.max_minutes:
+            raise RunDirError(
+                f"{run_dir}: already trained {minutes:.2f} minutes of max_minutes {train.max_minutes}: "
+                "nothing to train; give a larger --max-minutes to train more"
+            )
+        return
+
+
+@contextlib.contextmanager
+def _held(place: distributed.World, take: Callable[[], RunLock]) -> Iterator[RunLock | None]:
+    """``take()`` (a run directory's lock) in the main process, its refusal told to every process;
+    the lock (None in the others) is let go after the block."""
+    lock, error = None, None
+    if place.main:
+        try:
+            lock = take()
+        except VaswaniError as exc:
+            error = str(exc)
+    error = distributed.from_main(place, error)
+    if error is not None:
+        raise RunDirError(error)
+    try:
+        yield lock
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def configure(
@@ -190,28 +263,54 @@ def configure(
     return run_config(spec.recipe, spec.configure, flags or {}, preset, Path(config) if config else None)
 
 
-def new_run_dir(out: str | Path | None, task: str, device: str = "auto") -> Path:
+@contextlib.contextmanager
+def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator[Path]:
     """The directory of a new run of ``task``: ``out`` (new or empty; default
-    ``runs/TASK-DATE-TIME``). Under several processes the main one chooses it and tells the
-    others (after joining the process group for ``device``)."""
+    ``runs/TASK-DATE-TIME``), made and held for the block (:meth:`RunDir.create`) before any data
+    is read. Under several processes the main one makes it and tells the others (after joining
+    the process group for ``device``). A failure in the block leaves no unusable run: one without
+    a checkpoint is removed (once training had begun, its error, or a note, says so); one with a
+    checkpoint stays, and its error (or a note, after a KeyboardInterrupt) says how to resume it."""
     place, _ = distributed.start(device)
-    chosen: tuple[str | None, str | None] = (None, None)
-    if place.main:
+    chosen: list[Path] = []
+
+    def create() -> RunLock:
+        folder, lock = RunDir.create(Path(out) if out is not None else None, task)
+        chosen.append(folder.path)
+        return lock
+
+    with _held(place, create) as lock:
+        path = distributed.from_main(place, str(chosen[0]) if chosen else None)
         try:
-            chosen = (str(RunDir.new(Path(out) if out is not None else None, task).path), None)
-        except RunDirError as exc:
-            chosen = (None, str(exc))
-    path, error = distributed.from_main(place, chosen)
-    if error is not None or path is None:
-        raise RunDirError(error)
-    return Path(path)
+            yield Path(path)
+        except BaseException as exc:
+            said = _after_failure(RunDir(path), lock, task, exc) if lock is not None else None
+            if said is None:
+                raise
+            if isinstance(exc, VaswaniError) and not isinstance(exc, TrainingInterrupted):
+                raise type(exc)(f"{exc}; {said}") from None  # still one line
+            print(f"vaswani: note: {said}", file=sys.stderr)
+            raise
+
+
+def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException) -> str | None:
+    """Remove a new run that failed before its first checkpoint; what became of it, where that
+    is news (None: nothing had been written but the empty folder, or the run is finished or
+    interrupted with a checkpoint, which its own message says)."""
+    begun = folder.config_path.is_file()
+    if folder.remove_stub(lock):
+        return f"removed {folder}: it had no checkpoint to resume from" if begun else None
+    if folder.path.is_dir() and not (isinstance(exc, TrainingInterrupted) or folder.metrics_path.is_file()):
+        return f"{folder} keeps its checkpoints; continue with: vaswani train {task} --resume {folder}"
+    return None
 
 
 def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:
-    """Train a new run of ``run.task`` in ``out`` (:func:`new_run_dir`) and return what the task's
+    """Train a new run of ``run.task`` in ``out`` (:func:`new_run`) and return what the task's
     training returns (metrics first, then the trained wrapper). Under several processes (torchrun)
     every one calls it."""
     spec = get(run.task)
     if spec.train is None:
         raise RunDirError(f"runs of task {run.task!r} are not trained by vaswani")
-    return spec.train(run, new_run_dir(out, run.task, run.train.device), resume=False, quiet=quiet)
+    with new_run(out, run.task, run.train.device) as run_dir:
+        return spec.train(run, run_dir, resume=False, quiet=quiet)

@@ -27,9 +27,10 @@ from torch import Tensor
 
 from vaswani.errors import RunDirError
 from vaswani.io import WEIGHTS, atomic_write, first_line
+from vaswani.rundir import RunDir
 from vaswani.training.checkpoint import CHECKPOINTS, checkpoint_problem, list_checkpoints
 
-BACKUP = "model.before-average.safetensors"
+BACKUP = RunDir.BACKUP
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,12 @@ def average_checkpoints(run_dir: Path, last: int, out: Path | None = None) -> Av
     and write them atomically to ``out``, by default to ``run_dir/model.safetensors`` after
     keeping the weights it replaces (see the module docstring). Nothing is written when a
     checkpoint is missing or damaged."""
-    chosen = newest_checkpoints(run_dir, last)
+    return write_average(run_dir, newest_checkpoints(run_dir, last), out)
+
+
+def write_average(run_dir: Path, chosen: Sequence[Path], out: Path | None = None) -> Averaged:
+    """The average of the ``chosen`` checkpoints (:func:`newest_checkpoints`) of ``run_dir``,
+    written as :func:`average_checkpoints` writes it."""
     averaged = average_weights([path / WEIGHTS for path in chosen])
     data = save(averaged, metadata={"averaged_checkpoints": ",".join(path.name for path in chosen)})
     weights = run_dir / WEIGHTS
@@ -112,4 +118,4 @@ def average_checkpoints(run_dir: Path, last: int, out: Path | None = None) -> Av
         if not backup.exists():
             atomic_write(backup, weights.read_bytes())
     atomic_write(target, data)
-    return Averaged(chosen, target, backup)
+    return Averaged(list(chosen), target, backup)

@@ -19,7 +19,10 @@ Every file is serialized in memory, hashed, then written and fsynced into a
 temporary folder (``.tmp_step_…``) that is renamed into place; only after that
 are older checkpoints beyond the kept number removed. A full disk or another
 write failure removes the temporary folder and raises a one-line
-:class:`~vaswani.errors.VaswaniError`; the checkpoints already there are untouched. The
+:class:`~vaswani.errors.VaswaniError`; the checkpoints already there are untouched. A second
+Ctrl-C waits until the write, its rename and the removal of older checkpoints are done
+(:func:`vaswani.training.signals.uninterrupted`); a run directory removed during training is
+refused, not recreated. The
 writing itself (fsync, atomic replace, safetensors weights) is :mod:`vaswani.io`'s.
 """
 
@@ -43,6 +46,7 @@ from torch import nn
 
 from vaswani.errors import RunDirError
 from vaswani.io import WEIGHTS, first_line, fsync_path, load_weights, model_bytes, write_error, write_file
+from vaswani.training.signals import uninterrupted
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
@@ -94,7 +98,9 @@ def write_checkpoint(
     Python values) and the trainer ``state``, with its manifest; then keep the newest ``keep`` up
     to it (newer ones are damaged leftovers that a resume skipped)."""
     root = run_dir / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
+    if not run_dir.is_dir():  # never recreated: the run's other files are gone with it
+        raise RunDirError(f"{run_dir}: the run directory was removed during training; stopping")
+    root.mkdir(exist_ok=True)
     for stale in root.glob(".tmp_*"):  # left by a crash or a kill during an earlier write
         shutil.rmtree(stale)
     final = root / f"step_{state['step']:08d}"
@@ -104,24 +110,27 @@ def write_checkpoint(
     data = (weights, optimizer_file.getvalue(), json.dumps(state, indent=2, allow_nan=False).encode())
     contents = dict(zip(FILES, data, strict=True))
     manifest = {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in contents.items()}
-    try:
-        tmp.mkdir()
-        for name, content in contents.items():
-            write_file(tmp / name, content)
-        write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, allow_nan=False).encode())
-        fsync_path(tmp)
-        if final.exists():  # the same step written again (after a resume): set the old one aside
-            os.replace(final, root / f".tmp_replaced_{final.name}")
-        os.replace(tmp, final)
-        fsync_path(root)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(final, exc, "; older checkpoints are untouched") from None
-    ordered = list_checkpoints(run_dir)
-    index = ordered.index(final)
-    for old in ordered[: max(0, index + 1 - keep)] + ordered[index + 1 :]:
-        shutil.rmtree(old)
-    shutil.rmtree(root / f".tmp_replaced_{final.name}", ignore_errors=True)
+    with uninterrupted():  # a second Ctrl-C waits until the checkpoint is whole, or gone
+        try:
+            tmp.mkdir()
+            for name, content in contents.items():
+                write_file(tmp / name, content)
+            write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, allow_nan=False).encode())
+            fsync_path(tmp)
+            if final.exists():  # the same step written again (after a resume): set the old one aside
+                os.replace(final, root / f".tmp_replaced_{final.name}")
+            os.replace(tmp, final)
+            fsync_path(root)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise write_error(final, exc, "; older checkpoints are untouched") from None
+            raise
+        ordered = list_checkpoints(run_dir)
+        index = ordered.index(final)
+        for old in ordered[: max(0, index + 1 - keep)] + ordered[index + 1 :]:
+            shutil.rmtree(old)
+        shutil.rmtree(root / f".tmp_replaced_{final.name}", ignore_errors=True)
     return final
 
 

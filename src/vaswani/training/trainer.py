@@ -298,9 +298,7 @@ class Trainer:
         self.stop_signal = None
         with (
             progress,
-            stop_requests(
-                lambda: self.stop_signal is not None, lambda signum: setattr(self, "stop_signal", signum)
-            ),
+            stop_requests(self, (lambda: state.step + 1) if self.place.main else None),
         ):
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
                 loss, tokens, outcome = memory.guarded(self._step, self.task, self.cfg, state.step)
