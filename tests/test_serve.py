@@ -281,6 +281,28 @@ def test_a_client_that_leaves_a_one_shot_completion_stops_it(client, app, slow_l
     assert len(app.state.queues["lm"]) == 0
 
 
+def test_a_client_that_leaves_a_one_shot_translation_stops_it(client, app, monkeypatch):
+    translator = app.state.models["zh"].wrapper
+    decode, steps = translator.model.decode, []
+
+    def slow(*args, **kwargs):
+        steps.append(1)
+        time.sleep(0.2)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(translator.model, "decode", slow)
+    translator.translate(["Tom chases Jerry"])
+    whole, steps[:] = len(steps), []
+    cancelled = metric(client, "vaswani_generations_cancelled_total", model="zh")
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/translations", json={"input": "Tom chases Jerry"}, timeout=0.5)
+    deadline = time.monotonic() + 20
+    while metric(client, "vaswani_generations_cancelled_total", model="zh") < cancelled + 1:
+        assert time.monotonic() < deadline, "translation went on after the client left"
+        time.sleep(0.05)
+    assert len(steps) < whole and len(app.state.queues["zh"]) == 0
+
+
 def test_concurrent_requests_share_a_batch_and_get_their_own_answers(client, app):
     sentences = ["Tom chases Jerry", "I eat", "Mary reads a book now", "They are in the park"]
     alone = app.state.models["zh"].wrapper.translate(sentences, batch_size=1)

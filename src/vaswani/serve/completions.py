@@ -120,7 +120,9 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
                     "finish_reason": finish}  # fmt: skip
 
         return streamed(request, served, queue, run, chunk)
-    results = await queue.submit(("translate", decoding), inputs)
+    results = await unless_gone(request, queue.submit(("translate", decoding), inputs))
+    if results is None:
+        return Response(status_code=CLIENT_GONE)
     if decoding.strategy == "beam":
         many = decoding.n_best > 1
         data = [

@@ -1,12 +1,12 @@
-"""Generation as the server runs it: completions of a language model and translations, each
-row's text built by a :class:`~vaswani.serve.streaming.TextStream` step by step, so that a
-streamed text and the same request's one-shot text are one and the same.
+"""A streamed translation as the server runs it: its text built by a
+:class:`~vaswani.serve.streaming.TextStream` step by step, so that the streamed text and the
+same request's one-shot text are one and the same (completions run on the continuous-batching
+engine, :mod:`vaswani.serve.engine`).
 
-``complete(lm, prompts, decoding, watch)`` and ``translate_one(translator, text, decoding,
-watch)`` return one :class:`Generation` per row; ``watch(pieces)`` (optional) is called after
-each step with the new text of every row ("" where none) and may raise
-:class:`~vaswani.serve.batching.Cancelled` to stop generation at that step boundary (the
-client has gone). Both run in a worker thread, never on the event loop.
+``translate_one(translator, text, decoding, watch)`` returns its :class:`Generation`;
+``watch(pieces)`` (optional) is called after each step with the new text of every row ("" where
+none) and may raise :class:`~vaswani.serve.batching.Cancelled` to stop generation at that step
+boundary (the client has gone). It runs in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ from torch import Tensor
 
 from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
-from vaswani.generation.lm import lm_budget, lm_next_logits
-from vaswani.generation.sampling import generate
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.serve.streaming import TextStream
 from vaswani.tasks.evaluation import model_device
-from vaswani.tasks.lm import LanguageModel
 from vaswani.tasks.translator import Translator
 
 Watch = Callable[[list[str]], None]
@@ -74,30 +71,6 @@ class Rows:
             Generation(stream.shown, "stop" if ended else "length", len(stream.ids), n)
             for stream, ended, n in zip(self.streams, self.ended, input_tokens, strict=True)
         ]
-
-
-def complete(
-    lm: LanguageModel, prompts: Sequence[str], decoding: DecodingConfig, watch: Watch | None = None
-) -> list[Generation]:
-    """The completion of each prompt, as :meth:`LanguageModel.generate` gives it (greedy or sampled,
-    cut before the first stop string), with its finish reason and token counts."""
-    max_new_tokens = lm_budget(decoding)
-    lm.model.eval()
-    device = model_device(lm.model)
-    ids, mask = (t.to(device) for t in lm.encode_prompts(prompts))
-    tok = lm.tokenizer
-    rows = Rows(len(prompts), tok.decode, tok.eos_id, decoding.stop)
-
-    def on_step(choice: Tensor) -> bool:
-        pieces = rows.push(choice)
-        if watch is not None:
-            watch(pieces)
-        return all(rows.ended)
-
-    next_logits = lm_next_logits(lm.model, mask, decoding.use_cache, tok.vocab_size)
-    generate(next_logits, ids, max_new_tokens, tok.eos_id, tok.pad_id, decoding, decoding.generator(device),
-             on_step=on_step)  # fmt: skip
-    return rows.finish(watch, mask.sum(dim=1).tolist())
 
 
 def source_ids(translator: Translator, text: str) -> list[int]:

@@ -4,7 +4,8 @@ results split back, one per job.
 
 ``runner(served)`` is the ``run`` of that model's :class:`~vaswani.serve.batching.BatchQueue`;
 :data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``, and
-completions (kind ``complete``) stop early when all their clients have gone.
+greedy and sampled translations (kind ``translate``) stop early when all their clients have gone.
+(Completions run on the continuous-batching engine, :mod:`vaswani.serve.engine`.)
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch import Tensor
+
 from vaswani.serve.batching import Cancelled, Job
-from vaswani.serve.generate import complete
 from vaswani.serve.loading import ServedModel
 
 Batch = Callable[[Any, Any, list[Any]], list[Any]]
@@ -29,21 +31,21 @@ def joined(payloads: list[list[Any]], run: Callable[[list[Any]], Sequence[Any]])
     return out
 
 
-def complete_batch(lm: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]) -> list[Any]:
-    """The completions of the jobs' prompts in one call, stopped at a step boundary (by
-    :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every client has left."""
-
-    def watch(pieces: list[str]) -> None:
-        if gone():
-            raise Cancelled
-
-    return joined(payloads, lambda prompts: complete(lm, prompts, decoding, watch))
-
-
-def _translate(translator: Any, decoding: Any, payloads: list[Any]) -> list[Any]:
+def translate_batch(
+    translator: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]
+) -> list[Any]:
+    """The translations of the jobs' texts in one call: greedy and sampled ones stop at a step
+    boundary (by :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every client has
+    left; a beam search (n-best) runs to its end."""
     if decoding.strategy == "beam":
         return joined(payloads, lambda texts: translator.translate_n_best(texts, decoding))
-    return joined(payloads, lambda texts: translator.translate(texts, decoding))
+
+    def watch(tokens: Tensor) -> bool:
+        if gone():
+            raise Cancelled
+        return False
+
+    return joined(payloads, lambda texts: translator.translate(texts, decoding, on_step=watch))
 
 
 def _embed(encoder: Any, options: Any, payloads: list[Any]) -> list[Any]:
@@ -67,7 +69,6 @@ def _images(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
 
 
 KINDS: dict[str, Batch] = {
-    "translate": _translate,
     "embed": _embed,
     "classify": _classify,
     "tag": _tag,
@@ -82,8 +83,8 @@ def runner(served: ServedModel) -> Callable[[Sequence[Job]], list[Any]]:
     def run(jobs: Sequence[Job]) -> list[Any]:
         kind, options = jobs[0].key
         payloads = [job.payload for job in jobs]
-        if kind == "complete":
-            return complete_batch(served.wrapper, options, payloads, lambda: all(gone(job) for job in jobs))
+        if kind == "translate":
+            return translate_batch(served.wrapper, options, payloads, lambda: all(gone(job) for job in jobs))
         return KINDS[kind](served.wrapper, options, payloads)
 
     return run

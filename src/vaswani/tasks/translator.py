@@ -69,6 +69,7 @@ class Translator:
         decoding: DecodingConfig = GREEDY,
         batch_size: int = 64,
         progress: bool = False,
+        on_step: Callable[[Tensor], bool] | None = None,
     ) -> list[str]:
         """Translations in input order, as ``decoding`` says: greedy (the default), beam search
         (the best of :meth:`translate_n_best`) or sampled (from one generator seeded with
@@ -78,7 +79,9 @@ class Translator:
         model's max_len - 1. Decoding starts from the target tokenizer's ``bos_id`` and never
         produces its ``suppressed_ids`` (Marian's ``<pad>``, see
         :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
-        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it."""
+        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it.
+        ``on_step(tokens)`` sees each decoding step's tokens of a batch (greedy and sampling; an
+        exception it raises stops the translation, as a server does for a client that has gone)."""
         if decoding.strategy == "beam":
             best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
             return [hypotheses[0].text for hypotheses in best]
@@ -87,7 +90,9 @@ class Translator:
 
         def decode(src: Tensor) -> list[str]:
             suppress = self.tgt_tok.suppressed_ids
-            result = translate_ids(self.model, src, bos, eos, decoding, generator, suppress=suppress)
+            result = translate_ids(
+                self.model, src, bos, eos, decoding, generator, suppress=suppress, on_step=on_step
+            )
             return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
 
         return self._in_batches(sentences, decode, batch_size, progress)
