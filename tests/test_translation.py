@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
+from vaswani.generation.config import DecodingConfig
+from vaswani.tasks.translator import Translator
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +158,20 @@ def test_a_pad_id_that_disagrees_with_the_tokenizers_is_refused(tmp_path: Path, 
     assert main(["translate", str(run), "a b"]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "src_tokenizer.json: its padding id is 0, the model's pad_id is 3" in error
+
+
+def test_decoding_never_produces_the_rows_that_pad_the_embedding(monkeypatch) -> None:
+    translator = Translator.load(Path(__file__).parent / "fixtures" / "run_dirs" / "translation", "cpu")
+    padding = translator.tgt_tok.vocab_size  # the first row past the tokenizer's vocabulary
+    assert translator.model.config.tgt_vocab_size > padding
+    sentences = ["a b c", "d e"]
+    plain = [translator.translate(sentences), translator.translate(sentences, DecodingConfig(beam=3))]
+    decode = translator.model.decode
+
+    def favouring_padding(*args, **kwargs):
+        logits, cache = decode(*args, **kwargs)
+        logits[..., padding] = 1e4
+        return logits, cache
+
+    monkeypatch.setattr(translator.model, "decode", favouring_padding)
+    assert [translator.translate(sentences), translator.translate(sentences, DecodingConfig(beam=3))] == plain

@@ -103,5 +103,5 @@ def translate_one(
 
     src = torch.tensor([ids], device=device)
     translate_ids(model, src, tok.bos_id, tok.eos_id, decoding, decoding.generator(device),
-                  suppress=tok.suppressed_ids, on_step=on_step)  # fmt: skip
+                  suppress=translator.suppressed, on_step=on_step)  # fmt: skip
     return rows.finish(watch, [len(ids)])[0]

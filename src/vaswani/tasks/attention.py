@@ -145,7 +145,7 @@ def translation_attention(
     src_ids = _check_text(sentence, translator.src_tok.encode(sentence), model.config.max_len, "sentence")
     src = torch.tensor([src_ids], device=device)
     bos, eos = translator.tgt_tok.bos_id, translator.tgt_tok.eos_id
-    suppress = translator.tgt_tok.suppressed_ids
+    suppress = translator.suppressed
     row = translate_ids(model, src, bos, eos, suppress=suppress).tokens[0].tolist()
     produced = row[: row.index(eos) + 1] if eos in row else row
     tgt_in = [bos, *produced[:-1]]

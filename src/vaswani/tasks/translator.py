@@ -49,6 +49,13 @@ class Translator:
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.bleu_tokenize = bleu_tokenize
 
+    @property
+    def suppressed(self) -> tuple[int, ...]:
+        """The ids decoding never produces: the target tokenizer's ``suppressed_ids`` (Marian's
+        ``<pad>``) and the rows that pad the output embedding past the tokenizer's vocabulary."""
+        padding = range(self.tgt_tok.vocab_size, self.model.config.tgt_vocab_size)
+        return (*self.tgt_tok.suppressed_ids, *padding)
+
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> Translator:
         """The translator of a translation run, its model on ``device`` (auto, cpu, cuda, cuda:N,
@@ -77,7 +84,7 @@ class Translator:
         same translations). A sentence gets at most ``decoding.max_new_tokens`` tokens, by
         default ``2 * len(source) + 10`` (:meth:`DecodingConfig.target_budget`), and at most the
         model's max_len - 1. Decoding starts from the target tokenizer's ``bos_id`` and never
-        produces its ``suppressed_ids`` (Marian's ``<pad>``, see
+        produces its :attr:`suppressed` ids (Marian's ``<pad>``, the embedding's padding rows; see
         :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
         sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it.
         ``on_step(tokens)`` sees each decoding step's tokens of a batch (greedy and sampling; an
@@ -89,7 +96,7 @@ class Translator:
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor) -> list[str]:
-            suppress = self.tgt_tok.suppressed_ids
+            suppress = self.suppressed
             result = translate_ids(
                 self.model, src, bos, eos, decoding, generator, suppress=suppress, on_step=on_step
             )
@@ -111,7 +118,7 @@ class Translator:
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor) -> list[list[Hypothesis]]:
-            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.tgt_tok.suppressed_ids)
+            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.suppressed)
             return [
                 [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
                 for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)
