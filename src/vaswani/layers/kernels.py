@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.torch_version import TorchVersion
 
 from vaswani.io import first_line
+from vaswani.resources import is_out_of_memory
 
 
 def explicit_attention_is_faster(q: Tensor) -> bool:
@@ -122,6 +123,8 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: st
     try:
         return op(x, weight, bias, attr, [], algorithm)
     except Exception as exc:  # a private op: its signature or its support may change with torch
+        if is_out_of_memory(exc):  # a lack of memory, not of the op: F.linear would fail too
+            raise
         ONEDNN_LINEAR = None
         warnings.warn(
             f"oneDNN's linear failed ({first_line(exc)}); using F.linear from now on",
@@ -201,6 +204,8 @@ def _onednn_product(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
         try:
             return op(a, b, bias, "none", [], "")
         except Exception as exc:  # a private op: its signature or its support may change with torch
+            if is_out_of_memory(exc):  # a lack of memory, not of the op: addmm would fail too
+                raise
             ONEDNN_TRAINING = None
             warnings.warn(
                 f"oneDNN's linear failed in training ({first_line(exc)}); using F.linear from now on",
