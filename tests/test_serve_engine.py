@@ -4,42 +4,21 @@ joined equals the one-shot text, and a client that goes away frees its row."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import uvicorn
 
 from tests.helpers import tiny_lm_run
+from tests.serving import serving
 from vaswani.generation.config import DecodingConfig
 from vaswani.serve.app import create_app
 from vaswani.serve.settings import ServeSettings
 from vaswani.tasks.lm import LanguageModel
 
 PROMPTS = ["the cat sat on the", "a", "dog ran to the red hat and", "", "birds sang while the"]
-
-
-@contextlib.contextmanager
-def running(app) -> Iterator[str]:
-    """``app`` served by uvicorn on a free port of 127.0.0.1 in a thread; its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +29,8 @@ def lm_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(lm_run):
     app = create_app([lm_run], ServeSettings(max_batch=3))
-    with running(app) as url:
-        yield app, url
+    with serving(app) as client:
+        yield app, str(client.base_url).rstrip("/")
 
 
 def _events(response: httpx.Response) -> list[dict]:
