@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,27 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [translation_run(folder), lm_run(folder)]
 
 
+def paced(model: Any, seconds: float = 0.03) -> None:
+    """Make each forward pass and decoding step of ``model`` take ``seconds`` longer, so that a
+    stream's events reach the page apart, as a real model's do, rather than in one network read
+    (the tiny runs here decode a sentence in a few milliseconds on quiet cores)."""
+    for name in ("forward", "decode"):
+        original = getattr(model, name, None)
+        if original is not None:
+
+            def slow(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                time.sleep(seconds)
+                return _original(*args, **kwargs)
+
+            setattr(model, name, slow)
+
+
 @pytest.fixture(scope="module")
 def server(runs: list[Path]) -> Iterator[httpx.Client]:
-    with serving(create_app(runs, ServeSettings(device="cpu"))) as client:
+    app = create_app(runs, ServeSettings(device="cpu"))
+    for served in app.state.models.values():
+        paced(served.wrapper.model)
+    with serving(app) as client:
         yield client
 
 
