@@ -7,9 +7,12 @@ they are the server's settings, not constants.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import fields
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from vaswani.generation.config import DecodingConfig
 
 Texts = str | list[str]
 
@@ -60,27 +63,25 @@ class CompletionResponse(BaseModel):
     usage: Usage | None = None
 
 
-class TranslationRequest(Request):
+def decoding_fields(leave_out: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of :class:`DecodingConfig` (type and default) by their names, less ``leave_out``:
+    a request takes them as they are, and ``DecodingConfig`` itself validates them."""
+    hints = get_type_hints(DecodingConfig)
+    return {f.name: (hints[f.name], f.default) for f in fields(DecodingConfig) if f.name not in leave_out}
+
+
+TranslationDecoding = create_model(
+    "TranslationDecoding", __base__=Request, **decoding_fields(leave_out=("stop",))
+)  # a language model's stop strings are no option of a translation
+
+
+class TranslationRequest(TranslationDecoding):  # type: ignore[misc, valid-type]
     """``/v1/translations``: texts and the fields of ``DecodingConfig`` by their names (validated by
     ``DecodingConfig``); ``max_tokens`` is ``max_new_tokens``."""
 
     input: Texts = Field(description="a text or a list of texts")
     stream: bool = Field(False, description="server-sent events (greedy decoding of one text)")
     max_tokens: int | None = Field(None, description="the most tokens of a translation (max_new_tokens)")
-    strategy: Literal["greedy", "beam", "sample"] | None = None
-    beam: int = 1
-    n_best: int = 1
-    length_penalty: float | None = None
-    length_penalty_kind: Literal["gnmt", "simple", "none"] | None = None
-    early_stopping: bool | Literal["never"] | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    max_new_tokens: int | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    use_cache: bool = True
 
 
 class Hypothesis(BaseModel):
