@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vaswani.config import ModelConfig
@@ -138,6 +138,23 @@ def bert_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
     return hf_field(hf, name, kind, HF_DEFAULTS)
 
 
+def activation_and_rates(read: Callable[[str, type], Any]) -> tuple[str, dict[str, float]]:
+    """The ``hidden_act`` of a BERT-style config (BERT's, ViT's) and its two dropout rates
+    (``hidden_dropout_prob``, ``attention_probs_dropout_prob``), each in [0, 1); ``read(name,
+    kind)`` reads a field with the family's defaults. What vaswani lacks is refused naming it."""
+    activation = read("hidden_act", str)
+    if activation not in ACTIVATIONS_FROM_HF:
+        raise ConfigError(
+            f"field 'hidden_act': {activation!r} is not supported; "
+            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
+        )
+    rates = {name: read(name, float) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")}
+    for name, rate in rates.items():
+        if not 0.0 <= rate < 1.0:
+            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
+    return activation, rates
+
+
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     """Our :class:`ModelConfig` of a BERT ``config.json``.
 
@@ -171,18 +188,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
             f"field 'num_attention_heads': must divide hidden_size={sizes['hidden_size']}, "
             f"got {sizes['num_attention_heads']}"
         )
-    activation = bert_field(hf, "hidden_act", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'hidden_act': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    rates = {
-        name: bert_field(hf, name, float) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-    }
-    for name, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
+    activation, rates = activation_and_rates(lambda name, kind: bert_field(hf, name, kind))
     eps = bert_field(hf, "layer_norm_eps", float)
     if not eps > 0:
         raise ConfigError(f"field 'layer_norm_eps': must be > 0, got {eps}")

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
+from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF, activation_and_rates
 from vaswani.interop.common import (
     KeyMap,
     check_sizes,
@@ -117,15 +117,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     )  # fmt: skip
     sizes = {name: vit_field(hf, name, int) for name in names}
     check_sizes(sizes)
-    activation = vit_field(hf, "hidden_act", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'hidden_act': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    rates = {
-        name: vit_field(hf, name, float) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-    }
+    activation, rates = activation_and_rates(lambda name, kind: vit_field(hf, name, kind))
     eps = vit_field(hf, "layer_norm_eps", float)
     fields = {
         "hidden_size": "d_model", "num_attention_heads": "n_heads", "intermediate_size": "d_ff",
