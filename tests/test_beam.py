@@ -289,3 +289,24 @@ def test_generate_with_a_length_limit_per_row():
 
     out = generate(count_up, torch.ones(3, 1, dtype=torch.long), torch.tensor([1, 4, 2]), 11, PAD)
     assert out.tokens.tolist() == [[2, 0, 0, 0], [2, 3, 4, 5], [2, 3, 0, 0]]
+
+
+def test_on_step_is_consulted_once_a_step_and_can_stop_the_search():
+    """Beam search stops where ``on_step`` says (a client that has gone), with the finished
+    hypotheses found so far; an ``on_step`` that never stops changes nothing."""
+    model, src = _model(), _source()
+    decoding = _beam(LengthPenalty("gnmt", 0.6), 3, 2, early_stopping="never", max_new_tokens=None)
+    eos = VOCAB  # never produced: every row searches to its budget
+    seen: list[tuple[int, ...]] = []
+
+    def watch(tokens: torch.Tensor, stop_at: int | None = None) -> bool:
+        seen.append(tuple(tokens.shape))
+        return len(seen) == stop_at
+
+    whole = translate_beam_ids(model, src, BOS, eos, decoding)
+    watched = translate_beam_ids(model, src, BOS, eos, decoding, on_step=watch)
+    assert torch.equal(watched.tokens, whole.tokens) and torch.equal(watched.scores, whole.scores)
+    assert len(seen) == whole.tokens.shape[2] > 3 and seen[0] == (3, 3)
+    seen.clear()
+    stopped = translate_beam_ids(model, src, BOS, eos, decoding, on_step=lambda t: watch(t, stop_at=2))
+    assert len(seen) == 2 and stopped.tokens.shape[2] == 0 and (stopped.scores == -math.inf).all()

@@ -189,8 +189,10 @@ def test_a_failing_request_is_a_one_line_500_and_the_server_carries_on(client, a
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(app.state.models["zh"].wrapper, "translate", broken)
+    monkeypatch.setattr(app.state.models["zh"].wrapper.model, "encode", broken)  # the engine's prefill
+    monkeypatch.setattr(app.state.models["zh"].wrapper, "translate_n_best", broken)  # the beam's batch
     error_of(client.post("/v1/translations", json={"input": "Tom"}), 500, None, "internal error")
+    error_of(client.post("/v1/translations", json={"input": "Tom", "beam": 2}), 500, None, "internal error")
     monkeypatch.undo()
     assert client.post("/v1/translations", json={"input": "Tom"}).status_code == 200
     assert client.get("/health").status_code == 200
@@ -303,18 +305,80 @@ def test_a_client_that_leaves_a_one_shot_translation_stops_it(client, app, monke
     assert len(steps) < whole and len(app.state.queues["zh"]) == 0
 
 
-def test_concurrent_requests_share_a_batch_and_get_their_own_answers(client, app):
+@pytest.fixture
+def slow_zh(app, monkeypatch):
+    """The served translation model, 30 ms a decoding step: concurrent requests overlap."""
+    model = app.state.models["zh"].wrapper.model
+    decode = model.decode
+
+    def slow(*args, **kwargs):
+        time.sleep(0.03)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", slow)
+    return model
+
+
+def test_concurrent_requests_share_a_batch_and_get_their_own_answers(client, app, slow_zh):
+    """Greedy translations join one running batch (its steps decode several requests: batch
+    sizes are the rows of each step) and each gets its own translation alone."""
     sentences = ["Tom chases Jerry", "I eat", "Mary reads a book now", "They are in the park"]
     alone = app.state.models["zh"].wrapper.translate(sentences, batch_size=1)
-    batches = metric(client, "vaswani_batch_size_count", model="zh")
-    requests = metric(client, "vaswani_batch_size_sum", model="zh")
+    steps = metric(client, "vaswani_batch_size_count", model="zh")
+    rows = metric(client, "vaswani_batch_size_sum", model="zh")
     with ThreadPoolExecutor(len(sentences)) as pool:
         answers = list(pool.map(
             lambda s: client.post("/v1/translations", json={"input": s}).json()["data"][0]["text"], sentences
         ))  # fmt: skip
     assert answers == alone
-    assert metric(client, "vaswani_batch_size_sum", model="zh") - requests == len(sentences)
-    assert metric(client, "vaswani_batch_size_count", model="zh") - batches < len(sentences)  # batched
+    steps, rows = (
+        metric(client, "vaswani_batch_size_count", model="zh") - steps,
+        metric(client, "vaswani_batch_size_sum", model="zh") - rows,
+    )
+    assert rows > steps > 0  # batched: some steps decoded several requests
+
+
+def test_sampled_translations_batched_equal_each_alone_and_stream_alike(client, app, slow_zh):
+    translator = app.state.models["zh"].wrapper
+    sentences = ["Tom chases Jerry", "I eat", "The birds are not running in the park now"]
+    fields = {"temperature": 1.5, "top_k": 20, "seed": 7}
+    alone = [translator.translate([s], DecodingConfig(**fields))[0] for s in sentences]
+    assert alone != translator.translate(sentences)  # draws, not the argmax
+
+    def streamed(sentence: str) -> str:
+        return joined(events(client, "/v1/translations", {"input": sentence, "stream": True, **fields}))[0]
+
+    with ThreadPoolExecutor(2 * len(sentences)) as pool:
+        shots = pool.map(
+            lambda s: client.post("/v1/translations", json={"input": s, **fields}).json(), sentences
+        )
+        streams = pool.map(streamed, sentences)
+        assert [shot["data"][0]["text"] for shot in shots] == alone == list(streams)
+
+
+def test_a_client_that_leaves_a_beam_search_stops_it(client, app, monkeypatch):
+    translator = app.state.models["zh"].wrapper
+    decode, steps = translator.model.decode, []
+
+    def slow(*args, **kwargs):
+        steps.append(1)
+        time.sleep(0.2)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(translator.model, "decode", slow)
+    body = {"input": "The birds are not running in the park now", "beam": 3, "early_stopping": "never"}
+    translator.translate_n_best([body["input"]], DecodingConfig(beam=3, early_stopping="never"))
+    whole, steps[:] = len(steps), []
+    cancelled = metric(client, "vaswani_generations_cancelled_total", model="zh")
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/v1/translations", json=body, timeout=0.5)
+    deadline = time.monotonic() + 20
+    while metric(client, "vaswani_generations_cancelled_total", model="zh") < cancelled + 1:
+        assert time.monotonic() < deadline, "the beam search went on after the client left"
+        time.sleep(0.05)
+    assert len(steps) < whole / 2 and len(app.state.queues["zh"]) == 0
+    monkeypatch.undo()
+    assert client.post("/v1/translations", json={**body, "n_best": 2}).json()["data"][0]["hypotheses"]
 
 
 def test_attention_of_a_prompt_labels_its_byte_level_tokens(client, app):

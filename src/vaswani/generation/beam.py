@@ -58,6 +58,7 @@ def beam_search(
     pad_id: int,
     decoding: DecodingConfig,
     suppress: Sequence[int] = (),
+    on_step: Callable[[Tensor], bool] | None = None,
 ) -> Beams:
     """Beam search: approximately argmax_y log P(y | prefix) / lp(|y|), ``decoding.beam``
     hypotheses per row, lp = ``decoding.penalty``.
@@ -90,6 +91,11 @@ def beam_search(
       still reach does not (log-probabilities are <= 0, so no running hypothesis can still win;
       HF bounds with the maximum length for alpha > 0, the current one otherwise, which stops
       no earlier and returns the same).
+
+    ``on_step(tokens)`` is consulted once a step, after it, with the newest token of each running
+    hypothesis of the rows still searching (rows, beam); it may return True (or raise) to stop the
+    search there, as a server does for a client that has gone: each row then has the finished
+    hypotheses found so far (a slot none reached scores -inf, length 0).
 
     ``beam=1`` is greedy search. Returns the ``n_best`` (<= ``beam``) best finished
     hypotheses of each row, best first (a slot no hypothesis of nonzero probability reached,
@@ -170,5 +176,7 @@ def beam_search(
         alive, running, seqs = alive[searching], running[searching], seqs[searching]
         sources = searching if searching.numel() < rows else None
         state.reorder((searching[:, None] * hyps + parent[searching]).flatten(), sources)
+        if on_step is not None and on_step(seqs[:, :, t]):
+            break
     length = int(done_lengths[:, :n_best].max()) if batch else 0  # read once, after the search
     return Beams(done_tokens[:, :n_best, :length], done_scores[:, :n_best], done_lengths[:, :n_best])

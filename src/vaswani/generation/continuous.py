@@ -16,6 +16,10 @@ its end and is prefilled again, as :func:`~vaswani.generation.lm.lm_next_logits`
 Each request keeps its :class:`DecodingConfig` (greedy or sampled; temperature, top_k, top_p) and
 its own generator (seeded by ``decoding.seed``): a row draws from its own logits with its own
 generator, so a seeded request gives the same tokens alone and in any batch.
+
+:class:`BatchEngine` is what every engine shares (the queue, the thread, the order of a step, the
+choice of each row's token); :class:`ContinuousEngine` is the decoder-only model's, and
+:mod:`~vaswani.generation.continuous_seq2seq` the encoder-decoder's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor
@@ -37,6 +42,9 @@ from vaswani.layers.blocks import LayerCache
 from vaswani.layers.cache import AttentionCache, RollingKVCache
 from vaswani.models.gpt import GPT
 
+State = TypeVar("State")
+Engine = TypeVar("Engine", bound="BatchEngine[Any]")
+
 
 class QueueFull(VaswaniError):
     """The engine already holds ``max_pending`` requests waiting for a slot."""
@@ -46,31 +54,30 @@ class EngineClosed(VaswaniError):
     """The engine was closed: it takes no more requests, and those it held ended."""
 
 
-class ContinuousEngine:
-    """Continuous batching of ``model`` (a :class:`GPT`) for up to ``max_batch`` rows at once;
-    ``max_pending`` requests may wait for a slot (None: any number); ``on_step(rows)`` is told the
-    rows of each step (a server's batch sizes).
+class BatchEngine(Generic[State]):
+    """What every continuous-batching engine shares: the queue of waiting requests, the thread that
+    steps while there is work, the order of a step (cancelled rows leave, the batch steps, waiting
+    requests join, finished rows leave), each row's choice of its next token, and closing.
 
-    ``engine.submit(prompt_ids, decoding) -> Request``; :meth:`step` advances every running
-    request by one token (called by :meth:`start`'s thread, or directly). ``decode`` turns ids into
-    text (stop strings, streaming); logits of ids >= ``vocab_size`` (padding of the embedding) are
-    never chosen. Every tensor stays on the model's device; a step reads it once (the new ids).
+    A model's engine says how a joining row is prefilled alone (:meth:`_prefill`: its ``State``,
+    what it joins the batch with, and its first token), how the running batch steps
+    (:meth:`_decode_batch`), how the batch is regrouped on joining and leaving (:meth:`_regroup`)
+    and which rows restart their view (:meth:`_restart`). ``rows`` are the running requests in the
+    order of the rows of ``cache`` (one :class:`LayerCache` per layer), whose self-attention
+    caches hold ``width`` columns: each row's tokens are its newest ``row.cached``.
     """
 
     def __init__(
-        self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
-        max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+        self, device: torch.device, eos_id: int, decode: Decode, max_batch: int, max_pending: int | None,
+        on_step: Callable[[int], None] | None,
     ) -> None:  # fmt: skip
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.model = model.eval()
-        self.device = next(model.parameters()).device
-        self.eos_id, self.decode, self.vocab_size = eos_id, decode, vocab_size
+        self.device, self.eos_id, self.decode = device, eos_id, decode
         self.max_batch, self.max_pending, self.on_step = max_batch, max_pending, on_step
-        self.max_len = model.config.max_len
-        self.rows: list[Request] = []  # the running rows, in the order of the cache's rows
+        self.rows: list[Request] = []
         self.cache: list[LayerCache] | None = None
-        self.width = 0  # the cache's columns: each row's tokens are its newest ``row.cached``
+        self.width = 0
         self.steps, self.tokens_generated = 0, 0  # counts, for a server's metrics
         self._pending: deque[Request] = deque()
         self._lock = threading.Condition()
@@ -85,6 +92,165 @@ class ContinuousEngine:
     def cache_bytes(self) -> int:
         """Bytes held by the running batch's caches."""
         return sum(c.self_attn.nbytes + c.cross_attn.nbytes for c in self.cache or [])
+
+    def _enqueue(self, request: Request) -> Request:
+        """Queue ``request`` for a slot (EngineClosed once closed, QueueFull past ``max_pending``)."""
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            if self.max_pending is not None and len(self._pending) >= self.max_pending:
+                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_pending)")
+            self._pending.append(request)
+            self._lock.notify_all()
+        return request
+
+    def step(self) -> int:
+        """Advance every running request by one token: cancelled rows leave, rows whose view
+        restarts leave to be prefilled again, waiting requests take the free slots (prefilled
+        alone), the rest of the batch steps together, finished rows leave. Returns the rows that
+        got a token."""
+        with torch.no_grad():
+            return self._step()
+
+    def _step(self) -> int:
+        leaving = {id(r) for r in self.rows if r.cancelled}
+        for row in (r for r in self.rows if id(r) in leaving):
+            row._finish("cancelled")
+        full = self._restart([r for r in self.rows if id(r) not in leaving])
+        if leaving or full:
+            self._regroup([r for r in self.rows if id(r) not in leaving and r not in full], [])
+        stepped = list(self.rows)
+        tokens = self._decode_batch() if stepped else []
+        joining = full + self._admit(self.max_batch - len(stepped) - len(full))
+        prefilled: list[tuple[Request, State]] = []
+        for row in joining:
+            try:
+                state, token = self._prefill(row)
+            except Exception as error:  # one request's failure ends it alone
+                row._finish("error", error)
+                continue
+            prefilled.append((row, state))
+            tokens.append(token)
+        done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
+        self.steps += 1
+        self.tokens_generated += len(tokens)
+        if self.on_step is not None and tokens:
+            self.on_step(len(tokens))
+        self._regroup(
+            [r for r in stepped if id(r) not in done], [(r, c) for r, c in prefilled if id(r) not in done]
+        )
+        return len(tokens)
+
+    def _restart(self, rows: list[Request]) -> list[Request]:
+        """The running ``rows`` that leave the batch to be prefilled again: none by default."""
+        return []
+
+    def _prefill(self, row: Request) -> tuple[State, int]:
+        """``row`` alone in one forward pass: what it joins the batch with, and its next token."""
+        raise NotImplementedError
+
+    def _decode_batch(self) -> list[int]:
+        """One step of the running batch: each row's next token."""
+        raise NotImplementedError
+
+    def _regroup(self, keep: list[Request], joining: list[tuple[Request, State]]) -> None:
+        """The batch of the rows ``keep`` (running, in their order) and ``joining``."""
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        """No running rows: the batch's state dropped."""
+        self.rows, self.cache, self.width = [], None, 0
+
+    def _admit(self, free: int) -> list[Request]:
+        """Up to ``free`` waiting requests, oldest first (cancelled ones end here)."""
+        taken: list[Request] = []
+        with self._lock:
+            while self._pending and len(taken) < free:
+                request = self._pending.popleft()
+                if request.cancelled:
+                    request._finish("cancelled")
+                else:
+                    taken.append(request)
+        return taken
+
+    def _choose(self, logits: Tensor, rows: list[Request]) -> list[int]:
+        """Each row's next token: argmax, or a draw with its own decoding and generator."""
+        choice = logits.argmax(dim=-1)
+        for i, row in enumerate(rows):
+            if row.decoding.strategy == "sample":
+                choice[i] = choose_next(logits[i : i + 1], row.decoding, row.generator)[0]
+        return choice.tolist()
+
+    def _self_attention_mask(self) -> Tensor | None:
+        """The self-attention key mask (rows, width + 1) of a step that feeds each row its newest
+        token (True on the rows' tokens); None when no row is padded (positions follow the cache)."""
+        if all(r.cached == self.width for r in self.rows):
+            return None
+        return suffix_mask([r.cached + 1 for r in self.rows], self.width + 1, self.device)
+
+    def _kept(self, keep: list[Request]) -> Tensor:
+        """The rows of the running batch's caches that ``keep`` are, in their order."""
+        place = {id(r): i for i, r in enumerate(self.rows)}
+        return torch.tensor([place[id(r)] for r in keep], dtype=torch.long, device=self.device)
+
+    def start(self: Engine) -> Engine:
+        """Run :meth:`step` in a thread of its own while there is work."""
+        self._thread = threading.Thread(target=self._drive, name="vaswani-continuous", daemon=True)
+        self._thread.start()
+        return self
+
+    def _drive(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self._pending and not self.rows:
+                    self._lock.wait()
+                if self._closed:
+                    break
+            try:
+                self.step()
+            except Exception as error:  # the batch failed: its requests end with the error
+                for row in self.rows:
+                    row._finish("error", error)
+                self._clear()
+        self._end_all()
+
+    def close(self) -> None:
+        """Take no more requests; end those held (cancelled) and stop the thread."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._end_all()
+
+    def _end_all(self) -> None:
+        with self._lock:
+            held, self._pending = list(self._pending) + self.rows, deque()
+        for request in held:
+            request._finish("cancelled")
+        self._clear()
+
+
+class ContinuousEngine(BatchEngine[list[LayerCache]]):
+    """Continuous batching of ``model`` (a :class:`GPT`) for up to ``max_batch`` rows at once;
+    ``max_pending`` requests may wait for a slot (None: any number); ``on_step(rows)`` is told the
+    rows of each step (a server's batch sizes).
+
+    ``engine.submit(prompt_ids, decoding) -> Request``; :meth:`step` advances every running
+    request by one token (called by :meth:`start`'s thread, or directly). ``decode`` turns ids into
+    text (stop strings, streaming); logits of ids >= ``vocab_size`` (padding of the embedding) are
+    never chosen. Every tensor stays on the model's device; a step reads it once (the new ids).
+    """
+
+    def __init__(
+        self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
+        max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(next(model.parameters()).device, eos_id, decode, max_batch, max_pending, on_step)
+        self.model = model.eval()
+        self.vocab_size = vocab_size
+        self.max_len = model.config.max_len
 
     def submit(
         self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
@@ -103,79 +269,20 @@ class ContinuousEngine:
         if not all(0 <= i < vocab for i in prompt):
             raise InputError(f"prompt: token ids must be in [0, {vocab})")
         generator = decoding.generator(self.device)
-        request = Request(prompt, decoding, budget, self.eos_id, self.decode, generator, on_event)
-        with self._lock:
-            if self._closed:
-                raise EngineClosed("the engine is closed")
-            if self.max_pending is not None and len(self._pending) >= self.max_pending:
-                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_pending)")
-            self._pending.append(request)
-            self._lock.notify_all()
-        return request
+        return self._enqueue(Request(prompt, decoding, budget, self.eos_id, self.decode, generator, on_event))
 
-    def step(self) -> int:
-        """Advance every running request by one token: cancelled rows leave, rows whose context is
-        full restart their view, waiting requests take the free slots (prefilled alone), the rest
-        of the batch steps together, finished rows leave. Returns the rows that got a token."""
-        with torch.no_grad():
-            return self._step()
-
-    def _step(self) -> int:
-        leaving = {id(r) for r in self.rows if r.cancelled}
-        for row in (r for r in self.rows if id(r) in leaving):
-            row._finish("cancelled")
-        full = [r for r in self.rows if id(r) not in leaving and len(r.tokens) - r.start > self.max_len]
+    def _restart(self, rows: list[Request]) -> list[Request]:
+        """Rows whose context is full: their view restarts ``max_len // 2`` tokens before their end."""
+        full = [r for r in rows if len(r.tokens) - r.start > self.max_len]
         for row in full:
             row.start = len(row.tokens) - self.max_len // 2
-        if leaving or full:
-            self._regroup([r for r in self.rows if id(r) not in leaving and r not in full], [])
-        stepped = list(self.rows)
-        tokens = self._decode_batch() if stepped else []
-        joining = full + self._admit(self.max_batch - len(stepped) - len(full))
-        prefilled: list[tuple[Request, list[LayerCache]]] = []
-        for row in joining:
-            try:
-                cache, token = self._prefill(row)
-            except Exception as error:  # one request's failure ends it alone
-                row._finish("error", error)
-                continue
-            prefilled.append((row, cache))
-            tokens.append(token)
-        done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
-        self.steps += 1
-        self.tokens_generated += len(tokens)
-        if self.on_step is not None and tokens:
-            self.on_step(len(tokens))
-        self._regroup(
-            [r for r in stepped if id(r) not in done], [(r, c) for r, c in prefilled if id(r) not in done]
-        )
-        return len(tokens)
-
-    def _admit(self, free: int) -> list[Request]:
-        """Up to ``free`` waiting requests, oldest first (cancelled ones end here)."""
-        taken: list[Request] = []
-        with self._lock:
-            while self._pending and len(taken) < free:
-                request = self._pending.popleft()
-                if request.cancelled:
-                    request._finish("cancelled")
-                else:
-                    taken.append(request)
-        return taken
+        return full
 
     def _logits(self, tokens: Tensor, mask: Tensor | None, cache: list[LayerCache]) -> Tensor:
         logits = self.model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1].float()
         if self.vocab_size is not None and self.vocab_size < logits.shape[-1]:
             logits[:, self.vocab_size :] = -math.inf
         return logits
-
-    def _choose(self, logits: Tensor, rows: list[Request]) -> list[int]:
-        """Each row's next token: argmax, or a draw with its own decoding and generator."""
-        choice = logits.argmax(dim=-1)
-        for i, row in enumerate(rows):
-            if row.decoding.strategy == "sample":
-                choice[i] = choose_next(logits[i : i + 1], row.decoding, row.generator)[0]
-        return choice.tolist()
 
     def _prefill(self, row: Request) -> tuple[list[LayerCache], int]:
         """The row's tokens in view in one forward pass, alone: its cache and next token."""
@@ -191,10 +298,7 @@ class ContinuousEngine:
         rows' tokens (left out when no row is padded: positions then follow the cache)."""
         assert self.cache is not None
         newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
-        mask = None
-        if any(r.cached < self.width for r in self.rows):
-            mask = _suffix_mask([r.cached + 1 for r in self.rows], self.width + 1, self.device)
-        tokens = self._choose(self._logits(newest, mask, self.cache), self.rows)
+        tokens = self._choose(self._logits(newest, self._self_attention_mask(), self.cache), self.rows)
         self.width += 1
         for row in self.rows:
             row.cached += 1
@@ -205,74 +309,47 @@ class ContinuousEngine:
         own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
         rows = keep + [r for r, _ in joining]
         if not rows:
-            self.rows, self.cache, self.width = [], None, 0
+            self._clear()
             return
         if keep == self.rows and not joining:
             return
         width = max(r.cached for r in rows)
-        place = {id(r): i for i, r in enumerate(self.rows)}
-        index = torch.tensor([place[id(r)] for r in keep], dtype=torch.long, device=self.device)
+        index = self._kept(keep)
         cache = self.model.new_cache()
         for layer, target in enumerate(cache):
-            parts: list[tuple[Tensor, Tensor]] = []
-            if keep:
-                assert self.cache is not None
-                source = self.cache[layer].self_attn
-                assert source.key is not None and source.value is not None
-                parts.append((source.key.index_select(0, index), source.value.index_select(0, index)))
-            for _, own in joining:
-                key, value = own[layer].self_attn.key, own[layer].self_attn.value
-                assert key is not None and value is not None
-                parts.append((key, value))
-            _fill(target.self_attn, parts, width)
+            running = self.cache[layer].self_attn if self.cache else None
+            own = parts([c[layer].self_attn for _, c in joining])
+            fill(target.self_attn, kept_rows(running, index) + own, width)
         self.rows, self.cache, self.width = rows, cache, width
 
-    def start(self) -> ContinuousEngine:
-        """Run :meth:`step` in a thread of its own while there is work."""
-        self._thread = threading.Thread(target=self._drive, name="vaswani-continuous", daemon=True)
-        self._thread.start()
-        return self
 
-    def _drive(self) -> None:
-        while True:
-            with self._lock:
-                while not self._closed and not self._pending and not self.rows:
-                    self._lock.wait()
-                if self._closed:
-                    break
-            try:
-                self.step()
-            except Exception as error:  # the batch failed: its requests end with the error
-                for row in self.rows:
-                    row._finish("error", error)
-                self.rows, self.cache, self.width = [], None, 0
-        self._end_all()
-
-    def close(self) -> None:
-        """Take no more requests; end those held (cancelled) and stop the thread."""
-        with self._lock:
-            self._closed = True
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        else:
-            self._end_all()
-
-    def _end_all(self) -> None:
-        with self._lock:
-            held, self._pending = list(self._pending) + self.rows, deque()
-        for request in held:
-            request._finish("cancelled")
-        self.rows, self.cache, self.width = [], None, 0
+def kept_rows(cache: AttentionCache | None, index: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """The keys and values of the rows ``index`` of ``cache``: one part of :func:`fill` ([] when no
+    row is kept)."""
+    if cache is None or not index.numel():
+        return []
+    return parts([cache], index)
 
 
-def _suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
+def parts(caches: list[AttentionCache], index: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
+    """The keys and values each of ``caches`` holds (its rows ``index`` if given), parts of :func:`fill`."""
+    found = []
+    for cache in caches:
+        key, value = cache.key, cache.value
+        assert key is not None and value is not None
+        if index is not None:
+            key, value = key.index_select(0, index), value.index_select(0, index)
+        found.append((key, value))
+    return found
+
+
+def suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
     """(rows, width) True on the newest ``lengths[i]`` columns of row i: its tokens."""
     starts = torch.tensor([width - n for n in lengths], dtype=torch.long, device=device)
     return torch.arange(width, device=device) >= starts[:, None]
 
 
-def _fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
+def fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
     """Fill an empty cache with the rows of ``parts`` ((rows, heads, kept, d_head) keys and values,
     the newest last), right-aligned on ``width`` columns, the columns before a row's zeros (masked).
     A rolling cache keeps at most its window (and no more than ``width``) and counts ``width``."""

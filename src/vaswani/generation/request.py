@@ -36,11 +36,13 @@ class Request:
     blocking), :meth:`drain` (the same without waiting), :meth:`pieces` (text as it becomes final),
     :meth:`result`; :meth:`cancel` ends it at the next step boundary. ``on_event(request)`` is called
     from the engine's thread after each new token and at the end. Read it one way once (a
-    :meth:`result` may follow any)."""
+    :meth:`result` may follow any). ``tokens`` are those the decoder starts from: the prompt by
+    default, a translation's BOS (its ``prompt`` is then the source)."""
 
     def __init__(
         self, prompt: list[int], decoding: DecodingConfig, budget: int, eos_id: int, decode: Decode,
         generator: torch.Generator | None, on_event: Callable[[Request], None] | None,
+        tokens: Sequence[int] | None = None,
     ) -> None:  # fmt: skip
         self.prompt, self.decoding, self.budget, self.eos_id = prompt, decoding, budget, eos_id
         self.generator = generator
@@ -51,8 +53,8 @@ class Request:
         self._events: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
         self._cancelled = threading.Event()
         self._ended = False  # the reader has seen the end
-        # The engine's view of the row: the first token in view and the tokens in the cache.
-        self.tokens = list(prompt)
+        # The engine's view of the row: its tokens, the first in view and those in the cache.
+        self.tokens = list(prompt if tokens is None else tokens)
         self.start = 0
         self.cached = 0
 

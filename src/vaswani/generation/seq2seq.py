@@ -78,10 +78,12 @@ def translate_beam_ids(
     eos_id: int,
     decoding: DecodingConfig,
     suppress: Sequence[int] = (),
+    on_step: Callable[[Tensor], bool] | None = None,
 ) -> Beams:
     """Beam search translation (:func:`~vaswani.generation.beam.beam_search`) of a padded batch
     of source ids, from BOS, within the budget of :meth:`DecodingConfig.target_budget`; the ids
-    in ``suppress`` are never generated."""
+    in ``suppress`` are never generated. ``on_step(tokens)`` is consulted once a step and may
+    stop the search (cancellation), as in ``beam_search``."""
     prefix, budget = _start(model, src, bos_id, decoding)
     state = seq2seq_decoding(model, src, decoding.use_cache)
-    return beam_search(state, prefix, budget, eos_id, model.config.pad_id, decoding, suppress)
+    return beam_search(state, prefix, budget, eos_id, model.config.pad_id, decoding, suppress, on_step)

@@ -12,7 +12,7 @@ from vaswani.layers.blocks import Decoder, Encoder, LayerCache
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
-from vaswani.layers.positions import embedding_positions
+from vaswani.layers.positions import embedding_positions, positions_from_mask
 
 
 @dataclass
@@ -99,15 +99,26 @@ class Transformer(nn.Module):
         source: EncodedSource,
         need_weights: bool = False,
         last_only: bool = False,
+        target_mask: Tensor | None = None,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """Decoder hidden states → logits (of the last position only with ``last_only``,
         all that generation needs). With ``source.cache`` set, ``tgt_in`` holds only the
-        new tokens and their positions continue after the cached ones."""
+        new tokens and their positions continue after the cached ones.
+
+        ``target_mask`` (batch, cached + new), True on real target tokens, is needed only for
+        left-padded decoder rows (continuous batching): it masks the padding keys of
+        self-attention and gives each row's position ids, as a language model's attention mask
+        does; without it every row's positions are 0, 1, … after the cache."""
         offset = source.cache[0].self_attn.length if source.cache else 0
-        y = self.tgt_embed(tgt_in, offset=offset)
+        positions = key_mask = None
+        if target_mask is not None:
+            positions = positions_from_mask(target_mask)
+            key_mask = target_mask[:, None, None, :]
+        new_positions = None if positions is None else positions[:, offset:]
+        y = self.tgt_embed(tgt_in, positions=new_positions, offset=offset)
         h, weights = self.decoder(
-            y, memory=source.memory, memory_mask=source.mask, cache=source.cache,
-            need_weights=need_weights,
+            y, mask=key_mask, memory=source.memory, memory_mask=source.mask, cache=source.cache,
+            need_weights=need_weights, positions=positions,
         )  # fmt: skip
         return self.output(h[:, -1:] if last_only else h), weights
 

@@ -7,11 +7,10 @@ The interface the other parts build on:
   ``wrapper``, ``run_dir``), ``queues`` (id → ``BatchQueue``: ``submit(key, payload)``,
   ``hold()``, ``call(fn, *args)``, ``thread``), ``settings`` (``ServeSettings``) and ``metrics``
   (``ServeMetrics``).
-- :mod:`vaswani.serve.completions`: ``/v1/completions`` and ``/v1/translations``; completions run
-  on :mod:`vaswani.serve.engine` (``app.state.engines``: a continuous-batching engine per lm run)
-  instead of ``queue.submit`` and ``streamed``'s worker;
-  :mod:`vaswani.serve.generate`: ``complete``/``translate_one`` with a per-step ``watch``.
+- :mod:`vaswani.serve.completions`: ``/v1/completions`` and ``/v1/translations``; completions and
+  greedy or sampled translations run on :mod:`vaswani.serve.engine` (``app.state.engines``: a
+  continuous-batching engine per lm and translation run), beam search on ``queue.submit``.
 - :mod:`vaswani.serve.streaming`: ``TextStream`` (incremental detokenization, never cut inside
-  a character), ``Pipe`` (worker thread → event loop, cancelled when the client goes), ``sse``.
+  a character), ``sse``.
 - :mod:`vaswani.serve.errors`: ``ApiError`` and the one-line JSON error body.
 """

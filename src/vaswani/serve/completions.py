@@ -1,11 +1,11 @@
 """``/v1/completions`` (lm runs, OpenAI's shape) and ``/v1/translations`` (translation runs).
 
-A completion, one-shot or streamed, joins the running batch of its model's continuous-batching
-engine (:mod:`vaswani.serve.engine`). A one-shot translation goes through its model's batching
-queue (``queue.submit((kind, decoding), inputs)``: requests with the same decoding options share
-one call); a streamed one runs alone in the model's worker thread (:func:`streamed`), counted in
-the queue while it runs. Pieces arrive as server-sent events, ``finish_reason`` exactly once, in
-the last chunk, then ``data: [DONE]``. When the client goes away, generation stops at the next step.
+A completion, and a greedy or sampled translation, one-shot or streamed, joins the running batch
+of its model's continuous-batching engine (:mod:`vaswani.serve.engine`). A beam search (n-best)
+goes through its model's batching queue (``queue.submit((kind, decoding), inputs)``: requests
+with the same decoding options share one call). Pieces arrive as server-sent events,
+``finish_reason`` exactly once, in the last chunk, then ``data: [DONE]``. When the client goes
+away, generation (beam search too) stops at the next step.
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
-from vaswani.serve.batching import BatchQueue, Cancelled
-from vaswani.serve.engine import complete_rows, stream_completion
-from vaswani.serve.errors import ApiError, log_failure
-from vaswani.serve.generate import Generation, source_ids, translate_one
-from vaswani.serve.loading import ServedModel
+from vaswani.serve.engine import Generation, complete_rows, stream_completion
+from vaswani.serve.errors import ApiError
 from vaswani.serve.requests import check_max_tokens, decoding_of, served_model, texts
 from vaswani.serve.schemas import (
     CompletionChoice,
@@ -36,12 +33,10 @@ from vaswani.serve.schemas import (
     Usage,
 )
 from vaswani.serve.security import require_key
-from vaswani.serve.streaming import DONE, Pipe, sse
 
 router = APIRouter(dependencies=[Depends(require_key)])
 CLIENT_GONE = 499  # the status logged for a request whose client left before its answer
 DISCONNECT_POLL_S = 0.1
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, tags=["generation"])
@@ -95,7 +90,8 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 
 @router.post("/v1/translations", response_model=TranslationResponse, tags=["generation"])
 async def translations(body: TranslationRequest, request: Request) -> Any:
-    """Translate a text (or texts): greedy by default, beam search and n-best, sampling; greedy streams."""
+    """Translate a text (or texts): greedy by default, beam search and n-best, sampling; greedy and
+    sampled translations stream."""
     settings = request.app.state.settings
     served, queue = served_model(request, body.model, ["translation"])
     inputs = texts(body.input, settings)
@@ -107,30 +103,31 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
     fields["max_new_tokens"] = body.max_new_tokens or body.max_tokens
     decoding = decoding_of(fields)
     if body.stream:
-        if decoding.strategy != "greedy" or len(inputs) != 1:
-            raise ApiError(422, "stream: streaming serves greedy decoding of one input", "stream")
-        translator = served.wrapper
-        source_ids(translator, inputs[0])  # a text too long is refused before the stream starts
-
-        def run(watch: Callable[[list[str]], None]) -> Generation:
-            return translate_one(translator, inputs[0], decoding, watch)
+        if decoding.strategy == "beam" or len(inputs) != 1:
+            raise ApiError(422, "stream: streaming serves greedy or sampled decoding of one input", "stream")
 
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {"object": "translation.chunk", "model": served.name, "index": 0, "text": text,
                     "finish_reason": finish}  # fmt: skip
 
-        return streamed(request, served, queue, run, chunk)
+        return stream_completion(request, served, queue, inputs[0], decoding, chunk)
+    if decoding.strategy != "beam":
+        done: list[Generation] | None = await unless_gone(
+            request, complete_rows(request, served, queue, inputs, decoding, 1)
+        )
+        if done is None:
+            return Response(status_code=CLIENT_GONE)
+        return TranslationResponse(
+            model=served.name, data=[Translation(index=i, text=g.text) for i, g in enumerate(done)]
+        )
     results = await unless_gone(request, queue.submit(("translate", decoding), inputs))
     if results is None:
         return Response(status_code=CLIENT_GONE)
-    if decoding.strategy == "beam":
-        many = decoding.n_best > 1
-        data = [
-            Translation(index=i, text=best[0].text, hypotheses=hypotheses(best) if many else None)
-            for i, best in enumerate(results)
-        ]
-    else:
-        data = [Translation(index=i, text=text) for i, text in enumerate(results)]
+    many = decoding.n_best > 1
+    data = [
+        Translation(index=i, text=best[0].text, hypotheses=hypotheses(best) if many else None)
+        for i, best in enumerate(results)
+    ]
     return TranslationResponse(model=served.name, data=data)
 
 
@@ -150,58 +147,3 @@ async def unless_gone(request: Request, work: Awaitable[Any]) -> Any:
 def hypotheses(best: list[Any]) -> list[Hypothesis]:
     """The n-best list of one text as the response shows it."""
     return [Hypothesis(text=h.text, score=h.score) for h in best]
-
-
-def streamed(
-    request: Request,
-    served: ServedModel,
-    queue: BatchQueue,
-    run: Callable[[Callable[[list[str]], None]], Generation],
-    chunk: Callable[[str, str | None], dict[str, Any]],
-) -> StreamingResponse:
-    """``run(watch)`` in the model's worker thread, its pieces sent as events as they come; the
-    last chunk carries the finish reason."""
-    metrics = request.app.state.metrics
-    queue.check_room()
-    pipe = Pipe()
-
-    def work() -> None:
-        def watch(pieces: list[str]) -> None:
-            pipe.check()
-            if pieces[0]:
-                pipe.send(pieces[0])
-
-        try:
-            pipe.send(run(watch))
-        except Cancelled:
-            metrics.cancelled.labels(served.name).inc()
-            pipe.close()
-        except Exception as exc:
-            pipe.close(exc)
-        else:
-            pipe.close()
-
-    async def events() -> AsyncIterator[str]:
-        with queue.hold(check=False):
-            future = queue.thread.submit(work)
-            try:
-                async for item in relay(pipe):
-                    yield item
-            finally:
-                pipe.cancelled.set()
-                future.cancel()
-
-    async def relay(pipe: Pipe) -> AsyncIterator[str]:
-        try:
-            async for item in pipe:
-                if isinstance(item, Generation):
-                    metrics.tokens.labels(served.name).inc(item.tokens)
-                    yield sse(chunk("", item.finish_reason))
-                    yield DONE
-                else:
-                    yield sse(chunk(item, None))
-        except Exception as exc:  # the stream has begun: end it with one line, never a traceback
-            log_failure(request.url.path, exc, request.app.state.settings.debug)
-            yield sse({"error": {"message": "internal error: generation failed", "type": "server_error"}})
-
-    return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)

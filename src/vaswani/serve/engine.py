@@ -1,25 +1,23 @@
-"""Continuous batching behind ``/v1/completions``: one
-:class:`~vaswani.generation.continuous.ContinuousEngine` per served lm run, in a thread of its own,
-so that completions join and leave a running batch at step boundaries and a long one does not hold
-back short ones (one-shot and streamed requests alike, up to ``--max-batch`` rows).
+"""Continuous batching behind ``/v1/completions`` and ``/v1/translations``: one engine per served
+lm run (:class:`~vaswani.generation.continuous.ContinuousEngine`) and per translation run
+(:class:`~vaswani.generation.continuous_seq2seq.Seq2SeqEngine`), each in a thread of its own, so
+that completions and greedy or sampled translations join and leave a running batch at step
+boundaries and a long one does not hold back short ones (one-shot and streamed requests alike, up
+to ``--max-batch`` rows). Beam search (n-best) stays batched per call by the model's
+:class:`~vaswani.serve.batching.BatchQueue`.
 
-``engines_of(models, settings, metrics)`` starts them (``app.state.engines``: model id → engine);
-:func:`complete_rows` awaits the completions of some prompts and :func:`stream_completion` streams
-one as server-sent events. Both count in the model's queue (``queue.hold``: its length, and the 503
-of a full queue), wait on the event loop without blocking it (the engine wakes them), and cancel
-their rows when the client goes away.
-
-Translations stay batched per call by the model's :class:`~vaswani.serve.batching.BatchQueue`
-(requests that arrive together decode together): joining a running batch at a step boundary would
-need per-row target positions and a target key mask in ``Transformer.decode``, which does not take
-them (its decoder rows all continue after the same number of cached tokens).
+``engines_of(models, settings, metrics)`` starts them (``app.state.engines``: model id → engine),
+their steps' rows counted as the model's batch sizes; :func:`complete_rows` awaits the results of
+some inputs and :func:`stream_completion` streams one as server-sent events. Both count in the
+model's queue (``queue.hold``: its length, and the 503 of a full queue), wait on the event loop
+without blocking it (the engine wakes them), and cancel their rows when the client goes away.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Request
@@ -27,39 +25,62 @@ from fastapi.responses import StreamingResponse
 
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.continuous import ContinuousEngine
+from vaswani.generation.continuous_seq2seq import Seq2SeqEngine
 from vaswani.generation.request import Request as EngineRequest
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.errors import log_failure
-from vaswani.serve.generate import Generation
 from vaswani.serve.loading import ServedModel
 from vaswani.serve.metrics import ServeMetrics
 from vaswani.serve.settings import ServeSettings
 from vaswani.serve.streaming import DONE, TextStream, sse
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+Engine = ContinuousEngine | Seq2SeqEngine
+
+
+@dataclass
+class Generation:
+    """One row's text, why it ended (``stop``: EOS or a stop string; ``length``: the budget), the
+    tokens it generated (up to its end) and the tokens of its input (prompt or source)."""
+
+    text: str
+    finish_reason: str
+    tokens: int
+    input_tokens: int
 
 
 def engines_of(
     models: dict[str, ServedModel], settings: ServeSettings, metrics: ServeMetrics
-) -> dict[str, ContinuousEngine]:
-    """A started engine for each lm run of ``models``, its steps' rows counted as batch sizes."""
-    engines = {}
+) -> dict[str, Engine]:
+    """A started engine for each lm and translation run of ``models``, its steps' rows counted as
+    batch sizes."""
+    engines: dict[str, Engine] = {}
     for name, served in models.items():
+        observe = metrics.batch.labels(name).observe
         if served.task == "lm":
             tok = served.wrapper.tokenizer
             engines[name] = ContinuousEngine(
                 served.wrapper.model, tok.eos_id, tok.decode, tok.vocab_size, settings.max_batch,
-                on_step=metrics.batch.labels(name).observe,
+                on_step=observe,
+            ).start()  # fmt: skip
+        elif served.task == "translation":
+            translator, tok = served.wrapper, served.wrapper.tgt_tok
+            engines[name] = Seq2SeqEngine(
+                translator.model, tok.bos_id, tok.eos_id, tok.decode, translator.suppressed,
+                settings.max_batch, on_step=observe,
             ).start()  # fmt: skip
     return engines
 
 
 def submit(
-    engine: ContinuousEngine, served: ServedModel, prompt: str, decoding: DecodingConfig,
+    engine: Engine, served: ServedModel, text: str, decoding: DecodingConfig,
     wake: Callable[[EngineRequest], None],
 ) -> EngineRequest:  # fmt: skip
-    """Queue one prompt; a prompt too long (or a bad option) raises its one-line error here."""
-    return engine.submit(served.wrapper.tokenizer.encode(prompt), decoding, on_event=wake)
+    """Queue one prompt (an lm run) or source text (a translation run); one too long (or a bad
+    option) raises its one-line error here."""
+    if isinstance(engine, Seq2SeqEngine):
+        return engine.submit(served.wrapper.src_tok.encode(text), decoding, on_event=wake)
+    return engine.submit(served.wrapper.tokenizer.encode(text), decoding, on_event=wake)
 
 
 def waker(each_token: bool) -> tuple[asyncio.Event, Callable[[EngineRequest], None]]:
@@ -104,9 +125,9 @@ async def complete_rows(
     decoding: DecodingConfig,
     n: int,
 ) -> list[Generation]:
-    """The completion of each of ``prompts`` (each ``n`` times in a row: with a seed, choice j
-    draws from seed + j), through the model's engine."""
-    engine: ContinuousEngine = request.app.state.engines[served.name]
+    """The completion (or translation) of each of ``prompts`` (each ``n`` times in a row: with a
+    seed, choice j draws from seed + j), through the model's engine."""
+    engine: Engine = request.app.state.engines[served.name]
     with queue.hold():
         woken, wake = waker(each_token=False)
         rows: list[EngineRequest] = []
@@ -132,17 +153,17 @@ def stream_completion(
     request: Request, served: ServedModel, queue: BatchQueue, prompt: str, decoding: DecodingConfig,
     chunk: Callable[[str, str | None], dict[str, Any]],
 ) -> StreamingResponse:  # fmt: skip
-    """One completion streamed through the model's engine: its text in pieces never cut inside a
-    character (:class:`~vaswani.serve.streaming.TextStream`), the finish reason in the last chunk,
-    then ``data: [DONE]``; the row stops when the client goes away."""
-    engine: ContinuousEngine = request.app.state.engines[served.name]
+    """One completion (or translation) streamed through the model's engine: its text in pieces
+    never cut inside a character (:class:`~vaswani.serve.streaming.TextStream`), the finish reason
+    in the last chunk, then ``data: [DONE]``; the row stops when the client goes away."""
+    engine: Engine = request.app.state.engines[served.name]
     metrics = request.app.state.metrics
     queue.check_room()
     woken, wake = waker(each_token=True)
     row = submit(engine, served, prompt, decoding, wake)
 
     async def events() -> AsyncIterator[str]:
-        text = TextStream(served.wrapper.tokenizer.decode, decoding.stop)
+        text = TextStream(engine.decode, decoding.stop)
         with queue.hold(check=False):
             try:
                 async for new in new_ids(row, woken):

@@ -80,7 +80,7 @@ class TranslationRequest(TranslationDecoding):  # type: ignore[misc, valid-type]
     ``DecodingConfig``); ``max_tokens`` is ``max_new_tokens``."""
 
     input: Texts = Field(description="a text or a list of texts")
-    stream: bool = Field(False, description="server-sent events (greedy decoding of one text)")
+    stream: bool = Field(False, description="server-sent events (greedy or sampled decoding of one text)")
     max_tokens: int | None = Field(None, description="the most tokens of a translation (max_new_tokens)")
 
 

@@ -1,4 +1,4 @@
-"""Streaming: incremental detokenization, server-sent events, and a stream's cancellation.
+"""Streaming: incremental detokenization and server-sent events.
 
 :class:`TextStream` turns the ids a model produces into text pieces that are never cut inside a
 character: it decodes all the ids so far and emits only the new text, once the text no longer
@@ -7,23 +7,18 @@ Chinese character or an emoji may span several byte-level tokens) nor in the beg
 string. The pieces joined are the text decoded at the end (without a last character whose
 bytes the token budget cut short).
 
-:class:`Pipe` carries the pieces from the model's worker thread to the event loop;
 :func:`sse` formats one event (``data: JSON``), and :data:`DONE` ends a stream as OpenAI's does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from vaswani.serve.batching import Cancelled
 from vaswani.tasks.lm import cut_at_stop, held_back
 
 DONE = "data: [DONE]\n\n"
-END = object()  # what a Pipe yields after the last piece
 
 
 class TextStream:
@@ -56,36 +51,6 @@ class TextStream:
             return ""
         piece, self.shown = text[len(self.shown) :], text
         return piece
-
-
-class Pipe:
-    """Pieces sent from a worker thread (:meth:`send`, :meth:`close`) and read on the event loop
-    (``async for``). :attr:`cancelled` is set when the reader stops early (the client has gone);
-    :meth:`check` raises :class:`Cancelled` in the worker then."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.cancelled = threading.Event()
-
-    def send(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-    def close(self, error: BaseException | None = None) -> None:
-        self.send(error if error is not None else END)
-
-    def check(self) -> None:
-        if self.cancelled.is_set():
-            raise Cancelled
-
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        try:
-            while (item := await self.queue.get()) is not END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self.cancelled.set()
 
 
 def sse(payload: dict[str, Any]) -> str:

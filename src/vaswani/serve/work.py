@@ -4,8 +4,9 @@ results split back, one per job.
 
 ``runner(served)`` is the ``run`` of that model's :class:`~vaswani.serve.batching.BatchQueue`;
 :data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``, and
-greedy and sampled translations (kind ``translate``) stop early when all their clients have gone.
-(Completions run on the continuous-batching engine, :mod:`vaswani.serve.engine`.)
+beam-search translations (kind ``translate``) stop early when all their clients have gone.
+(Completions and greedy or sampled translations run on the continuous-batching engines,
+:mod:`vaswani.serve.engine`.)
 """
 
 from __future__ import annotations
@@ -34,18 +35,16 @@ def joined(payloads: list[list[Any]], run: Callable[[list[Any]], Sequence[Any]])
 def translate_batch(
     translator: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]
 ) -> list[Any]:
-    """The translations of the jobs' texts in one call: greedy and sampled ones stop at a step
-    boundary (by :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every client has
-    left; a beam search (n-best) runs to its end."""
-    if decoding.strategy == "beam":
-        return joined(payloads, lambda texts: translator.translate_n_best(texts, decoding))
+    """The n-best translations (beam search) of the jobs' texts in one call; the search stops at a
+    step boundary (by :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every
+    client has left."""
 
     def watch(tokens: Tensor) -> bool:
         if gone():
             raise Cancelled
         return False
 
-    return joined(payloads, lambda texts: translator.translate(texts, decoding, on_step=watch))
+    return joined(payloads, lambda texts: translator.translate_n_best(texts, decoding, on_step=watch))
 
 
 def _embed(encoder: Any, options: Any, payloads: list[Any]) -> list[Any]:

@@ -87,10 +87,12 @@ class Translator:
         produces its :attr:`suppressed` ids (Marian's ``<pad>``, the embedding's padding rows; see
         :class:`~vaswani.tokenizer.TextTokenizer`). No sentences give no translations (``[]``); a
         sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError` naming it.
-        ``on_step(tokens)`` sees each decoding step's tokens of a batch (greedy and sampling; an
-        exception it raises stops the translation, as a server does for a client that has gone)."""
+        ``on_step(tokens)`` sees each decoding step's tokens of a batch ((batch,) greedy and
+        sampling; (rows still searching, beam) in beam search: see :meth:`translate_n_best`); an
+        exception it raises stops the translation, as a server does for a client that has gone."""
         if decoding.strategy == "beam":
-            best = self.translate_n_best(sentences, replace(decoding, n_best=1), batch_size, progress)
+            n_best = replace(decoding, n_best=1)
+            best = self.translate_n_best(sentences, n_best, batch_size, progress, on_step)
             return [hypotheses[0].text for hypotheses in best]
         generator = decoding.generator(model_device(self.model))
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
@@ -110,15 +112,18 @@ class Translator:
         decoding: DecodingConfig = PAPER_BEAM,
         batch_size: int = 64,
         progress: bool = False,
+        on_step: Callable[[Tensor], bool] | None = None,
     ) -> list[list[Hypothesis]]:
         """The ``decoding.n_best`` (<= ``decoding.beam``) best translations of each sentence, best
         first, by beam search (:func:`vaswani.generation.beam.beam_search`, Hugging Face's
         convention): score = log P(y | x) / lp(|y|). The default is the paper's: beam 4, GNMT
-        penalty alpha 0.6, one translation. No sentences give no lists (``[]``)."""
+        penalty alpha 0.6, one translation. No sentences give no lists (``[]``). ``on_step(tokens)``
+        is consulted once a search step with the newest token of each running hypothesis (rows
+        still searching, beam); an exception it raises stops the search (a client that has gone)."""
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor) -> list[list[Hypothesis]]:
-            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.suppressed)
+            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.suppressed, on_step)
             return [
                 [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
                 for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)

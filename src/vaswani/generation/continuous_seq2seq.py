@@ -1,0 +1,162 @@
+"""Continuous batching of an encoder-decoder (a translation model): translation requests join and
+leave a running batch at step boundaries, so that a long translation does not hold back short ones.
+
+A joining request is encoded alone (its source in one pass of the encoder) and its first target
+token decoded alone from BOS, which fills its own decoder caches: self-attention (one column, BOS)
+and cross-attention (the keys and values of its source). Its rows then join the running batch's,
+as in :class:`~vaswani.generation.continuous.ContinuousEngine`: the decoder's self-attention caches
+left-padded (each row's tokens the newest columns; a target key mask gives each row its position
+ids, :meth:`Transformer.decode`'s ``target_mask``), the cross-attention caches and the encoder
+output padded to the longest source in the batch, with the memory key mask marking each row's
+source. A finished or cancelled row leaves, and the caches are regrouped in one copy: columns that
+no row needs any more (a longer past of the rows that left, a longer source) are dropped.
+
+Each request keeps its :class:`DecodingConfig` (greedy or sampled) and its own generator (seeded
+by ``decoding.seed``), and gets what :func:`~vaswani.generation.seq2seq.translate_ids` gives its
+source alone: the same budget (:meth:`DecodingConfig.target_budget`), the ids of ``suppress``
+never chosen. Beam search (n-best) keeps its one-shot path, :func:`translate_beam_ids`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import ConfigError, DataError, InputError
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.continuous import BatchEngine, fill, kept_rows, parts
+from vaswani.generation.request import Decode, Request
+from vaswani.models.transformer import EncodedSource, Transformer
+
+
+class Seq2SeqEngine(BatchEngine[EncodedSource]):
+    """Continuous batching of ``model`` (a :class:`Transformer`) for up to ``max_batch`` rows at
+    once, decoding from ``bos_id`` to ``eos_id``; ``max_pending`` requests may wait for a slot
+    (None: any number); ``on_step(rows)`` is told the rows of each step (a server's batch sizes).
+
+    ``engine.submit(source_ids, decoding) -> Request`` (its ``prompt`` is the source);
+    :meth:`step` advances every running request by one token (called by :meth:`start`'s thread,
+    or directly). ``decode`` turns target ids into text; the ids in ``suppress`` are never chosen
+    (:attr:`Translator.suppressed`). Every tensor stays on the model's device; a step reads it once
+    (the new ids).
+    """
+
+    def __init__(
+        self, model: Transformer, bos_id: int, eos_id: int, decode: Decode, suppress: Sequence[int] = (),
+        max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(next(model.parameters()).device, eos_id, decode, max_batch, max_pending, on_step)
+        self.model = model.eval()
+        self.bos_id = bos_id
+        self.suppress = torch.tensor(list(suppress), dtype=torch.long, device=self.device)
+        # The batch's sources, right-aligned on the longest: encoder output (rows, columns, d_model)
+        # and which columns are each row's source (rows, columns).
+        self.memory: Tensor | None = None
+        self.memory_mask: Tensor | None = None
+
+    def submit(
+        self, source_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
+        on_event: Callable[[Request], None] | None = None,
+    ) -> Request:  # fmt: skip
+        """Queue the translation of ``source_ids`` as ``decoding`` says (greedy or sampled);
+        ``on_event(request)`` is called from the engine's thread after each new token and at the
+        end. A source longer than the model's max_len is a DataError, an id outside the source
+        vocabulary an InputError, beam search or stop strings a ConfigError, a full queue
+        QueueFull."""
+        if decoding.strategy == "beam":
+            raise ConfigError("decoding.beam: beam search runs one-shot (translate_beam_ids), not in a batch")
+        if decoding.stop:
+            raise ConfigError("decoding.stop applies to language models: a translation ends at EOS")
+        cfg = self.model.config
+        source = [int(i) for i in source_ids]
+        if len(source) > cfg.max_len:
+            raise DataError(f"input: {len(source)} tokens exceed the model's max_len={cfg.max_len}")
+        if not all(0 <= i < cfg.src_vocab_size for i in source):
+            raise InputError(f"input: token ids must be in [0, {cfg.src_vocab_size})")
+        budget = int(decoding.target_budget(torch.tensor([len(source)]), cfg.max_len)[0])
+        generator = decoding.generator(self.device)
+        request = Request(
+            source, decoding, budget, self.eos_id, self.decode, generator, on_event, tokens=[self.bos_id]
+        )
+        return self._enqueue(request)
+
+    def _logits(self, tokens: Tensor, source: EncodedSource, target_mask: Tensor | None) -> Tensor:
+        logits, _ = self.model.decode(tokens, source, last_only=True, target_mask=target_mask)
+        logits = logits[:, -1].float()
+        if self.suppress.numel():
+            logits.index_fill_(-1, self.suppress, -math.inf)
+        return logits
+
+    def _prefill(self, row: Request) -> tuple[EncodedSource, int]:
+        """The row's source encoded alone and its first token decoded from BOS: its encoded source
+        (with its caches) and next token."""
+        src = torch.tensor([row.prompt], dtype=torch.long, device=self.device)
+        source = self.model.start_decoding(src)
+        start = torch.tensor([row.tokens], dtype=torch.long, device=self.device)
+        token = self._choose(self._logits(start, source, None), [row])[0]
+        row.cached = len(row.tokens)
+        return source, token
+
+    def _decode_batch(self) -> list[int]:
+        """One step of the running batch: each row's newest token, with the target key mask of the
+        rows' tokens (left out when no row is padded) and the memory mask of their sources."""
+        assert self.memory is not None and self.memory_mask is not None
+        source = EncodedSource(self.memory, self.memory_mask[:, None, None, :], self.cache)
+        newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
+        tokens = self._choose(self._logits(newest, source, self._self_attention_mask()), self.rows)
+        self.width += 1
+        for row in self.rows:
+            row.cached += 1
+        return tokens
+
+    def _regroup(self, keep: list[Request], joining: list[tuple[Request, EncodedSource]]) -> None:
+        """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
+        encoded source and caches): one cache per layer, the self-attention rows right-aligned on
+        the most tokens any holds, the sources (cross-attention caches, encoder output, mask)
+        right-aligned on the longest."""
+        rows = keep + [r for r, _ in joining]
+        if not rows:
+            self._clear()
+            return
+        if keep == self.rows and not joining:
+            return
+        width = max(r.cached for r in rows)
+        columns = max(len(r.prompt) for r in rows)
+        index = self._kept(keep)
+        joined = [s.cache for _, s in joining]
+        memory, mask = [s.memory for _, s in joining], [s.mask[:, 0, 0] for _, s in joining]
+        if keep:
+            assert self.memory is not None and self.memory_mask is not None
+            memory.insert(0, self.memory.index_select(0, index))
+            mask.insert(0, self.memory_mask.index_select(0, index))
+        cache = self.model.decoder.new_cache()
+        for layer, target in enumerate(cache):
+            running = self.cache[layer] if self.cache else None
+            own = [c[layer] for c in joined if c is not None]  # every prefilled source has its caches
+            held = kept_rows(None if running is None else running.self_attn, index)
+            fill(target.self_attn, held + parts([c.self_attn for c in own]), width)
+            held = kept_rows(None if running is None else running.cross_attn, index)
+            fill(target.cross_attn, held + parts([c.cross_attn for c in own]), columns)
+        self.memory, self.memory_mask = right_aligned(memory, columns), right_aligned(mask, columns)
+        self.rows, self.cache, self.width = rows, cache, width
+
+    def _clear(self) -> None:
+        super()._clear()
+        self.memory = self.memory_mask = None
+
+
+def right_aligned(pieces: list[Tensor], columns: int) -> Tensor:
+    """The rows of ``pieces`` ((rows, length, ...) each, length <= ``columns``, or more, whose
+    newest ``columns`` are kept) stacked, each right-aligned on ``columns`` columns after zeros
+    (False for a mask)."""
+    rows = sum(p.shape[0] for p in pieces)
+    out = pieces[0].new_zeros(rows, columns, *pieces[0].shape[2:])
+    row = 0
+    for piece in pieces:
+        have = min(piece.shape[1], columns)
+        out[row : row + piece.shape[0], columns - have :] = piece[:, piece.shape[1] - have :]
+        row += piece.shape[0]
+    return out
