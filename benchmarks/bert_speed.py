@@ -69,6 +69,7 @@ from timing import (
     comparison_table,
     interleave,
     memory_kib,
+    record_rows,
     use_clock,
 )
 from torch import Tensor, nn
@@ -367,6 +368,7 @@ def run(args: argparse.Namespace, folder: Path, tokenizer: WordPieceTokenizer, t
         f"{platform.python_version()}, {now}; spread: interquartile range of the per-pair ratios "
         "(min–max under 4 pairs)"
     )
+    record_rows(rows)
     print(comparison_table(rows, notes))
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from timing import available_cores, cpu_description
+from timing import available_cores, cpu_description, record
 from torch import Tensor
 
 import vaswani.layers.attention as attention
@@ -128,6 +128,25 @@ def verdicts(results: dict[str, dict[int, tuple[float, float]]], windows: tuple[
             time_ratio = results[other][at][0] / local[at][0]
             memory_ratio = results[other][at][1] / local[at][1]
             met = "met" if time_ratio >= 4 and memory_ratio >= 4 else "NOT met"
+            name = f"local w={w}"
+            record(
+                f"attention fwd+bwd passes/s, L={at}",
+                "fp32",
+                [1 / local[at][0]],
+                [1 / results[other][at][0]],
+                other,
+                ">= 4",
+                name,
+            )
+            record(
+                f"attention saved MiB, L={at} (lower is better)",
+                "fp32",
+                [local[at][1]],
+                [results[other][at][1]],
+                other,
+                ">= 4",
+                name,
+            )
             lines.append(
                 f"L={at}: {other} / local w={w}: time {time_ratio:.2f}x, memory {memory_ratio:.2f}x "
                 f"(target >= 4x both: {met})"

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 import transformers
-from timing import Row, autocast, available_cores, interleave
+from timing import Row, autocast, available_cores, interleave, record_rows
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from torch import Tensor
 
@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = [bench(ours, hf, work, tok, reps, bf16) for bf16 in ((False, True) if args.bf16 else (False,))]
     print(f"\ntotal {time.perf_counter() - start:.0f} s\n")
+    record_rows([row for row, _, _ in results])
     print(markdown_table(results, threads))
 
 

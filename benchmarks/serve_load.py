@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timing import cpu_description
+from timing import cpu_description, record
 
 from vaswani.data.grammar import generate_pairs
 from vaswani.generation.config import DecodingConfig
@@ -307,6 +307,9 @@ def load_rows(kind: str, loads: dict[int, Load]) -> list[str]:
             f"| {p50:.0f} | {p99:.0f} | {r.requests / r.seconds:.1f} |"
         )
     ratio = loads[16].seconds and loads[1].seconds / loads[16].seconds
+    target = ">= 3" if kind == "translation" else ""
+    rates = {batch: [r.requests / r.seconds] for batch, r in loads.items()}
+    record(f"{kind} requests/s, 16 clients", "fp32", rates[16], rates[1], "one at a time", target, "batched")
     rows.append(f"| {kind}: batched / one at a time | | | | | | | | **{ratio:.2f}×** |")
     return rows
 
@@ -359,6 +362,18 @@ def main() -> None:
     print(f"\n| one client, greedy, {args.clock} clock | tokens/s | / direct generate |\n|---|---:|---:|")
     for name, rate in speed.items():
         print(f"| {name} | {rate:.1f} | {rate / direct:.2f} |")
+        if name.startswith("vaswani serve"):
+            record(
+                f"{name}, tokens/s, one client",
+                "fp32",
+                [rate],
+                [direct],
+                "direct generate",
+                ">= 0.95",
+                "server",
+            )
+            theirs = "HF app, streamed" if name.endswith("streamed") else "HF app"
+            record(f"{name}, tokens/s, one client", "fp32", [rate], [speed[theirs]], theirs, "", "server")
     print(f"\nvaswani serve, streamed / HF app, streamed: "
           f"**{speed['vaswani serve, streamed'] / speed['HF app, streamed']:.2f}×**")  # fmt: skip
 

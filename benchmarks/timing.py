@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import platform
@@ -223,3 +224,36 @@ def comparison_table(rows: list[Row], notes: str) -> str:
         ratio, spread = r.ratio_cells()
         lines.append(f"| {r.benchmark} | {r.precision} | {ours} | {hf} | {ratio} | {spread} | {r.target} |")
     return "\n".join(lines) + "\n\n" + notes
+
+
+RESULTS_ENV = "VASWANI_BENCH_RESULTS"  # the JSON-lines file that benchmarks/run_all.py collects
+
+
+def record(
+    benchmark: str,
+    precision: str,
+    ours: list[float],
+    other: list[float],
+    other_name: str = "HF",
+    target: str = "",
+    ours_name: str = "ours",
+) -> None:
+    """Append one side-by-side result to the file named by ``$VASWANI_BENCH_RESULTS`` as one JSON line,
+    for ``run_all.py``; nothing when it is unset. ``ours`` and ``other`` are paired measurements of the
+    same figure (a rate, or a size where ``benchmark`` says "lower is better"); ``target`` is ">= X"
+    (the ratio ours/other) or "ours >= X%" (ours itself), as the benchmark's table shows it."""
+    path = os.environ.get(RESULTS_ENV)
+    if not path:
+        return
+    row = {
+        "benchmark": benchmark, "precision": precision, "ours_name": ours_name, "ours": ours,
+        "other_name": other_name, "other": other, "target": target,
+    }  # fmt: skip
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def record_rows(rows: list[Row], other_name: str = "HF") -> None:
+    """:func:`record` for each of ``rows``."""
+    for r in rows:
+        record(r.benchmark, r.precision, r.ours, r.hf, other_name, r.target)

@@ -61,6 +61,7 @@ from timing import (
     device_description,
     interleave,
     memory_around,
+    record_rows,
     synced_clock,
     use_clock,
 )
@@ -294,6 +295,7 @@ def run(args: argparse.Namespace, folder: Path, threads: int, device: torch.devi
         f"{threads} threads, {args.clock} clock, {os.cpu_count()} CPUs, python {platform.python_version()}, "
         f"{now}; spread: interquartile range of the per-pair ratios (min–max under 4 pairs)"
     )
+    record_rows(rows)
     print(comparison_table(rows, notes))
 
 

@@ -32,6 +32,7 @@ from timing import (
     bench_device,
     device_description,
     interleave,
+    record,
     synced_clock,
     use_clock,
 )
@@ -134,6 +135,26 @@ def main() -> None:
         ratio = statistics.median(w / f for w, f in zip(rates["window"], rates["full"], strict=True))
         rate = {k: statistics.median(r) for k, r in rates.items()}
         mib = {k: rs[0].cache_bytes[parts[-1]] / 2**20 for k, rs in runs.items()}
+        if len(parts) > 1:
+            window = f"window {cfg.attn_window}"
+            record(
+                f"generated tokens/s, context {label}",
+                "fp32",
+                rates["window"],
+                rates["full"],
+                "full",
+                "",
+                window,
+            )
+            record(
+                f"KV cache MiB at context {ends[-1]:,} (lower is better)",
+                "fp32",
+                [mib["window"]],
+                [mib["full"]],
+                "full",
+                "",
+                window,
+            )
         print(
             f"| {label} | {rate['window']:,.1f} | {rate['full']:,.1f} | **{ratio:.2f}** "
             f"| {mib['window']:.2f} | {mib['full']:.2f} | **{mib['full'] / mib['window']:.1f}** |"

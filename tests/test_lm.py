@@ -93,16 +93,21 @@ def test_split_documents_refuses_too_little_text(docs, fraction):
 
 class _PlusOne(nn.Module):
     """Predicts token x + 1 after token x, with certainty: zero loss exactly when the targets are
-    the inputs shifted by one."""
+    the inputs shifted by one. Given ``targets``, it returns the summed loss, as the GPT does."""
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
         self.vocab = vocab
         self.calls: list[tuple[int, ...]] = []
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, n_classes: int | None = None
+    ):
         self.calls.append(tuple(tokens.shape))
-        return F.one_hot((tokens + 1) % self.vocab, self.vocab).double() * 100.0
+        logits = F.one_hot((tokens + 1) % self.vocab, self.vocab).double() * 100.0
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits[..., :n_classes].flatten(0, 1), targets.flatten(), reduction="sum")
 
 
 def test_windows_and_next_token_loss_shift_by_one():
@@ -128,10 +133,10 @@ def _run_config(max_len=8, batch_tokens=32, seed=0) -> RunConfig:
 
 def test_next_token_loss_leaves_the_padded_vocabulary_out_of_the_softmax():
     torch.manual_seed(0)
-    logits = torch.randn(2, 5, 64)  # ids >= 40 pad the embedding: never targets
+    model = GPT(_run_config().model)  # ids >= 40 of its 64 pad the embedding: never targets
     chunk = torch.randint(0, 40, (2, 6))
-    model = lambda tokens: logits  # noqa: E731
     loss, count = next_token_loss(model, chunk, vocab_size=40)
+    logits = model(chunk[:, :-1])
     expected = F.cross_entropy(logits[..., :40].flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
     assert count == 10
     torch.testing.assert_close(loss, expected)

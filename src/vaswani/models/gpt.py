@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack, LayerCache
+from vaswani.layers.cross_entropy import linear_cross_entropy
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.positions import embedding_positions, positions_from_mask
@@ -61,6 +62,8 @@ class GPT(nn.Module):
         cache: list[LayerCache] | None = None,
         last_only: bool = False,
         need_weights: bool = False,
+        targets: Tensor | None = None,
+        n_classes: int | None = None,
     ) -> Tensor:
         """Logits of the next token at each position (of the last one with ``last_only``).
 
@@ -68,7 +71,15 @@ class GPT(nn.Module):
         left-padded batches: it masks the padding keys and gives the position ids, which the
         embedding and every self-attention use. With a
         ``cache`` the tokens continue after the cached ones.
+
+        With ``targets`` (batch, seq), the summed cross-entropy of predicting them instead (a 0-dim
+        float32; the softmax over the first ``n_classes`` tokens, default all), through
+        :func:`~vaswani.layers.cross_entropy.linear_cross_entropy`: the head and the loss in one
+        chunked pass, so that the (batch, seq, vocab) logits are never held whole.
         """
+        if targets is not None:
+            h = self.hidden(tokens, attention_mask, cache)[0]
+            return linear_cross_entropy(h, self.output.weight, self.output.bias, targets, n_classes)
         return self.run(tokens, attention_mask, cache, last_only, need_weights)[0]
 
     def run(
@@ -80,6 +91,17 @@ class GPT(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """:meth:`forward`, and the attention weights of each layer when asked for."""
+        h, weights = self.hidden(tokens, attention_mask, cache, need_weights)
+        return self.output(h[:, -1:] if last_only else h), weights
+
+    def hidden(
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """The final hidden states (batch, seq, d_model) before the head, and the attention weights."""
         offset = cache[0].self_attn.length if cache else 0
         positions = None
         key_mask = None
@@ -87,7 +109,4 @@ class GPT(nn.Module):
             positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
         x = self.embed(tokens, positions=None if positions is None else positions[:, offset:], offset=offset)
-        h, weights = self.blocks(
-            x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions
-        )
-        return self.output(h[:, -1:] if last_only else h), weights
+        return self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
@@ -72,14 +71,12 @@ def next_token_loss(model: nn.Module, chunk: Tensor, vocab_size: int | None = No
 
     With ``vocab_size`` (the tokenizer's), the softmax runs over the real tokens only: the rows
     that pad the embedding to a multiple of 64 are never targets, and generation never picks
-    them, so no probability is spent on them.
+    them, so no probability is spent on them. The head and the loss run as one chunked pass
+    (:func:`~vaswani.layers.cross_entropy.linear_cross_entropy`, through the model's forward so
+    that DDP, FSDP and compilation see it): the (rows, length, vocab) logits are never held whole.
     """
-    logits = model(chunk[:, :-1])
-    if vocab_size is not None:
-        logits = logits[..., :vocab_size]
     targets = chunk[:, 1:]
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")
-    return loss, targets.numel()
+    return model(chunk[:, :-1], targets=targets, n_classes=vocab_size), targets.numel()
 
 
 @torch.no_grad()
