@@ -82,7 +82,7 @@ from vaswani.training.checkpoint import list_checkpoints
 
 FAMILIES = (
     "translation", "lm", "mlm", "classify", "fill-mask", "embed", "interop", "average", "plots",
-    "evaluate", "image", "serve", "word-vectors",
+    "evaluate", "image", "serve", "word-vectors", "tag",
 )  # fmt: skip
 
 
@@ -177,6 +177,7 @@ def bad_files(tmp: Path, data: Path) -> None:
         (tmp / name).write_text(text, encoding="utf-8")
     (tmp / "latin1.txt").write_bytes(b"fine\nGr\xfc\xdfe\n")
     vector_files(tmp)
+    tag_files(tmp)
     alibi = shutil.copytree(data / "lm_run", tmp / "alibi_run", ignore=shutil.ignore_patterns("checkpoints"))
     config = json.loads((alibi / "config.json").read_text(encoding="utf-8"))
     config["model"]["position"] = "alibi"
@@ -224,6 +225,26 @@ def vector_files(tmp: Path) -> None:
     row = b"good " + bytes(8)
     (tmp / "vec_latin1.bin").write_bytes(b"2 2\n" + row + b"\nGr\xfc\xdfe " + bytes(8))
     (tmp / "vec_cut.bin").write_bytes(b"2 2\n" + row + b"\nbad " + bytes(5))
+
+
+def conllu_word(ident: int, form: str, upos: str) -> str:
+    return f"{ident}\t{form}\t{form}\t{upos}\t_\t_\t0\tdep\t_\t_\n"
+
+
+def tag_files(tmp: Path) -> None:
+    """Tagged files for ``train tag``: good CoNLL-U (DET and NOUN) and a good column file, a
+    CoNLL-U line of 8 fields, a sentence of comments only, a dev tag (INTJ, line 4) the training
+    file lacks."""
+    good = conllu_word(1, "the", "DET") + conllu_word(2, "cat", "NOUN") + "\n"
+    texts = {
+        "tag_good.conllu": good * 2,
+        "tag_pairs.txt": "the DET\ncat NOUN\n\na DET\ndog NOUN\n",
+        "tag_cols.conllu": conllu_word(1, "the", "DET") + "2\tcat\tcat\tNOUN\t_\t_\t0\tdep\n",
+        "tag_empty.conllu": "# sent_id = 1\n# text = nothing\n\n" + good,
+        "tag_unseen.conllu": good + conllu_word(1, "oh", "INTJ"),
+    }
+    for name, text in texts.items():
+        (tmp / name).write_text(text, encoding="utf-8")
 
 
 def image_files(tmp: Path) -> None:
@@ -327,6 +348,17 @@ def cls_init(init: str) -> list[str]:
     return [
         "train", "classify", "--train", "{data}/train.tsv", "--dev", "{data}/dev.tsv", "--out", "{tmp}/out",
         "--init", init, "--quiet",
+    ]  # fmt: skip
+
+
+def tag_train(
+    *extra: str, train: str = "{tmp}/tag_good.conllu", dev: str = "{tmp}/tag_good.conllu"
+) -> list[str]:
+    """``train tag`` of a one-layer model from scratch, one step."""
+    return [
+        "train", "tag", "--train", train, "--dev", dev, "--out", "{tmp}/out", "--d-model", "16",
+        "--heads", "2", "--d-ff", "32", "--layers", "1", "--vocab-size", "60", "--max-len", "16",
+        "--max-steps", "1", "--quiet", "--no-bf16", *extra,
     ]  # fmt: skip
 
 
@@ -734,6 +766,23 @@ CLI = [
         "--max-steps", "1"], ["translation_run", "already at step 2 of max_steps 1", "--max-steps above 2"]),
     Cli("lm", "resume a finished run", ["train", "lm", "--resume", "{lm}"],
         ["lm_run", "already at step 20 of max_steps 20", "nothing to train"]),
+    # train tag, vaswani tag
+    Cli("tag", "a CoNLL-U line of 8 fields", tag_train(train="{tmp}/tag_cols.conllu"),
+        ["tag_cols.conllu:2", "8 tab-separated field(s), CoNLL-U has 10"]),
+    Cli("tag", "a sentence without tokens", tag_train(train="{tmp}/tag_empty.conllu"),
+        ["tag_empty.conllu:1", "a sentence without tokens"]),
+    Cli("tag", "a dev tag that training never saw", tag_train(dev="{tmp}/tag_unseen.conllu"),
+        ["tag_unseen.conllu:4", "tag 'INTJ'", "training never saw it"]),
+    Cli("tag", "--column past CoNLL-U's ten", tag_train("--column", "12"),
+        ["tag_good.conllu", "--column 12", "10 columns"]),
+    Cli("tag", "--column past a column file's", tag_train("--column", "3", train="{tmp}/tag_pairs.txt"),
+        ["tag_pairs.txt:1", "--column 3", "the line has 2 columns"]),
+    Cli("tag", "--column XPOS of a column file", tag_train("--column", "XPOS", train="{tmp}/tag_pairs.txt"),
+        ["tag_pairs.txt", "--column XPOS", "column number"]),
+    Cli("tag", "--column that names no column", tag_train("--column", "lemmas"),
+        ["data.column", "--column", "'lemmas'"]),
+    Cli("tag", "vaswani tag with a classifier run", ["tag", "{cls}", "a b"],
+        ["classify_run", "a run of task 'classify'", "tagging needs a run of task tag"]),
 ]  # fmt: skip
 
 

@@ -18,19 +18,12 @@ from safetensors.torch import load_file
 from tests.helpers import assert_resumed_like_whole, record_initial_state, tiny_mlm_run, write
 from vaswani.cli import main
 from vaswani.config import ModelConfig
+from vaswani.data.conll import Sentence
+from vaswani.data.conll import read_tagged as read_conllu
 from vaswani.errors import DataError
 from vaswani.models.tagger import BertTagger
 from vaswani.tasks import registry
-from vaswani.tasks.tag import (
-    Sentence,
-    Span,
-    Tagger,
-    TagTask,
-    encode_words,
-    read_conllu,
-    tag_batch,
-    tagging_loss,
-)
+from vaswani.tasks.tag import Span, Tagger, TagTask, encode_words, tag_batch, tagging_loss
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------
@@ -215,9 +208,13 @@ def test_evaluate_prints_the_dev_accuracy(run, data, capsys):
     assert main(["evaluate", str(run), "--labeled", str(data / "dev.conllu")]) == 0
     printed = capsys.readouterr().out
     words = sum(len(s.words) for s in read_conllu(data / "dev.conllu"))
-    assert re.fullmatch(rf"accuracy \d+\.\d%  loss \d+\.\d{{4}}  \({words} words, 60 sentences\)\n", printed)
+    first, macro, header, *rows = printed.splitlines()
+    assert re.fullmatch(rf"accuracy \d+\.\d%  loss \d+\.\d{{4}}  \({words} words, 60 sentences\)", first)
     metrics = json.loads((run / "metrics.json").read_text())
     assert printed.startswith(f"accuracy {metrics['valid_accuracy']:.1%}")
+    assert macro == f"macro-F1 {metrics['valid_macro_f1']:.3f} (the mean F1 of 5 tags)"
+    assert header.split() == ["tag", "F1", "gold", "predicted"]
+    assert [row.split()[0] for row in rows] == ["ADJ", "DET", "NOUN", "PUNCT", "VERB"]
     assert main(["evaluate", str(run)]) == 2
     assert "a tagger is evaluated with --labeled FILE" in capsys.readouterr().err
 

@@ -1,10 +1,11 @@
-"""Evaluation metrics: BLEU and chrF through sacrebleu, on detokenised text; perplexity; accuracy
-and macro-F1 of class ids."""
+"""Evaluation metrics: BLEU and chrF through sacrebleu, on detokenised text; perplexity; accuracy,
+F1 of each class and macro-F1 of class ids; spans of BIO tags and their F1 (seqeval's)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sacrebleu
@@ -41,17 +42,66 @@ def perplexity(mean_nll: float) -> float:
     return math.exp(min(mean_nll, 700.0))
 
 
-def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float]:
-    """Accuracy and macro-F1 (the mean of 2 TP_c / (|predicted c| + |gold c|) over the classes
-    that occur in either) of class ids (n,)."""
+def class_f1(predicted: Tensor, gold: Tensor) -> dict[int, float]:
+    """The F1 of each class id that occurs in ``predicted`` or ``gold`` (n,):
+    2 TP_c / (|predicted c| + |gold c|), by class id."""
     classes = torch.unique(torch.cat([predicted, gold]))
-    f1 = [
-        2.0
+    return {
+        int(c): 2.0
         * float(((predicted == c) & (gold == c)).sum())
         / float((predicted == c).sum() + (gold == c).sum())
         for c in classes
-    ]
+    }
+
+
+def accuracy_and_macro_f1(predicted: Tensor, gold: Tensor) -> tuple[float, float]:
+    """Accuracy and macro-F1 (the mean of :func:`class_f1` over the classes that occur in either)
+    of class ids (n,)."""
+    f1 = list(class_f1(predicted, gold).values())
     return float((predicted == gold).float().mean()), sum(f1) / len(f1)
+
+
+BIO_TAG = re.compile(r"O|[BI]-.+")
+
+
+def is_bio(tags: Iterable[str]) -> bool:
+    """Whether ``tags`` are span labels in BIO form (IOB2, or IOB1): each ``O``, ``B-TYPE`` or
+    ``I-TYPE``, and one at least not ``O``."""
+    tags = list(tags)
+    return all(BIO_TAG.fullmatch(tag) for tag in tags) and any(tag != "O" for tag in tags)
+
+
+def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The spans ``(type, first, last)`` (word indices, inclusive) of one sentence's BIO tags, as
+    seqeval's default mode reads them: ``B-X`` starts a span; ``I-X`` continues the span of type X
+    before it and otherwise starts one (after ``O``, at the start, or after another type), so that
+    IOB1 reads right too; ``O`` ends a span."""
+    spans: list[tuple[str, int, int]] = []
+    start, kind = -1, ""
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, name = tag[0], tag[2:]
+        if start >= 0 and (prefix != "I" or name != kind):
+            spans.append((kind, start, i - 1))
+            start = -1
+        if prefix == "B" or (prefix == "I" and start < 0):
+            start, kind = i, name
+    return spans
+
+
+def span_f1(
+    gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
+) -> tuple[float, float, float, int, int]:
+    """Precision, recall and F1 of the predicted spans (:func:`bio_spans`) of each sentence
+    against the gold ones, a span counting when its type, first and last word match exactly
+    (seqeval's micro average; 0 where nothing is predicted or gold), and the numbers of gold and
+    predicted spans."""
+    true = {(n, *span) for n, tags in enumerate(gold) for span in bio_spans(tags)}
+    found = {(n, *span) for n, tags in enumerate(predicted) for span in bio_spans(tags)}
+    hits = len(true & found)
+    precision = hits / len(found) if found else 0.0
+    recall = hits / len(true) if true else 0.0
+    f1 = 2 * hits / (len(true) + len(found)) if hits else 0.0
+    return precision, recall, f1, len(true), len(found)
 
 
 def is_cjk(text: str) -> bool:

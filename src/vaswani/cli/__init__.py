@@ -26,6 +26,7 @@ from vaswani.cli import (
     mlm,
     plots,
     serve,
+    tag,
     train,
     translation,
 )
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_generate_parser(commands)
     mlm.add_fill_mask_parser(commands)
     classify.add_command_parsers(commands)
+    tag.add_parser(commands)
     images.add_parsers(commands)
     interop.add_parsers(commands)
     average.add_parser(commands)

@@ -111,9 +111,10 @@ TASKS: dict[str, TaskSpec] = {
             attention=titled_bert_attention,
         ),
         TaskSpec(
-            "tag", "train a BERT part-of-speech tagger (CoNLL-U)", tag.TagData, tag.model_of,
-            tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish, tag.evaluate_run,
-            evaluates="accuracy on --labeled (CoNLL-U)", attention=titled_bert_attention,
+            "tag", "train a BERT token tagger (CoNLL-U, or CoNLL-2003-style columns)", tag.TagData,
+            tag.model_of, tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish,
+            tag.evaluate_run, attention=titled_bert_attention,
+            evaluates="accuracy, macro-F1, F1 per tag and BIO span F1 on --labeled (CoNLL-U or columns)",
         ),
         TaskSpec(
             "image", "train a ViT image classifier (default: scikit-learn's digits)", image_data.ImageData,

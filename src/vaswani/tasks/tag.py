@@ -1,10 +1,9 @@
-"""Part-of-speech tagging: one tag per word, from a BERT encoder with a classifier on each token.
+"""Token tagging (part of speech, named entities): one tag per word, from a BERT encoder with a
+classifier on each token.
 
-Sentences come from CoNLL-U files (Universal Dependencies): one word a line, ten tab-separated
-fields, the word's FORM second and its universal part-of-speech tag (UPOS) fourth; a blank line
-ends a sentence; comments (``#``), multi-word tokens (ID ``1-2``, whose words follow on their own
-lines) and empty nodes (ID ``8.1``) are skipped. The tag set is the sorted set of the training
-file's tags.
+Sentences come from CoNLL-U files (Universal Dependencies: the UPOS field by default, ``--column``
+for another) or column files (a word and its tag a line, CoNLL-2003 style), read by
+:mod:`vaswani.data.conll`. The tag set is the sorted set of the training file's tags.
 
 Each word is split into WordPiece pieces and a sentence reads as ``[CLS] pieces [SEP]``; the tag of
 word w is predicted at its first piece f(w) (:class:`~vaswani.models.tagger.BertTagger`):
@@ -13,12 +12,12 @@ word w is predicted at its first piece f(w) (:class:`~vaswani.models.tagger.Bert
 
 Training minimises Σ_w −log p(t_w | x) over the words (their first pieces only: the later
 pieces, [CLS], [SEP] and padding are never scored), ``batch_size`` sentences a batch; the dev file
-is scored by the accuracy over its words. A sentence of more pieces than fit the model
+is scored by the accuracy over its words, the macro-F1 over its tags and, for BIO tags, the span F1
+(:mod:`vaswani.tasks.tag_scores`). A sentence of more pieces than fit the model
 (``max_len`` − 2) is cut into consecutive spans of whole words that fit, each read alone (a word
 longer than that keeps its first pieces: only the first is tagged). The encoder starts from a
 pretrained run (``--init``: an ``mlm`` or ``encoder`` run's weights, tokenizer and model config)
-or from scratch, with a WordPiece tokenizer trained on the training sentences.
-"""
+or from scratch, with a WordPiece tokenizer trained on the training sentences."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from torch import Tensor, nn
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import EncoderData
-from vaswani.data.readers import read_lines
+from vaswani.data.conll import Sentence, column_problem, read_tagged
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.tagger import BertTagger
 from vaswani.recipes import Sections
@@ -54,6 +53,7 @@ from vaswani.tasks.finetune import (
     scratch_encoder,
 )
 from vaswani.tasks.settings import validated
+from vaswani.tasks.tag_scores import TagScores, report, score_tags
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -62,64 +62,32 @@ TASK = "tag"
 
 @dataclass(frozen=True)
 class TagData(EncoderData):
-    """CoNLL-U sentences for a tagger: ``train_file`` and ``dev_file``; ``tags`` is the tag set of
-    the training file (sorted), the classes in order. The encoder starts from the run ``init``
-    (null: from scratch, with a WordPiece or word-level vocabulary of ``vocab_size``: see
-    :class:`~vaswani.data.config.EncoderData`)."""
+    """Tagged sentences for a tagger (CoNLL-U or column files, :mod:`vaswani.data.conll`):
+    ``train_file`` and ``dev_file``, their tags in ``column`` (null: UPOS, or a column file's last
+    field); ``tags`` is the tag set of the training file (sorted), the classes in order. The
+    encoder starts from the run ``init`` (null: from scratch, with a WordPiece or word-level
+    vocabulary of ``vocab_size``: see :class:`~vaswani.data.config.EncoderData`)."""
 
-    train_file: str | None = flag(None, "CoNLL-U training sentences (their UPOS tags)", flag="--train")
-    dev_file: str | None = flag(None, "CoNLL-U sentences to score on", flag="--dev")
+    train_file: str | None = flag(
+        None, "training sentences: CoNLL-U, or a word and its tag a line (CoNLL-2003 style)", flag="--train"
+    )
+    dev_file: str | None = flag(None, "sentences to score on (the same format)", flag="--dev")
+    column: str | None = flag(
+        None, "the tags' column: a CoNLL-U field (UPOS, the default; XPOS, DEPREL...) or a column number "
+        "from 1 (default for a column file: its last)", metavar="COLUMN",
+    )  # fmt: skip
     tags: tuple[str, ...] | None = no_flag(None)
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
     def _check(self) -> None:
         super()._check()
+        problem = None if self.column is None else column_problem(self.column)
+        if problem is not None:
+            self._fail("column", f"--column must be {problem}")
         if self.tags is not None and (len(self.tags) < 2 or len(set(self.tags)) < len(self.tags)):
             self._fail("tags", f"two or more distinct tags, got {list(self.tags)}")
         if self.train_file is None or self.dev_file is None:
             self._fail("train_file", "a tagger needs 'train_file' and 'dev_file'")
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """The words of one sentence, their tags and the line number of each word in its file."""
-
-    words: tuple[str, ...]
-    tags: tuple[str, ...]
-    lines: tuple[int, ...]
-
-
-def read_conllu(path: str | Path) -> list[Sentence]:
-    """The sentences of a CoNLL-U file (FORM and UPOS of each word). A line that is not ten
-    tab-separated fields, a word ID out of order (a missing blank line between sentences), or a
-    word without a FORM or UPOS (``_``) is a one-line :class:`DataError` naming file and line."""
-    sentences: list[Sentence] = []
-    words: list[tuple[str, str, int]] = []
-    for number, line in enumerate([*read_lines(path, allow_empty_lines=True), ""], start=1):
-        if not line.strip():
-            if words:
-                sentences.append(Sentence(*(tuple(column) for column in zip(*words, strict=True))))
-            words = []
-            continue
-        if line.startswith("#"):
-            continue
-        fields = line.split("\t")
-        if len(fields) != 10:
-            raise DataError(f"{path}:{number}: {len(fields)} tab-separated field(s), CoNLL-U has 10")
-        ident, form, upos = fields[0], fields[1], fields[3]
-        if "-" in ident or "." in ident:  # a multi-word token or an empty node
-            continue
-        if ident != str(len(words) + 1):
-            raise DataError(
-                f"{path}:{number}: word ID {ident!r} where {len(words) + 1} was expected "
-                "(is a blank line missing between two sentences?)"
-            )
-        if not form or not upos or upos == "_":
-            raise DataError(f"{path}:{number}: word {ident} has no {'FORM' if not form else 'UPOS tag'}")
-        words.append((form, upos, number))
-    if not sentences:
-        raise DataError(f"{path}: no sentences (expected CoNLL-U: one word a line, a blank line after each)")
-    return sentences
 
 
 @dataclass(frozen=True)
@@ -174,22 +142,39 @@ def tag_batch(spans: Sequence[Span], pad_id: int, tags: Sequence[int] | None = N
     return TagBatch(tokens, tokens != pad_id, first, None if tags is None else torch.tensor(list(tags)))
 
 
+@dataclass
+class GoldBatches:
+    """Batches of labeled sentences; ``words``: the (sentence, word) of each word of each batch,
+    in row-major order; ``sizes``: the number of words of each sentence."""
+
+    batches: list[TagBatch]
+    words: list[list[tuple[int, int]]]
+    sizes: list[int]
+
+
 def gold_batches(
     tokenizer: WordPieceTokenizer, sentences: Sequence[Sentence], index: dict[str, int], batch_size: int,
     seed: int, where: str | Path,
-) -> list[TagBatch]:  # fmt: skip
+) -> GoldBatches:  # fmt: skip
     """Batches of ``batch_size`` spans of similar length with their gold tag ids; a tag outside
-    ``index`` (the run's tag set) is a :class:`DataError` naming ``where`` and the line."""
+    ``index`` (the run's tag set) is a :class:`DataError` naming the tag, ``where`` and the line."""
     for sentence in sentences:
         for tag, line in zip(sentence.tags, sentence.lines, strict=True):
             if tag not in index:
-                raise DataError(f"{where}:{line}: tag {tag!r} is not in the run's tag set")
+                raise DataError(
+                    f"{where}:{line}: tag {tag!r} is not in the run's tag set (training never saw it)"
+                )
     spans = encode_words(tokenizer, [s.words for s in sentences])
     tags = [[index[t] for t in sentences[s.sentence].tags[s.start : s.start + len(s.first)]] for s in spans]
-    return [
-        tag_batch([spans[i] for i in group], tokenizer.pad_id, [t for i in group for t in tags[i]])
-        for group in length_batches([len(s.ids) for s in spans], batch_size, seed)
-    ]
+    gold = GoldBatches([], [], [len(s.words) for s in sentences])
+    for group in length_batches([len(s.ids) for s in spans], batch_size, seed):
+        gold.batches.append(
+            tag_batch([spans[i] for i in group], tokenizer.pad_id, [t for i in group for t in tags[i]])
+        )
+        gold.words.append(
+            [(spans[i].sentence, spans[i].start + k) for i in group for k in range(len(spans[i].first))]
+        )
+    return gold
 
 
 def tagging_loss(model: nn.Module, batch: TagBatch) -> tuple[Tensor, int]:
@@ -200,31 +185,35 @@ def tagging_loss(model: nn.Module, batch: TagBatch) -> tuple[Tensor, int]:
 
 
 @torch.no_grad()
-def tagging_metrics(model: nn.Module, batches: Sequence[TagBatch]) -> dict[str, float]:
-    """Mean cross-entropy and accuracy over the words of labeled ``batches`` (run on the model's
-    device)."""
-    total, correct, count = 0.0, 0, 0
-    for batch in (on_model_device(model, b) for b in batches):
+def tagging_scores(model: nn.Module, gold: GoldBatches, tags: Sequence[str]) -> TagScores:
+    """The mean cross-entropy, accuracy, F1 of each tag, macro-F1 and (BIO tags) span F1 over the
+    words of ``gold`` (run on the model's device; the spans of each sentence as a whole)."""
+    total = 0.0
+    truth, found = [[0] * n for n in gold.sizes], [[0] * n for n in gold.sizes]
+    for batch, words in zip((on_model_device(model, b) for b in gold.batches), gold.words, strict=True):
         assert batch.tags is not None
         logits = model(batch.tokens, batch.mask, batch.first).float()
         total += float(F.cross_entropy(logits, batch.tags, reduction="sum"))
-        correct += int((logits.argmax(dim=-1) == batch.tags).sum())
-        count += len(batch.tags)
-    return {"valid_loss": total / max(1, count), "valid_accuracy": correct / max(1, count)}
+        pairs = zip(words, logits.argmax(dim=-1).tolist(), batch.tags.tolist(), strict=True)
+        for (sentence, word), best, tag in pairs:
+            found[sentence][word], truth[sentence][word] = best, tag
+    return score_tags(tags, truth, found, total / max(1, sum(gold.sizes)))
 
 
 class TagTask:
     """The trainer's task: :func:`tagging_loss` on batches of ``batch_size`` spans; on the dev
-    file, the loss and accuracy (``valid_loss``, ``valid_accuracy``)."""
+    file, the macro-F1, the span F1 of BIO tags, the loss and the accuracy (``valid_macro_f1``,
+    ``valid_span_f1``, ``valid_loss``, ``valid_accuracy``)."""
 
     batch_flag = "--batch-size"  # what to lower when a step runs out of memory
 
     def __init__(
         self, run: RunConfig, tokenizer: WordPieceTokenizer, train: list[Sentence], dev: list[Sentence]
     ):
-        index = {tag: i for i, tag in enumerate(run.data.tags)}
+        self.tags = run.data.tags
+        index = {tag: i for i, tag in enumerate(self.tags)}
         size, seed = run.train.batch_size, run.train.seed
-        self.batches = gold_batches(tokenizer, train, index, size, seed, run.data.train_file)
+        self.batches = gold_batches(tokenizer, train, index, size, seed, run.data.train_file).batches
         self.dev = gold_batches(tokenizer, dev, index, size, seed, run.data.dev_file)
 
     def train_batches(self) -> list[TagBatch]:
@@ -245,15 +234,21 @@ class TagTask:
         return int(batch.mask.sum())
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return tagging_metrics(model, self.dev)
+        return tagging_scores(model, self.dev, self.tags).metrics()
 
 
 class Tagger:
     """A trained tagger with its tokenizer and tag set:
     ``Tagger.load(run_dir).tag([["The", "cat", "sat", "."]])``."""
 
-    def __init__(self, model: BertTagger, tokenizer: WordPieceTokenizer, tags: tuple[str, ...]) -> None:
-        self.model, self.tokenizer, self.tags = model, tokenizer, tags
+    def __init__(
+        self,
+        model: BertTagger,
+        tokenizer: WordPieceTokenizer,
+        tags: tuple[str, ...],
+        column: str | None = None,
+    ) -> None:
+        self.model, self.tokenizer, self.tags, self.column = model, tokenizer, tags, column
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> Tagger:
@@ -262,7 +257,7 @@ class Tagger:
         where = resolve_device(device)
         run, tokenizer = read_bert_run(Path(run_dir), {TASK: TagData}, "tagging")
         model = RunDir(run_dir).load_weights(model_of(run)).to(where)
-        return cls(model.eval(), tokenizer, run.data.tags)
+        return cls(model.eval(), tokenizer, run.data.tags, run.data.column)
 
     @torch.no_grad()
     def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 64) -> list[list[str]]:
@@ -278,14 +273,12 @@ class Tagger:
                 out[span.sentence].extend(self.tags[next(best)] for _ in span.first)
         return out
 
-    def evaluate(
-        self, sentences: list[Sentence], where: str | Path, batch_size: int = 64
-    ) -> dict[str, float]:
-        """Loss and accuracy on the words of ``sentences`` (read from ``where``), with this run's tags."""
+    def evaluate(self, sentences: list[Sentence], where: str | Path, batch_size: int = 64) -> TagScores:
+        """The scores on the words of ``sentences`` (read from ``where``), with this run's tags."""
         index = {tag: i for i, tag in enumerate(self.tags)}
         self.model.eval()
-        batches = gold_batches(self.tokenizer, sentences, index, batch_size, 0, where)
-        return tagging_metrics(self.model, batches)
+        gold = gold_batches(self.tokenizer, sentences, index, batch_size, 0, where)
+        return tagging_scores(self.model, gold, self.tags)
 
 
 def model_of(run: RunConfig) -> BertTagger:
@@ -310,7 +303,8 @@ def train_tag(
     tagger. A new run takes its encoder, tokenizer and model config (all but ``dropout``; no
     pooler) from the run ``run.data.init``, or trains a WordPiece tokenizer on the training
     sentences; ``config.json`` records the tag set."""
-    train, dev = read_conllu(run.data.train_file), read_conllu(run.data.dev_file)
+    column = run.data.column
+    train, dev = read_tagged(run.data.train_file, column), read_tagged(run.data.dev_file, column)
     bert, rows = None, None
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
@@ -329,22 +323,21 @@ def train_tag(
 
     build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
     metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
-    return metrics, Tagger(model.eval(), tokenizer, run.data.tags)
+    return metrics, Tagger(model.eval(), tokenizer, run.data.tags, column)
 
 
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
-    """Loss and accuracy of a ``tag`` run on the CoNLL-U file ``request.labeled``."""
+    """The scores of a ``tag`` run on the tagged file ``request.labeled`` (CoNLL-U or a column
+    file, its tags in the run's column): accuracy, loss, macro-F1, span F1 (BIO tags) and the F1
+    of each tag (:func:`vaswani.tasks.tag_scores.report`)."""
     if request.labeled is None:
-        raise ConfigError("a tagger is evaluated with --labeled FILE (CoNLL-U)")
+        raise ConfigError("a tagger is evaluated with --labeled FILE (CoNLL-U or a word and its tag a line)")
     if request.file_format is not None:
-        raise ConfigError("--format: a tagger reads CoNLL-U files only")
-    sentences = read_conllu(request.labeled)
-    metrics = Tagger.load(run_dir, request.device).evaluate(sentences, request.labeled, request.batch_size)
-    words = sum(len(s.words) for s in sentences)
-    return [
-        f"accuracy {metrics['valid_accuracy']:.1%}  loss {metrics['valid_loss']:.4f}  "
-        f"({words} words, {len(sentences)} sentences)"
-    ]
+        raise ConfigError("--format: a tagger reads CoNLL-U and column files only (told apart by the file)")
+    tagger = Tagger.load(run_dir, request.device)
+    sentences = read_tagged(request.labeled, tagger.column)
+    scores = tagger.evaluate(sentences, request.labeled, request.batch_size)
+    return report(scores, sum(len(s.words) for s in sentences), len(sentences))
 
 
 def recipe(flags: Sections) -> str:
@@ -357,23 +350,31 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     (but its dropout), ``--layers`` the encoder's depth, and the steps, warmup (10%) and
     evaluation interval (once an epoch) taken from the epochs where they are not given, which
     reads the training file to count its sentences."""
-    needs = "train tag needs --train and --dev files (CoNLL-U)"
+    needs = "train tag needs --train and --dev files (CoNLL-U, or a word and its tag a line)"
     fine_tuning_rules(sections, flags, source, recipe(flags), needs, "sentences")
     train = sections.setdefault("train", {})
     spec = TagData.from_dict(sections["data"], source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
     if checked.epochs is not None:
-        n_sentences = len(read_conllu(spec.train_file))
+        n_sentences = len(read_tagged(spec.train_file, spec.column))
         sections["train"] = epoch_settings(train, n_sentences, checked.batch_size, checked.epochs)
     return validated(TASK, sections, TagData, source)
 
 
 def finish(result: tuple[dict[str, Any], Tagger], run_dir: Path, started: float, quiet: bool) -> list[str]:
-    """The report after training: the dev scores."""
+    """The report after training: the dev scores (accuracy and loss, then macro-F1 and the span F1
+    of BIO tags) and how to use the run."""
     metrics, _ = result
+    named = (
+        ("valid_macro_f1", "macro-F1"),
+        ("valid_span_f1", "span F1"),
+    )  # a run of an older vaswani lacks them
+    f1 = "  ".join(f"{name} {metrics[key]:.3f}" for key, name in named if key in metrics)
     return [
         f"\ndev accuracy {metrics['valid_accuracy']:.1%}  loss {metrics['valid_loss']:.3f}  "
         f"({metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, "
         f"total {time.perf_counter() - started:.0f} s)",
-        f"\nrun directory: {run_dir}\n  vaswani evaluate {run_dir} --labeled FILE.conllu",
+        *([f"dev {f1}"] if f1 else []),
+        f"\nrun directory: {run_dir}\n  vaswani evaluate {run_dir} --labeled FILE.conllu\n"
+        f'  vaswani tag {run_dir} "A sentence to tag ."',
     ]
