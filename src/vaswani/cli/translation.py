@@ -8,6 +8,7 @@ flags become one :class:`~vaswani.generation.config.DecodingConfig` (:mod:`vaswa
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir, args.device)
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
     if args.n_best is None:
