@@ -47,14 +47,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir, args.device)
-    print(f"vaswani: {translator.weights_note}", file=sys.stderr)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
             print(line, flush=True)
-        return
-    found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
-    for index, hypotheses in enumerate(found):
-        for hypothesis in hypotheses:
-            print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
+    else:
+        found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
+        for index, hypotheses in enumerate(found):
+            for hypothesis in hypotheses:
+                print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line

@@ -315,7 +315,6 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if (request.src is None) != (request.ref is None):
         raise ConfigError("--src and --ref go together")
     translator = Translator.load(run_dir, request.device)
-    print(f"vaswani: {translator.weights_note}", file=sys.stderr)
     if request.src is not None and request.ref is not None:
         pairs, name = read_parallel(request.src, request.ref), request.src.name
     else:
@@ -325,6 +324,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, decoding=decoding)
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
     return [
         f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
         f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
