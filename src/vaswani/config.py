@@ -33,7 +33,7 @@ from vaswani.errors import ConfigError
 from vaswani.runtime import DEVICE_NAME, DEVICES
 from vaswani.schema import Config, flag, no_flag
 
-ARCHS = ("encoder_decoder", "decoder_only", "encoder_only", "vit")
+ARCHS = ("encoder_decoder", "decoder_only", "encoder_only", "vit", "rnn")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
 POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves", "rope", "rope_interleaved", "alibi")
@@ -46,6 +46,7 @@ OPTIMIZERS = ("adam", "adamw")
 PRECISIONS = ("fp32", "bf16", "fp16")
 IMAGE_POOLS = ("cls", "mean")
 VIT_INITS = ("hf", "timm")
+SELECT_BY = ("bleu", "chrf", "loss")
 
 
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
@@ -218,7 +219,7 @@ class ModelConfig(Config):
         if self.attn_window is not None and self.attn_window > self.max_len:
             self._fail("attn_window", f"must be <= max_len={self.max_len}, got {self.attn_window}")
         if (
-            self.arch == "encoder_decoder"
+            self.arch in ("encoder_decoder", "rnn")
             and self.tie_embeddings == "all"
             and self.src_vocab_size != self.tgt_vocab_size
         ):
@@ -365,11 +366,14 @@ class TrainConfig(Config):
     deterministic: bool = flag(
         False, "deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)"
     )
+    select_by: str | None = flag(None, "also keep the best weights by this metric", choices=SELECT_BY)
 
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
         self._one_of("optimizer", OPTIMIZERS)
         self._one_of("precision", PRECISIONS)
+        if self.select_by is not None:
+            self._one_of("select_by", SELECT_BY)
         if not DEVICE_NAME.fullmatch(self.device):
             self._fail("device", f"expected {DEVICES}; got {self.device!r}")
         if self.min_lr > self.lr:

@@ -246,10 +246,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, text.encode("utf-8"))
 
 
-def model_bytes(model: nn.Module) -> bytes:
-    """The weights as safetensors bytes; a parameter shared by several names (tied embeddings)
-    is stored once, under its first name, and :func:`load_weights` restores the ties. A sharded
-    parameter (a DTensor, under FSDP) is gathered whole first: every process must call this then."""
+def model_bytes(model: nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """The weights as safetensors bytes (with ``metadata`` in the header); a parameter shared by
+    several names (tied embeddings) is stored once, under its first name, and :func:`load_weights`
+    restores the ties. A sharded parameter (a DTensor, under FSDP) is gathered whole first: every
+    process must call this then."""
     tensors: dict[str, Tensor] = {}
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
@@ -257,7 +258,7 @@ def model_bytes(model: nn.Module) -> bytes:
             seen.add(id(tensor))
             whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
             tensors[name] = whole.detach().cpu().contiguous()
-    return save(tensors)
+    return save(tensors, metadata)
 
 
 def atomic_save_model(model: nn.Module, path: Path) -> None:
@@ -294,6 +295,15 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]
         name: (dtype, shape, math.prod(shape) * DTYPE_BYTES.get(dtype, 8))
         for name, (dtype, shape) in tensors.items()
     }
+
+
+def safetensors_metadata(path: Path) -> dict[str, str]:
+    """The metadata of the safetensors file ``path``'s header ({} when it has none)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # safetensors raises its own error types on foreign or corrupt files
+        raise RunDirError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
 
 
 def load_weights(model: nn.Module, path: Path) -> None:

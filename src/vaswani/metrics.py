@@ -37,6 +37,15 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     return Score(result.score, str(metric.get_signature()))
 
 
+def sentence_scores(
+    hypotheses: Sequence[str], references: Sequence[str], metric: str, tokenize: str = "13a"
+) -> list[float]:
+    """Each hypothesis's sentence-level ``metric`` against its reference, in [0, 100]: ``bleu``,
+    sacrebleu's sentence BLEU (exponential smoothing, effective order), or ``chrf``."""
+    scorer = sacrebleu.BLEU(tokenize=tokenize, effective_order=True) if metric == "bleu" else sacrebleu.CHRF()
+    return [scorer.sentence_score(h, [r]).score for h, r in zip(hypotheses, references, strict=True)]
+
+
 def perplexity(mean_nll: float) -> float:
     """exp of the mean negative log-likelihood per token."""
     return math.exp(min(mean_nll, 700.0))

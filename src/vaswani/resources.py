@@ -128,6 +128,11 @@ def model_terms(cfg: ModelConfig) -> dict[str, Term]:
         layers = Term(enc * block + dec * (block + attention), layer_fields)
         tables = tgt * (1 + (cfg.tie_embeddings == "none")) + src * (cfg.tie_embeddings != "all")
         embeddings = Term(tables * d, ("vocab_size", "d_model"))
+    elif cfg.arch == "rnn":  # two stacks of LSTM layers: 4 gates of input and recurrent weights
+        layers = Term(2 * cfg.n_layers * 8 * d * d, ("d_model", "n_layers"))
+        src, tgt = cfg.src_vocab_size or vocab, cfg.tgt_vocab_size or vocab
+        tables = tgt * (1 + (cfg.tie_embeddings == "none")) + src * (cfg.tie_embeddings != "all")
+        embeddings = Term(tables * d, ("vocab_size", "d_model"))
     elif cfg.arch == "vit":
         layers = Term(cfg.n_layers * block, layer_fields)
         patches = (cfg.image_size // cfg.patch_size) ** 2
@@ -140,7 +145,7 @@ def model_terms(cfg: ModelConfig) -> dict[str, Term]:
         segments = cfg.type_vocab_size if cfg.arch == "encoder_only" else 0
         embeddings = Term((tables + segments) * d, ("vocab_size", "d_model"))
     terms = {"layers": layers, "embeddings": embeddings}
-    if cfg.arch != "vit" and cfg.position in ("learned", "sinusoidal", "sinusoidal_halves"):
+    if cfg.arch not in ("vit", "rnn") and cfg.position in ("learned", "sinusoidal", "sinusoidal_halves"):
         terms["positions"] = Term(cfg.max_len * d, ("max_len", "d_model"), cfg.position == "learned")
     return terms
 

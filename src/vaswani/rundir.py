@@ -4,7 +4,7 @@
 
     RUN_DIR/
         config.json          {"format_version", "task", "model", "train", "data"}
-        model.safetensors    the trained weights
+        model.safetensors    the trained weights (model.best.safetensors: the best by train.select_by)
         *tokenizer*.json     the tokenizers (each task names its own)
         metrics.json         final metrics
         train_log.csv        one row per evaluation
@@ -122,7 +122,8 @@ class RunDir:
     CHECKPOINTS = "checkpoints"
     LOCK = ".lock"
     BACKUP = "model.before-average.safetensors"
-    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP))
+    BEST = "model.best.safetensors"  # the best weights by train.select_by (vaswani.training.selection)
+    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP, BEST))
     OWN_SUFFIXES = (".json", ".spm")  # tokenizers, labels, preprocessing, SentencePiece models
 
     def __init__(self, path: str | Path) -> None:
@@ -380,6 +381,10 @@ class RunDir:
     def write_weights(self, data: bytes) -> None:
         """Write ``model.safetensors`` atomically from safetensors bytes (:func:`vaswani.io.model_bytes`)."""
         atomic_write(self.weights, data)
+
+    def write_best(self, data: bytes) -> None:
+        """Write ``model.best.safetensors`` atomically from safetensors bytes."""
+        atomic_write(self.path / self.BEST, data)
 
 
 def _finite_or_null(value: Any) -> Any:

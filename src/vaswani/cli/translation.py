@@ -8,6 +8,7 @@ flags become one :class:`~vaswani.generation.config.DecodingConfig` (:mod:`vaswa
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
             print(line, flush=True)
-        return
-    found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
-    for index, hypotheses in enumerate(found):
-        for hypothesis in hypotheses:
-            print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
+    else:
+        found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
+        for index, hypotheses in enumerate(found):
+            for hypothesis in hypotheses:
+                print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line

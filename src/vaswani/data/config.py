@@ -18,6 +18,7 @@ LM_TOKENIZERS = ("bpe", "char")
 LABELED_FORMATS = ("tsv", "csv", "jsonl")
 POOLS = ("cls", "mean")
 PARALLEL_TOKENIZERS = ("bpe", "word")
+OBJECTIVES, MRT_SEARCHES, MRT_COSTS = ("token", "mrt"), ("beam", "sample"), ("bleu", "chrf")
 TEXT_TOKENIZERS = ("wordpiece", "word")  # a classifier's or tagger's, from scratch
 VECTOR_FORMATS = ("word2vec", "word2vec-binary", "glove")  # see vaswani.data.vectors
 
@@ -130,6 +131,18 @@ class ParallelData(WordVectorsData):
     bleu_tokenize: str | None = flag(
         None, "sacrebleu tokenizer (default: zh for Chinese, else 13a)", choices=BLEU_TOKENIZERS
     )
+    init: str | None = flag(
+        None, "start from this translation run's weights and tokenizers (its model)", metavar="RUN_DIR"
+    )
+    objective: str = flag(
+        "token", "token (label-smoothed cross-entropy) or mrt: minimum risk training (needs --init)",
+        choices=OBJECTIVES,
+    )  # fmt: skip
+    mrt_candidates: int = flag(4, "minimum risk training: candidates per source", range="[1, inf)")
+    mrt_search: str = flag("beam", "how the candidates are found: beam or sample", choices=MRT_SEARCHES)
+    mrt_cost: str = flag("bleu", "the cost: 1 - sentence BLEU, or 1 - sentence chrF", choices=MRT_COSTS)
+    mrt_weight: float = flag(0.3, "the token-level loss's weight beside the risk's 1 - w", range="[0, 1]")
+    mrt_alpha: float = flag(1.0, "sharpness of the candidates' distribution, q ~ P^alpha", range="(0, inf)")
 
     def _check(self) -> None:
         super()._check()
@@ -149,6 +162,11 @@ class ParallelData(WordVectorsData):
         for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
             if (getattr(self, a) is None) != (getattr(self, b) is None):
                 self._fail(a, f"'{a}' and '{b}' go together")
+        self._one_of("objective", OBJECTIVES)
+        self._one_of("mrt_search", MRT_SEARCHES)
+        self._one_of("mrt_cost", MRT_COSTS)
+        if self.objective == "mrt" and self.init is None:
+            self._fail("objective", "mrt fine-tunes a trained run: give --init RUN_DIR")
 
 
 @dataclass(frozen=True)

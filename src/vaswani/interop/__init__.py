@@ -97,6 +97,10 @@ def export_hf(run_dir: Path, out_dir: Path) -> Path:
         raise RunDirError(
             f"{run_dir}: runs of task {run.task!r} cannot be exported yet; supported: {supported}"
         )
+    if run.model.arch == "rnn":
+        raise RunDirError(
+            f"{run_dir}: an RNN translator (--arch rnn) has no Hugging Face format to export to"
+        )
     with new_folder(out_dir) as tmp:
         EXPORTERS[family][1](run_dir, run, tmp)
     return out_dir

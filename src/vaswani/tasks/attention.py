@@ -216,6 +216,10 @@ def titled_translation_attention(
 ) -> tuple[list[AttentionMap], str]:
     """:func:`translation_attention` of the ``--part`` chosen, with the title ``sentence → translation``
     (a registry hook)."""
+    if translator.model.config.arch == "rnn":
+        raise ConfigError(
+            "vaswani attention reads a Transformer's attention layers; an RNN run (--arch rnn) has none"
+        )
     parts = chosen_parts(part, TRANSLATION_PARTS, TRANSLATION_DEFAULT, "a translation run")
     maps, translation = translation_attention(translator, sentence, parts)
     return maps, f"{sentence} → {translation}"

@@ -7,6 +7,7 @@ embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +26,21 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
 from vaswani.layers.embedding import Embeddings
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity
+from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation, on_model_device
+from vaswani.tasks.mrt import MinimumRiskTask, initialised
 from vaswani.tasks.settings import absolute, validated
-from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, check_vocab
+from vaswani.tasks.translator import (
+    SRC_TOKENIZER,
+    TASK,
+    TGT_TOKENIZER,
+    Translator,
+    check_vocab,
+    translation_model,
+)
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
@@ -38,7 +48,9 @@ from vaswani.training.trainer import fit_run
 
 Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
-PATH_FIELDS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors")
+PATH_FIELDS = (
+    "src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors", "init",
+)  # fmt: skip
 EXAMPLES = [
     "Tom chases Jerry",
     "Tom chased Jerry yesterday",
@@ -169,7 +181,7 @@ class TranslationTask:
             total += float(label_smoothed_nll(logits, batch.tgt_out, self.pad_id, 0.0))
             count += batch.n_tokens
         valid_loss = total / max(1, count)
-        assert isinstance(model, Transformer)
+        assert isinstance(model, (Transformer, RNNTranslator))
         translator = Translator(model, self.src_tok, self.tgt_tok, self.bleu_tokenize)
         hyps = translator.translate([s for s, _ in self._bleu_pairs])
         refs = [t for _, t in self._bleu_pairs]
@@ -187,10 +199,12 @@ def train_translation(
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
     :func:`vaswani.tasks.registry.resume`); return metrics, translator and data."""
     data = load_data(run.data)
-    rows = None
+    rows, start = None, None
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
+    elif run.data.init is not None:  # type: ignore[union-attr]
+        run, src_tok, tgt_tok, start = initialised(run)
     else:
         src_tok, tgt_tok = build_tokenizers(
             data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer
@@ -202,15 +216,18 @@ def train_translation(
             if not quiet:
                 print(rows.report)
     check_vocab(run.model, src_tok, tgt_tok, run_dir)
-    task = TranslationTask(run, src_tok, tgt_tok, data)
+    task: TranslationTask | MinimumRiskTask = TranslationTask(run, src_tok, tgt_tok, data)
+    if run.data.objective == "mrt":  # type: ignore[union-attr]
+        task = MinimumRiskTask(task, run.data)  # type: ignore[arg-type]
 
     def save_tokenizers(folder: Path) -> None:
         src_tok.save(folder / SRC_TOKENIZER)
         tgt_tok.save(folder / TGT_TOKENIZER)
 
-    build = with_word_vectors(lambda: model_of(run), source_embedding, rows, run.data.freeze_embeddings)
+    fresh = lambda: model_of(run) if start is None else start  # noqa: E731 (--init: the trained run's)
+    build = with_word_vectors(fresh, source_embedding, rows, run.data.freeze_embeddings)
     metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet)
-    assert isinstance(model, Transformer)
+    assert isinstance(model, (Transformer, RNNTranslator))
     return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
 
 
@@ -278,9 +295,9 @@ def write_test_metrics(
     return merged
 
 
-def model_of(run: RunConfig) -> Transformer:
-    """The (untrained) model of a translation run."""
-    return Transformer(run.model)
+def model_of(run: RunConfig) -> Transformer | RNNTranslator:
+    """The (untrained) model of a translation run: a Transformer, or with ``--arch rnn`` the RNN."""
+    return translation_model(run.model)
 
 
 def describe_scores(scores: dict[str, Any]) -> str:
@@ -307,6 +324,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, decoding=decoding)
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
     return [
         f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
         f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
@@ -322,7 +340,9 @@ def recipe(flags: Sections) -> str:
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     """A translation run: files given as flags pick their source (``--pairs``: tsv), one shared
-    vocabulary ties all three embeddings unless a tie is given, and paths are stored absolute."""
+    vocabulary ties all three embeddings unless a tie is given, paths are stored absolute, and the
+    best weights by validation BLEU are kept (``train.select_by``: BLEU is what the run is scored
+    by, and each evaluation computes it anyway)."""
     given = flags.get("data", {})
     if ("src" in given) != ("tgt" in given):
         raise ConfigError("--src and --tgt go together")
@@ -331,12 +351,16 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     if "pairs" in given and "src" in given:
         raise ConfigError("--pairs replaces --src and --tgt: give one or the other")
     model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
+    sections.setdefault("train", {}).setdefault("select_by", "bleu")  # the metric the run is scored by
     if "pairs" in given or "src" in given:
         data["source"] = "tsv" if "pairs" in given else "files"
-    if model.get("arch", "encoder_decoder") != "encoder_decoder":
+    if model.get("arch", "encoder_decoder") not in ("encoder_decoder", "rnn"):
         raise ConfigError(
-            f"{source}: config field 'model.arch': a translator is 'encoder_decoder', got {model['arch']!r}"
+            f"{source}: config field 'model.arch': a translator is 'encoder_decoder' or 'rnn', "
+            f"got {model['arch']!r}"
         )
+    if model.get("arch") == "rnn" and (data.get("word_vectors") is not None or data.get("freeze_embeddings")):
+        raise ConfigError(f"{source}: config field 'data.word_vectors': fills a Transformer's embedding")
     if data.get("shared_vocab"):
         model.setdefault("tie_embeddings", "all")
     else:

@@ -22,11 +22,14 @@ from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
+from vaswani.io import load_weights
+from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 from vaswani.tasks.evaluation import model_device
 from vaswani.tokenizer import TextTokenizer
+from vaswani.training.selection import chosen_weights
 
 TASK = "translation"
 SRC_TOKENIZER, TGT_TOKENIZER = "src_tokenizer.json", "tgt_tokenizer.json"
@@ -41,13 +44,14 @@ class Translator:
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | RNNTranslator,
         src_tok: TextTokenizer,
         tgt_tok: TextTokenizer,
         bleu_tokenize: str = "13a",
     ) -> None:
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.bleu_tokenize = bleu_tokenize
+        self.weights_note = ""  # which weights file load() chose, for the commands to say
 
     @property
     def suppressed(self) -> tuple[int, ...]:
@@ -59,16 +63,22 @@ class Translator:
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> Translator:
         """The translator of a translation run, its model on ``device`` (auto, cpu, cuda, cuda:N,
-        mps: :func:`~vaswani.runtime.resolve_device`); the weights are read on the CPU, then moved."""
+        mps: :func:`~vaswani.runtime.resolve_device`); the weights are read on the CPU, then moved.
+        They are the best by ``train.select_by`` where the run kept them, else the last
+        (:func:`~vaswani.training.selection.chosen_weights`; :attr:`weights_note` says which)."""
         where = resolve_device(device)
         folder = RunDir(run_dir)
         run = folder.read_config(TASK, ParallelData)
         src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
         tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
         check_vocab(run.model, src_tok, tgt_tok, folder.path)
-        model = folder.load_weights(Transformer(run.model)).to(where)
-        model.eval()
-        return cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
+        path, note = chosen_weights(folder, run.train.select_by)
+        model = translation_model(run.model)
+        load_weights(model, path)
+        model.to(where).eval()
+        translator = cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
+        translator.weights_note = note
+        return translator
 
     def translate(
         self,
@@ -153,6 +163,11 @@ class Translator:
             src = pad([ids[i] for i in chunk], self.model.config.pad_id).to(device)
             out.update(zip(chunk, decode(src), strict=True))
         return [out[i] for i in range(len(ids))]
+
+
+def translation_model(cfg: ModelConfig) -> Transformer | RNNTranslator:
+    """The (untrained) model of a translation run's ``model`` config: its ``arch``'s."""
+    return RNNTranslator(cfg) if cfg.arch == "rnn" else Transformer(cfg)
 
 
 @dataclass(frozen=True)

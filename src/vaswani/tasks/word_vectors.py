@@ -71,6 +71,8 @@ def with_word_vectors(
 
     def built() -> nn.Module:
         model = build()
+        if rows is None and not freeze:  # nothing to set (a model without such a table: the RNN)
+            return model
         table = embedding_of(model).token.weight
         if rows is not None:
             with torch.no_grad():

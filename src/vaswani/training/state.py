@@ -22,6 +22,7 @@ class TrainerState:
     bad_steps: int = 0  # in a row, up to now
     skipped_steps: int = 0  # in all
     metrics: dict[str, float] = field(default_factory=dict)
+    best: dict[str, float] = field(default_factory=dict)  # train.select_by's best evaluation: step, metric
 
 
 STATE_TYPES: dict[str, type | tuple[type, ...]] = {

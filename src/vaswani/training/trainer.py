@@ -51,6 +51,7 @@ from vaswani.training.optimizer import make_optimizer
 from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
 from vaswani.training.schedules import learning_rate
+from vaswani.training.selection import update_best
 from vaswani.training.signals import stop_requests
 from vaswani.training.state import TrainerState, restored_state
 
@@ -239,10 +240,10 @@ class Trainer:
             )
         distributed.barrier(self.place)
 
-    def _save_weights(self) -> None:
-        weights = model_bytes(self.model) if self.place.main or self.sharded else b""
+    def _save_weights(self, best: dict[str, str] | None = None) -> None:  # best: model.best's metadata
+        weights = model_bytes(self.model, best) if self.place.main or self.sharded else b""
         if self.place.main:
-            self.files.write_weights(weights)
+            (self.files.write_weights if best is None else self.files.write_best)(weights)
         distributed.barrier(self.place)
 
     def _skipped(self, progress: Progress, loss: float) -> None:
@@ -266,6 +267,8 @@ class Trainer:
         """Validation metrics, kept in the state and logged: a row of ``train_log.csv`` and a line."""
         state = self.state
         state.metrics = self._evaluate()
+        if self.cfg.select_by is not None and (best := update_best(self.cfg.select_by, state)) is not None:
+            self._save_weights(best)
         if not self.place.main:
             return
         self.files.append_log(
