@@ -17,6 +17,7 @@ from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError
 from vaswani.io import safetensors_metadata
 from vaswani.rundir import RunDir
+from vaswani.training.averaging import average_checkpoints
 from vaswani.training.checkpoint import list_checkpoints
 from vaswani.training.selection import chosen_weights, improves
 from vaswani.training.trainer import Trainer
@@ -76,3 +77,19 @@ def test_a_run_without_its_best_file_yet_uses_the_last(tmp_path: Path):
         path == folder.weights
         and note == "weights: model.safetensors (the last; no model.best.safetensors yet)"
     )
+
+
+def test_an_average_written_over_the_last_weights_wins_over_the_best(tmp_path: Path):
+    cfg = TrainConfig(
+        max_steps=4, lr=0.01, warmup_steps=0, schedule="constant", clip_norm=None, checkpoint_every=1,
+        keep_checkpoints=4, eval_every=1, select_by="bleu",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Trainer(torch.nn.Linear(3, 3), ScoredTask([10.0, 30.0, 20.0, 20.0]), cfg, tmp_path).fit(quiet=True)
+    folder = RunDir(tmp_path)
+    assert chosen_weights(folder, "bleu")[0] == tmp_path / RunDir.BEST
+    averaged = average_checkpoints(tmp_path, 2)
+    path, note = chosen_weights(folder, "bleu")
+    names = ", ".join(p.name for p in averaged.checkpoints)
+    assert path == folder.weights and len(averaged.checkpoints) == 2
+    assert note == f"weights: model.safetensors (the average of {names}: vaswani average)"

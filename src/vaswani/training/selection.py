@@ -57,8 +57,13 @@ def update_best(select_by: str, state: TrainerState) -> dict[str, str] | None:
 def chosen_weights(folder: RunDir, select_by: str | None) -> tuple[Path, str]:
     """The weights a run is used with, and a line saying which: the best by ``select_by`` where the
     run kept them (``model.best.safetensors``), else the last (``model.safetensors``; a run trained
-    before ``select_by`` existed, or without it)."""
+    before ``select_by`` existed, or without it). An average that ``vaswani average`` wrote over the
+    last weights (its header names the averaged checkpoints) is what the user chose: it wins."""
     best = folder.path / RunDir.BEST
+    last = safetensors_metadata(folder.weights) if folder.weights.is_file() else {}
+    if "averaged_checkpoints" in last:
+        named = last["averaged_checkpoints"].replace(",", ", ")
+        return folder.weights, f"weights: {RunDir.WEIGHTS} (the average of {named}: vaswani average)"
     if select_by is None or not best.is_file():
         why = "no train.select_by" if select_by is None else f"no {RunDir.BEST} yet"
         return folder.weights, f"weights: {RunDir.WEIGHTS} (the last; {why})"
