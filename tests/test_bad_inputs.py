@@ -403,6 +403,8 @@ CLI = [
         ["pairs.tsv:1", "expected at least 5"]),
     Cli("translation", "--objective mrt without --init", tr_train("--objective", "mrt"),
         ["data.objective", "mrt fine-tunes a trained run", "--init RUN_DIR"]),
+    Cli("translation", "a model flag with --init", tr_train("--init", "{tr}", "--d-model", "64"),
+        ["--d-model", "--init"]),
     Cli("translation", "--arch rnn with word vectors", tr_train("--arch", "rnn", "--freeze-embeddings"),
         ["data.word_vectors", "Transformer"]),
     Cli("translation", "resume from nothing", ["train", "translation", "--resume", "{tmp}/none"],

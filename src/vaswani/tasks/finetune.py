@@ -77,6 +77,16 @@ def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epoc
     return out
 
 
+def refuse_model_flags(flags: Sections) -> None:
+    """A model flag other than ``--dropout`` beside ``--init``: a one-line error naming it (the model
+    of an ``--init`` run is the pretrained run's)."""
+    fixed = [name for name in flags.get("model", {}) if name != "dropout"]
+    if fixed:
+        name = "layers" if fixed[0] == "n_layers" else fixed[0]
+        flag_name = name.replace("_", "-")
+        raise ConfigError(f"--{flag_name}: the model of an --init run is fixed (only --dropout may change)")
+
+
 def fine_tuning_rules(
     sections: Sections, flags: Sections, source: str, recipe: str, needs: str, examples: str
 ) -> None:
@@ -92,12 +102,7 @@ def fine_tuning_rules(
     if "batch_tokens" in flags.get("train", {}):
         raise ConfigError(f"--batch-tokens: these batches hold --batch-size {examples}")
     if data.get("init") is not None:
-        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
-        if fixed:
-            name = "layers" if fixed[0] == "n_layers" else fixed[0]
-            raise ConfigError(
-                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
-            )
+        refuse_model_flags(flags)
         defaults = recipes.packaged(recipe)["model"]
         changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
         if changed:

@@ -31,6 +31,7 @@ from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import Evaluation, on_model_device
+from vaswani.tasks.finetune import refuse_model_flags
 from vaswani.tasks.mrt import MinimumRiskTask, initialised
 from vaswani.tasks.settings import absolute, validated
 from vaswani.tasks.translator import (
@@ -350,6 +351,8 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
         raise ConfigError("--valid-src and --valid-tgt go together")
     if "pairs" in given and "src" in given:
         raise ConfigError("--pairs replaces --src and --tgt: give one or the other")
+    if given.get("init") is not None:
+        refuse_model_flags(flags)
     model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
     sections.setdefault("train", {}).setdefault("select_by", "bleu")  # the metric the run is scored by
     if "pairs" in given or "src" in given:
