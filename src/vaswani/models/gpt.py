@@ -80,6 +80,18 @@ class GPT(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """:meth:`forward`, and the attention weights of each layer when asked for."""
+        h, weights = self.hidden(tokens, attention_mask, cache, need_weights)
+        return self.output(h[:, -1:] if last_only else h), weights
+
+    def hidden(
+        self,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[dict[str, Tensor]]]:
+        """The final hidden states (batch, seq, d_model), after the stack's final norm, before the
+        LM head (what a classifier on the GPT reads), and the attention weights when asked for."""
         offset = cache[0].self_attn.length if cache else 0
         positions = None
         key_mask = None
@@ -87,7 +99,4 @@ class GPT(nn.Module):
             positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
         x = self.embed(tokens, positions=None if positions is None else positions[:, offset:], offset=offset)
-        h, weights = self.blocks(
-            x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions
-        )
-        return self.output(h[:, -1:] if last_only else h), weights
+        return self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions)

@@ -92,21 +92,29 @@ def fine_tuning_rules(
     if "batch_tokens" in flags.get("train", {}):
         raise ConfigError(f"--batch-tokens: these batches hold --batch-size {examples}")
     if data.get("init") is not None:
-        fixed = [name for name in flags.get("model", {}) if name != "dropout"]
-        if fixed:
-            name = "layers" if fixed[0] == "n_layers" else fixed[0]
-            raise ConfigError(
-                f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
-            )
-        defaults = recipes.packaged(recipe)["model"]
-        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
-        if changed:
-            raise ConfigError(
-                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
-                "(only dropout may change)"
-            )
+        fixed_model(sections, flags, source, recipe)
     one_stack(model, "encoder_only", source)
     absolute(data, FILE_FIELDS)
+
+
+def fixed_model(sections: Sections, flags: Sections, source: str, recipe: str) -> None:
+    """Refuse a change to the model of an ``--init`` run, whose model config is the run's: a model
+    flag other than ``--dropout``, or a config file's model field that differs from the packaged
+    ``recipe`` the run started from (every task that starts from a pretrained run applies it)."""
+    fixed = [name for name in flags.get("model", {}) if name != "dropout"]
+    if fixed:
+        name = "layers" if fixed[0] == "n_layers" else fixed[0]
+        raise ConfigError(
+            f"--{name.replace('_', '-')}: the model of an --init run is fixed (only --dropout may change)"
+        )
+    model = sections.get("model", {})
+    defaults = recipes.packaged(recipe)["model"]
+    changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
+    if changed:
+        raise ConfigError(
+            f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
+            "(only dropout may change)"
+        )
 
 
 def init_recipe(task: str, flags: Sections) -> str:
