@@ -153,6 +153,14 @@ def test_a_gpt_classifier_trains_classifies_evaluates_and_resumes_exactly(tmp_pa
     assert f"accuracy {metrics['valid_accuracy']:.1%}" in capsys.readouterr().out
     classifier = TextClassifier.load(out)
     assert isinstance(classifier.model, GPTClassifier)
+    assert main(["attention", str(out), "a great film", "--out", str(tmp_path / "attention.png")]) == 0
+    assert (tmp_path / "attention.png").is_file()  # its GPT's causal self-attention
+    capsys.readouterr()
+    assert main(["embed", str(out), "a great film"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"vaswani: error: {out}: a GPT classify run (decoder-only); embed needs a BERT run\n"
+    )
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert main(classify_args(lm, train, dev, whole, "--max-steps", "6")) == 0
     assert main(classify_args(lm, train, dev, parts, "--max-steps", "3", "--checkpoint-every", "3")) == 0
