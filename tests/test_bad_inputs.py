@@ -362,6 +362,10 @@ def tag_train(
     ]  # fmt: skip
 
 
+def lm_init(init: str, *extra: str) -> list[str]:
+    return ["train", "lm", "--init", init, "--text", "{data}/lm.txt", "--out", "{tmp}/out", "--quiet", *extra]
+
+
 def decode(*flags: str) -> list[str]:
     """``translate`` with decoding flags, which are checked before the run is loaded."""
     return ["translate", "{tr}", "a", *flags]
@@ -486,6 +490,13 @@ CLI = [
     Cli("lm", "generate with a translation run", ["generate", "{tr}", "a"],
         ["translation_run", "'translation'"]),
     Cli("lm", "generate with a run of a newer format", ["generate", "{newer}", "a"], NEWER),
+    Cli("lm", "--init of a classify run", lm_init("{cls}"), ["classify_run", "'classify'", "--init", "lm"]),
+    Cli("lm", "--init of nothing", lm_init("{tmp}/none"), ["none", "no such run"]),
+    Cli("lm", "a model flag with --init", lm_init("{lm}", "--layers", "3"), ["--layers", "--init"]),
+    Cli("lm", "a tokenizer flag with --init", lm_init("{lm}", "--vocab-size", "99"),
+        ["--vocab-size", "own tokenizer"]),
+    Cli("lm", "--init without new text", ["train", "lm", "--init", "{lm}", "--out", "{tmp}/out"],
+        ["data.text", "--text"]),
     # train mlm
     Cli("mlm", "missing text", mlm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
     Cli("mlm", "non-UTF-8 text", mlm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
@@ -536,6 +547,12 @@ CLI = [
     Cli("classify", "--init of a translation run", cls_init("{tr}"), ["'translation'", "--init"]),
     Cli("classify", "--init of nothing", cls_init("{tmp}/none"), ["none", "no such run"]),
     Cli("classify", "--init of a classify run", cls_init("{cls}"), ["'classify'", "--init"]),
+    Cli("classify", "a negative --lm-weight (GPT)", [*cls_init("{lm}"), "--lm-weight", "-1"],
+        ["data.lm_weight", ">= 0"]),
+    Cli("classify", "--lm-weight for a BERT", cls_train("--lm-weight", "0.3"),
+        ["--lm-weight", "GPT classifier"]),
+    Cli("classify", "--pool cls for a GPT", [*cls_init("{lm}"), "--pool", "cls"], ["--pool cls", "GPT"]),
+    Cli("classify", "--pool last for a BERT", cls_train("--pool", "last"), ["--pool last", "BERT"]),
     Cli("classify", "resume nothing", ["train", "classify", "--resume", "{tmp}/none"], ["no such run"]),
     Cli("classify", "classify with an encoder run", ["classify", "{enc}", "a"], ["'encoder'", "classify"]),
     Cli("classify", "classify with a translation run", ["classify", "{tr}", "a"],

@@ -87,22 +87,27 @@ def warn_if_cut(tokenizer: WordPieceTokenizer, inputs: Sequence[tuple[str, ...]]
     """One warning line on standard error when texts (or sentence pairs) are longer than the
     model's max_len, [CLS] and [SEP] included: the model reads them cut to it."""
     pieces = iter(tokenizer.encode_pieces_batch([text for parts in inputs for text in parts]))
-    cut = []
-    for number, parts in enumerate(inputs, start=1):
-        length = sum(len(next(pieces)) for _ in parts) + len(parts) + 1
-        if length > tokenizer.max_len:
-            cut.append((number, length))
+    warn_of_cuts(
+        [sum(len(next(pieces)) for _ in parts) + len(parts) + 1 for parts in inputs], tokenizer.max_len
+    )
+
+
+def warn_of_cuts(lengths: Sequence[int], max_len: int) -> None:
+    """The warning line of :func:`warn_if_cut`, from each input's length in tokens."""
+    cut = [(number, length) for number, length in enumerate(lengths, start=1) if length > max_len]
     if cut:
         number, length = cut[0]
         print(
-            f"vaswani: warning: {len(cut)} of {len(inputs)} texts are longer than the model's max_len of "
-            f"{tokenizer.max_len} tokens and were cut to it (the first: text {number}, {length} tokens)",
+            f"vaswani: warning: {len(cut)} of {len(lengths)} texts are longer than the model's max_len of "
+            f"{max_len} tokens and were cut to it (the first: text {number}, {length} tokens)",
             file=sys.stderr,
         )
 
 
 def cmd_classify(args: argparse.Namespace) -> None:
     from vaswani.tasks.classify import TextClassifier
+    from vaswani.tasks.gpt_classify import uncut_lengths
+    from vaswani.tokenizer import LMTokenizer
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -114,7 +119,10 @@ def cmd_classify(args: argparse.Namespace) -> None:
         if len(parts) != classifier.n_texts:
             raise DataError(f"text {number}: a sentence-pair classifier needs the pair as A<TAB>B")
         inputs.append(parts)
-    warn_if_cut(classifier.tokenizer, inputs)
+    if isinstance(classifier.tokenizer, LMTokenizer):  # a GPT classifier
+        warn_of_cuts(uncut_lengths(classifier.tokenizer, inputs), classifier.model.config.max_len)
+    else:
+        warn_if_cut(classifier.tokenizer, inputs)
     for label, prob in classifier.predict(inputs, args.batch_size):
         print(f"{label}\t{prob:.4f}")
 

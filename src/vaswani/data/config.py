@@ -17,6 +17,7 @@ BLEU_TOKENIZERS = (
 LM_TOKENIZERS = ("bpe", "char")
 LABELED_FORMATS = ("tsv", "csv", "jsonl")
 POOLS = ("cls", "mean")
+CLASSIFIER_POOLS = (*POOLS, "last")  # "last": a GPT classifier's last real token
 PARALLEL_TOKENIZERS = ("bpe", "word")
 OBJECTIVES, MRT_SEARCHES, MRT_COSTS = ("token", "mrt"), ("beam", "sample"), ("bleu", "chrf")
 TEXT_TOKENIZERS = ("wordpiece", "word")  # a classifier's or tagger's, from scratch
@@ -212,6 +213,23 @@ class TextData(DataConfig):
 
 
 @dataclass(frozen=True)
+class LMData(TextData):
+    """A language model's text (:class:`TextData`), and the lm run ``init`` that a new run
+    continues from (null: from scratch): its model config, tokenizer and weights, on the new
+    ``text``."""
+
+    init: str | None = flag(
+        None, "continue from this lm run (one trained here, or imported from GPT-2 or Llama) on --text",
+        metavar="RUN_DIR",
+    )  # fmt: skip
+
+    def _check(self) -> None:
+        if self.init is not None and (self.source != "text" or not self.text):
+            self._fail("text", "an --init run trains on new text: give --text FILES")
+        super()._check()
+
+
+@dataclass(frozen=True)
 class LabeledData(EncoderData):
     """Labeled examples for a classifier.
 
@@ -222,10 +240,16 @@ class LabeledData(EncoderData):
     classes in order. The encoder starts from the run ``init`` (null: from scratch, with a
     WordPiece vocabulary of ``vocab_size``, or with ``text_tokenizer`` "word" a word-level one of
     that many words: :class:`EncoderData`), and a text becomes one vector by ``pool`` ("cls": the
-    pooled [CLS] state; "mean": the mean of its tokens' states).
+    pooled [CLS] state; "mean": the mean of its tokens' states). ``init`` may also be an ``lm`` run:
+    a GPT classifier (GPT-1's), whose text's vector is its last real token's state ("last") or the
+    mean, whose loss adds ``lm_weight`` times the language-modelling loss of the same input, and
+    which keeps that run's tokenizer and its ``eos_token`` and ``bos_token``.
     """
 
     source: str = no_flag("labeled")
+    init: str | None = flag(
+        None, "start from this mlm or encoder run (BERT), or lm run (a GPT classifier)", metavar="RUN_DIR"
+    )
     train_file: str | None = flag(None, "labeled training examples (.tsv, .csv or .jsonl)", flag="--train")
     dev_file: str | None = flag(None, "labeled examples to score on", flag="--dev")
     file_format: str | None = flag(
@@ -240,13 +264,22 @@ class LabeledData(EncoderData):
     )
     label_column: str | None = flag(None, "the column of the label (default: label, ... or the last)")
     labels: tuple[str, ...] | None = no_flag(None)
-    pool: str = flag("cls", "the text's vector: pooled [CLS] (default) or mean of tokens", choices=POOLS)
+    pool: str = flag(
+        "cls", "the text's vector: pooled [CLS] (default) or mean of tokens; a GPT's: last (default) or mean",
+        choices=CLASSIFIER_POOLS,
+    )  # fmt: skip
+    lm_weight: float = flag(
+        0.5, "a GPT classifier's weight of the language-modelling loss beside the labels' (0.5, GPT-1's; 0: "
+        "none)", range="[0, inf)",
+    )  # fmt: skip
+    eos_token: str | None = no_flag(None)  # a GPT classifier's: its --init run's (text pairs' separator)
+    bos_token: str | None = no_flag(None)  # a GPT classifier's: its --init run's
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
     def _check(self) -> None:
         super()._check()
         self._one_of("source", ("labeled",))
-        self._one_of("pool", POOLS)
+        self._one_of("pool", CLASSIFIER_POOLS)
         if self.file_format is not None:
             self._one_of("file_format", LABELED_FORMATS)
         if self.text_columns is not None and len(self.text_columns) not in (1, 2):

@@ -17,7 +17,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from vaswani.config import RunConfig
-from vaswani.data.config import TextData
+from vaswani.data.config import LMData, TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import write_json, write_lm_folder, write_lm_run
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
@@ -106,7 +106,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     The embedding may be larger than the tokenizer (vaswani pads it to a multiple of 64);
     vaswani never generates the padding ids, a Hugging Face model may.
     """
-    data = RunDir(run_dir).read_config(TASK, TextData).data  # export_hf reads the config without it
+    data = RunDir(run_dir).read_config(TASK, LMData).data  # export_hf reads the config without it
     assert isinstance(data, TextData)
     try:
         tokenizer = run_tokenizer(run_dir / TOKENIZER, data)

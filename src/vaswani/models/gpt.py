@@ -101,7 +101,8 @@ class GPT(nn.Module):
         cache: list[LayerCache] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
-        """The final hidden states (batch, seq, d_model) before the head, and the attention weights."""
+        """The final hidden states (batch, seq, d_model), after the stack's final norm, before the
+        LM head (what a classifier on the GPT reads), and the attention weights when asked for."""
         offset = cache[0].self_attn.length if cache else 0
         positions = None
         key_mask = None

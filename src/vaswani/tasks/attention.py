@@ -22,6 +22,7 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.layers.masks import padding_mask
 from vaswani.models.bert import Bert
+from vaswani.models.gpt_classifier import GPTClassifier
 from vaswani.tasks.evaluation import model_device
 from vaswani.tasks.image import ImageClassifier
 from vaswani.tasks.lm import LanguageModel
@@ -234,8 +235,11 @@ def titled_lm_attention(
 
 
 def titled_bert_attention(wrapper: Any, text: str, part: str | None = None) -> tuple[list[AttentionMap], str]:
-    """:func:`bert_attention` of any BERT run's wrapper, with ``text`` as the title (a registry hook)."""
+    """:func:`bert_attention` of any BERT run's wrapper, with ``text`` as the title (a registry hook);
+    a GPT classifier's wrapper gives its GPT's causal self-attention (:func:`lm_attention`)."""
     chosen_parts(part, ("self",), ("self",), "a BERT run")
+    if isinstance(getattr(wrapper, "model", None), GPTClassifier):
+        return lm_attention(LanguageModel(wrapper.model.gpt, wrapper.tokenizer), text), text
     return bert_attention(encoder_of(wrapper), wrapper.tokenizer, text), text.replace("\t", " ‖ ")
 
 

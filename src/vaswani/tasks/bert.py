@@ -9,7 +9,7 @@ it by its task.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,8 @@ def read_bert_run(
         raise RunDirError(
             f"{run_dir}: a run of task {run.task!r}; {purpose} needs a run of task {' or '.join(tasks)}"
         )
+    if run.model.arch != "encoder_only":
+        raise RunDirError(f"{run_dir}: a GPT {run.task} run (decoder-only); {purpose} needs a BERT run")
     tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
     check_tokenizer(run, tokenizer, run_dir)
     return run, tokenizer
@@ -79,12 +81,33 @@ def model_of(run: RunConfig) -> Bert | MaskedLM:
 @dataclass
 class TextBatch:
     """Padded ``[CLS] A [SEP] (B [SEP])`` rows: ``tokens``, ``segments``, ``mask`` (True at real
-    tokens), all (batch, seq), and the gold class ids (batch,) when known."""
+    tokens), all (batch, seq), and the gold class ids (batch,) when known. A GPT classifier's rows
+    (:mod:`vaswani.tasks.gpt_classify`) have no segments (None)."""
 
     tokens: Tensor
-    segments: Tensor
+    segments: Tensor | None
     mask: Tensor
     labels: Tensor | None = None
+
+
+Row = tuple[list[int], ...]  # one encoded text: its ids first (and a BERT's segment ids)
+
+
+@dataclass(frozen=True)
+class TextReader:
+    """How a classifier reads texts (1-tuples) or sentence pairs (2-tuples): ``encode`` gives each
+    its row, ``batch`` pads rows (and their class ids, when known) into one :class:`TextBatch`."""
+
+    encode: Callable[[Sequence[tuple[str, ...]]], list[Row]]
+    batch: Callable[[Sequence[Row], Sequence[int] | None], TextBatch]
+
+
+def bert_reader(tokenizer: WordPieceTokenizer) -> TextReader:
+    """BERT's reading: ``[CLS] A [SEP] (B [SEP])`` with segment ids (:func:`encode_texts`)."""
+    return TextReader(
+        lambda texts: encode_texts(tokenizer, texts),
+        lambda rows, labels: text_batch(rows, tokenizer.pad_id, labels),  # type: ignore[arg-type]
+    )
 
 
 def encode_texts(

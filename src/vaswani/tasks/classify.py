@@ -15,6 +15,11 @@ summed cross-entropy of the gold labels; the dev set is scored by accuracy and m
 mean over classes of F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c) (over the classes that occur in the
 gold labels or the predictions).
 
+An ``lm`` run given as ``--init`` makes a GPT classifier instead (GPT-1's: the last real
+token's state, an auxiliary language-modelling loss; :mod:`vaswani.tasks.gpt_classify`), chosen by
+the init run's task and, afterwards, by the run's decoder-only model; it is used, evaluated and
+resumed as a BERT classifier is.
+
 Sentence embeddings of any BERT run are :mod:`vaswani.tasks.encoder`'s.
 """
 
@@ -36,17 +41,18 @@ from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.metrics import accuracy_and_macro_f1
 from vaswani.models.bert import BertClassifier
+from vaswani.models.gpt_classifier import GPTClassifier
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 from vaswani.tasks.bert import (
     TOKENIZER,
     TextBatch,
+    TextReader,
+    bert_reader,
     check_tokenizer,
-    encode_texts,
     read_bert_run,
     save_tokenizer,
-    text_batch,
 )
 from vaswani.tasks.evaluation import Evaluation, on_model_device
 from vaswani.tasks.finetune import (
@@ -58,8 +64,19 @@ from vaswani.tasks.finetune import (
     pretrained_bert,
     scratch_encoder,
 )
+from vaswani.tasks.gpt_classify import (
+    classifier_tokenizer,
+    gpt_classifier_loss,
+    gpt_reader,
+    gpt_rules,
+    init_is_lm,
+    pretrained_gpt,
+    reader_of,
+    with_gpt,
+)
+from vaswani.tasks.lm import check_vocab
 from vaswani.tasks.settings import validated
-from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
 TASK = "classify"
@@ -90,33 +107,31 @@ def load_labeled(spec: LabeledData) -> Examples:
 
 
 class ClassifyTask:
-    """Cross-entropy of the gold label, ``batch_size`` examples a batch; on the dev file, the loss,
-    accuracy and macro-F1 (``valid_loss``, ``valid_accuracy``, ``valid_macro_f1``, named as every
-    task names its held-out metrics)."""
+    """Cross-entropy of the gold label (a GPT classifier's plus ``data.lm_weight`` times its
+    language-modelling loss: :func:`~vaswani.tasks.gpt_classify.gpt_classifier_loss`),
+    ``batch_size`` examples a batch, read by ``reader``; on the dev file, the loss, accuracy and
+    macro-F1 (``valid_loss``, ``valid_accuracy``, ``valid_macro_f1``, named as every task names
+    its held-out metrics). ``vocab_size``: the tokenizer's (a GPT's softmax runs over it)."""
 
     batch_flag = "--batch-size"  # what to lower when a step runs out of memory
 
-    def __init__(self, run: RunConfig, tokenizer: WordPieceTokenizer, data: Examples) -> None:
-        self.pad_id = tokenizer.pad_id
+    def __init__(self, run: RunConfig, reader: TextReader, data: Examples, vocab_size: int) -> None:
+        self.gpt = run.model.arch == "decoder_only"
+        self.lm_weight, self.vocab_size = run.data.lm_weight, vocab_size
+        self.unused_parameters = self.gpt and self.lm_weight == 0  # an untied LM head is left out
         index = {label: i for i, label in enumerate(data.labels)}
-        self.batches = self._batches(
-            tokenizer, data.train.examples, index, run.train.batch_size, run.train.seed
-        )
-        self.dev = self._batches(tokenizer, data.dev.examples, index, run.train.batch_size, run.train.seed)
+        self.batches = self._batches(reader, data.train.examples, index, run.train.batch_size, run.train.seed)
+        self.dev = self._batches(reader, data.dev.examples, index, run.train.batch_size, run.train.seed)
 
+    @staticmethod
     def _batches(
-        self,
-        tokenizer: WordPieceTokenizer,
-        examples: Sequence[Example],
-        index: dict[str, int],
-        batch_size: int,
-        seed: int,
+        reader: TextReader, examples: Sequence[Example], index: dict[str, int], batch_size: int, seed: int
     ) -> list[TextBatch]:
-        encoded = encode_texts(tokenizer, [e.texts for e in examples])
+        rows = reader.encode([e.texts for e in examples])
         labels = [index[e.label] for e in examples]
         return [
-            text_batch([encoded[i] for i in group], self.pad_id, [labels[i] for i in group])
-            for group in length_batches([len(ids) for ids, _ in encoded], batch_size, seed)
+            reader.batch([rows[i] for i in group], [labels[i] for i in group])
+            for group in length_batches([len(row[0]) for row in rows], batch_size, seed)
         ]
 
     def train_batches(self) -> list[TextBatch]:
@@ -124,6 +139,8 @@ class ClassifyTask:
 
     def loss(self, model: nn.Module, batch: TextBatch) -> tuple[Tensor, int]:
         assert batch.labels is not None
+        if self.gpt:
+            return gpt_classifier_loss(model, batch, self.lm_weight, self.vocab_size), len(batch.labels)
         logits = model(batch.tokens, batch.segments, batch.mask)
         return F.cross_entropy(logits.float(), batch.labels, reduction="sum"), len(batch.labels)
 
@@ -142,7 +159,7 @@ def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> di
     for batch in batches:
         assert batch.labels is not None
         on = on_model_device(model, batch)
-        logits = model(on.tokens, on.segments, on.mask).float()
+        logits = class_logits(model, on).float()
         total += float(F.cross_entropy(logits, on.labels, reduction="sum"))
         predicted.append(logits.argmax(dim=-1).cpu())
         gold.append(batch.labels)
@@ -151,19 +168,33 @@ def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> di
     return {"valid_loss": total / count, "valid_accuracy": accuracy, "valid_macro_f1": macro_f1}
 
 
+def class_logits(model: nn.Module, batch: TextBatch) -> Tensor:
+    """The logits (batch, n_classes) of a BERT classifier (from the tokens, segments and mask) or
+    of a GPT classifier (a batch without segments: from the tokens and mask)."""
+    if batch.segments is None:
+        return model(batch.tokens, batch.mask)[0]
+    return model(batch.tokens, batch.segments, batch.mask)
+
+
 def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
     """``base`` with a pooler exactly when the classifier reads the pooled [CLS] state."""
     return base.replace(pooler=pool == "cls")
 
 
 class TextClassifier:
-    """A fine-tuned classifier with its tokenizer and labels:
+    """A fine-tuned classifier (BERT's or GPT's) with its tokenizer and labels:
     ``TextClassifier.load(run_dir).predict([("a text",)])``."""
 
-    def __init__(self, model: BertClassifier, tokenizer: WordPieceTokenizer, data: LabeledData) -> None:
+    def __init__(
+        self,
+        model: BertClassifier | GPTClassifier,
+        tokenizer: WordPieceTokenizer | LMTokenizer,
+        data: LabeledData,
+    ) -> None:
         if data.labels is None:
             raise ConfigError("config field 'data.labels': a classifier run needs its label set")
         self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.reader = reader_of(model, tokenizer)
         self.labels: tuple[str, ...] = data.labels
         self.n_texts = len(data.text_columns or ("text",))
 
@@ -172,7 +203,7 @@ class TextClassifier:
         """The classifier of a ``classify`` run on ``device`` (auto, cpu, cuda, cuda:N, mps; the
         weights read on the CPU, then moved)."""
         where = resolve_device(device)
-        run, tokenizer = read_bert_run(Path(run_dir), {TASK: LabeledData}, "classification")
+        run, tokenizer = read_classifier_run(Path(run_dir))
         model = RunDir(run_dir).load_weights(model_of(run)).to(where)
         return cls(model.eval(), tokenizer, run.data)
 
@@ -184,11 +215,9 @@ class TextClassifier:
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
-                batch = text_batch(
-                    encode_texts(self.tokenizer, texts[start : start + batch_size]), self.tokenizer.pad_id
-                )
-                batch = on_model_device(self.model, batch)
-                logits = self.model(batch.tokens, batch.segments, batch.mask)
+                chunk = texts[start : start + batch_size]
+                batch = on_model_device(self.model, self.reader.batch(self.reader.encode(chunk), None))
+                logits = class_logits(self.model, batch)
                 out.append(logits.float().softmax(dim=-1).cpu())
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
 
@@ -200,20 +229,33 @@ class TextClassifier:
     def evaluate(self, labeled: LabeledFile, batch_size: int = 64) -> dict[str, float]:
         """Loss, accuracy and macro-F1 on the examples of ``labeled`` (read with this run's labels)."""
         index = {label: i for i, label in enumerate(self.labels)}
-        encoded = encode_texts(self.tokenizer, [e.texts for e in labeled.examples])
+        rows = self.reader.encode([e.texts for e in labeled.examples])
         labels = [index[e.label] for e in labeled.examples]
         batches = [
-            text_batch(encoded[i : i + batch_size], self.tokenizer.pad_id, labels[i : i + batch_size])
-            for i in range(0, len(encoded), batch_size)
+            self.reader.batch(rows[i : i + batch_size], labels[i : i + batch_size])
+            for i in range(0, len(rows), batch_size)
         ]
         self.model.eval()
         return classification_metrics(self.model, batches)
 
 
-def model_of(run: RunConfig) -> BertClassifier:
-    """The (untrained) model of a ``classify`` run."""
+def read_classifier_run(run_dir: Path) -> tuple[RunConfig, WordPieceTokenizer | LMTokenizer]:
+    """The config and tokenizer of a ``classify`` run: a GPT classifier's (decoder-only) or a BERT's."""
+    folder = RunDir(run_dir)
+    found = folder.read_config()
+    if found.task == TASK and found.model.arch == "decoder_only":
+        run = folder.read_config(TASK, LabeledData)
+        return run, classifier_tokenizer(folder.path, run)
+    return read_bert_run(run_dir, {TASK: LabeledData}, "classification")
+
+
+def model_of(run: RunConfig) -> BertClassifier | GPTClassifier:
+    """The (untrained) model of a ``classify`` run: a GPT classifier when its model is
+    decoder-only, else a BERT one."""
     if run.data.labels is None:
         raise ConfigError("config field 'data.labels': a classifier run needs its label set")
+    if run.model.arch == "decoder_only":
+        return GPTClassifier(run.model, len(run.data.labels), run.data.pool)
     return BertClassifier(run.model, len(run.data.labels), run.data.pool)
 
 
@@ -223,12 +265,19 @@ def train_classify(
     """Fine-tune (or, with ``resume``, continue) a classifier in ``run_dir``; return the metrics and
     the classifier. ``data``: the examples, when already read (else from ``run.data``). A new run
     takes its encoder, tokenizer and model config (all but ``dropout``) from the run
-    ``run.data.init``, or trains a WordPiece tokenizer on the training texts; ``config.json``
-    records the label set and the columns read."""
+    ``run.data.init`` (a BERT, or a GPT from an ``lm`` run), or trains a WordPiece tokenizer on
+    the training texts; ``config.json`` records the label set and the columns read."""
     data = data or load_labeled(run.data)
-    bert, rows = None, None
-    if resume:
+    bert, gpt, rows = None, None, None
+    tokenizer: WordPieceTokenizer | LMTokenizer
+    if resume and run.model.arch == "decoder_only":
+        tokenizer = classifier_tokenizer(run_dir, run)
+    elif resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
+    elif run.data.init is not None and init_is_lm(run.data.init):
+        init, gpt, tokenizer = pretrained_gpt(Path(run.data.init))
+        spec = run.data.replace(eos_token=init.data.eos_token, bos_token=init.data.bos_token)
+        run = RunConfig(run.task, init.model.replace(dropout=run.model.dropout), run.train, spec)
     elif run.data.init is not None:
         init, bert, tokenizer = pretrained_bert(Path(run.data.init))
         run = RunConfig(run.task, init.model.replace(dropout=run.model.dropout), run.train, run.data)
@@ -240,11 +289,29 @@ def train_classify(
             labels=data.labels, text_columns=data.train.text_columns, label_column=data.train.label_column
         )
         run = RunConfig(run.task, classifier_config(run.model, spec.pool), run.train, spec)
-    check_tokenizer(run, tokenizer, run_dir)
-    task = ClassifyTask(run, tokenizer, data)
+    if isinstance(tokenizer, LMTokenizer):
+        check_vocab(run, tokenizer, run_dir)
 
-    build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
-    metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
+        def build() -> nn.Module:
+            model = model_of(run)
+            assert isinstance(model, GPTClassifier)
+            return with_gpt(model, gpt)
+
+        reader = gpt_reader(tokenizer, run.model.max_len)
+    else:
+        check_tokenizer(run, tokenizer, run_dir)
+        build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
+        reader = bert_reader(tokenizer)
+
+    def save(folder: Path) -> None:
+        if isinstance(tokenizer, LMTokenizer):
+            tokenizer.save(folder / TOKENIZER)
+        else:
+            save_tokenizer(tokenizer, folder)
+
+    task = ClassifyTask(run, reader, data, tokenizer.vocab_size)
+    metrics, model = fit_run(run, run_dir, task, build, save, resume, quiet)
+    assert isinstance(model, (BertClassifier, GPTClassifier))
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 
 
@@ -279,6 +346,7 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     fine_tuning_rules(sections, flags, source, recipe(flags), needs, "examples")
     train = sections.setdefault("train", {})
     spec = LabeledData.from_dict(sections["data"], source=source)
+    gpt_rules(sections["data"], flags.get("data", {}))
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
     if checked.epochs is not None:
         examples = load_labeled(spec)

@@ -102,16 +102,24 @@ def fine_tuning_rules(
     if "batch_tokens" in flags.get("train", {}):
         raise ConfigError(f"--batch-tokens: these batches hold --batch-size {examples}")
     if data.get("init") is not None:
-        refuse_model_flags(flags)
-        defaults = recipes.packaged(recipe)["model"]
-        changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
-        if changed:
-            raise ConfigError(
-                f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
-                "(only dropout may change)"
-            )
+        fixed_model(sections, flags, source, recipe)
     one_stack(model, "encoder_only", source)
     absolute(data, FILE_FIELDS)
+
+
+def fixed_model(sections: Sections, flags: Sections, source: str, recipe: str) -> None:
+    """Refuse a change to the model of an ``--init`` run, whose model config is the run's: a model
+    flag other than ``--dropout``, or a config file's model field that differs from the packaged
+    ``recipe`` the run started from (every task that starts from a pretrained run applies it)."""
+    refuse_model_flags(flags)
+    model = sections.get("model", {})
+    defaults = recipes.packaged(recipe)["model"]
+    changed = [k for k in model if k != "dropout" and model[k] != defaults.get(k)]
+    if changed:
+        raise ConfigError(
+            f"{source}: config field 'model.{changed[0]}': the model of an --init run is fixed "
+            "(only dropout may change)"
+        )
 
 
 def init_recipe(task: str, flags: Sections) -> str:

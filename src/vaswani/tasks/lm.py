@@ -2,7 +2,9 @@
 
 Text comes from the user's files or, by default, from Python's own documentation
 (:mod:`vaswani.data.text`). The token stream is cut into windows of ``max_len + 1``
-tokens: the model reads the first ``max_len`` and predicts each next one.
+tokens: the model reads the first ``max_len`` and predicts each next one. A new run starts from
+random weights and a tokenizer trained on its text, or (``--init``) continues an lm run on new
+text: that run's model config (but the dropout), tokenizer and weights.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
-from vaswani.data.config import TextData
+from vaswani.data.config import LMData, TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
-from vaswani.errors import ConfigError, DataError
+from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import cut_at_stop, held_back, lm_budget, lm_next_logits
 from vaswani.generation.sampling import generate
@@ -28,7 +30,8 @@ from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 from vaswani.tasks.evaluation import Evaluation, model_device
-from vaswani.tasks.settings import text_recipe, text_run
+from vaswani.tasks.finetune import fixed_model
+from vaswani.tasks.settings import absolute, text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
 
@@ -183,7 +186,7 @@ class LanguageModel:
         weights are read on the CPU, then moved."""
         where = resolve_device(device)
         folder = RunDir(run_dir)
-        run = folder.read_config(TASK, TextData)
+        run = folder.read_config(TASK, LMData)
         tokenizer = run_tokenizer(folder.file(TOKENIZER), run.data)
         check_vocab(run, tokenizer, folder.path)
         model = folder.load_weights(GPT(run.model)).to(where)
@@ -281,15 +284,41 @@ def check_vocab(run: RunConfig, tokenizer: LMTokenizer, run_dir: Path) -> None:
         )
 
 
+def read_lm_run(run_dir: Path, purpose: str) -> tuple[RunConfig, LMTokenizer]:
+    """The config and tokenizer of the lm run ``run_dir``; a run of another task is refused in one
+    line saying what ``purpose`` needs."""
+    folder = RunDir(run_dir)
+    task = folder.read_config().task
+    if task != TASK:
+        raise RunDirError(f"{run_dir}: a run of task {task!r}; {purpose} needs a run of task {TASK}")
+    run = folder.read_config(TASK, LMData)
+    tokenizer = run_tokenizer(folder.file(TOKENIZER), run.data)
+    check_vocab(run, tokenizer, folder.path)
+    return run, tokenizer
+
+
 def train_lm(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
 ) -> tuple[dict[str, Any], LanguageModel, str]:
     """Train (or, with ``resume``, continue) a language model in ``run_dir``; return the
-    metrics, the model and the name of its text."""
+    metrics, the model and the name of its text. A new run with ``data.init`` takes that run's
+    model config (but the dropout), tokenizer (and its special tokens) and weights."""
     documents, name = load_documents(run.data)
     train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
+    init: Path | None = None  # the run whose weights a new run starts from
+
+    def build() -> GPT:
+        model = model_of(run)
+        return model if init is None else RunDir(init).load_weights(model)
+
     if resume:
         tokenizer = run_tokenizer(run_dir / TOKENIZER, run.data)
+    elif isinstance(run.data, LMData) and run.data.init is not None:
+        init = Path(run.data.init)
+        pretrained, tokenizer = read_lm_run(init, "--init")
+        kept = {k: getattr(pretrained.data, k) for k in ("tokenizer", "vocab_size", "eos_token", "bos_token")}
+        model = pretrained.model.replace(dropout=run.model.dropout)
+        run = RunConfig(run.task, model, run.train, run.data.replace(**kept))
     else:
         tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
         vocab = padded_vocab_size(tokenizer.vocab_size)
@@ -302,7 +331,7 @@ def train_lm(
         tokenizer.vocab_size,
     )
     metrics, model = fit_run(
-        run, run_dir, task, lambda: model_of(run), lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
+        run, run_dir, task, build, lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
     )
     assert isinstance(model, GPT)
     return metrics, LanguageModel(model, tokenizer), name
@@ -324,13 +353,23 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
 
 
 def recipe(flags: Sections) -> str:
-    """The embedded default job, or the recipe for the user's text once ``--text`` is given."""
-    return text_recipe(TASK, flags)
+    """The embedded default job, the recipe for the user's text once ``--text`` is given, or the
+    fine-tuning recipe (``lm-init``) of an ``--init`` run."""
+    return f"{TASK}-init" if "init" in flags.get("data", {}) else text_recipe(TASK, flags)
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A language-model run: a decoder-only model; ``--text`` is stored absolute and read as the source."""
-    return text_run(TASK, "decoder_only", TextData, sections, flags, source)
+    """A language-model run: a decoder-only model; ``--text`` and ``--init`` are stored absolute,
+    the text read as the source; the model of an ``--init`` run is fixed (but its dropout) and so
+    is its tokenizer."""
+    data = sections.setdefault("data", {})
+    if data.get("init") is not None:
+        fixed_model(sections, flags, source, recipe(flags))
+        kept = [name for name in ("tokenizer", "vocab_size") if name in flags.get("data", {})]
+        if kept:
+            raise ConfigError(f"--{kept[0].replace('_', '-')}: an --init run keeps its own tokenizer")
+        absolute(data, ("init",))
+    return text_run(TASK, "decoder_only", LMData, sections, flags, source)
 
 
 def finish(

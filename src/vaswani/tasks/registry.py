@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vaswani.config import RunConfig
-from vaswani.data.config import DataConfig, LabeledData, ParallelData, TextData
+from vaswani.data.config import DataConfig, LabeledData, LMData, ParallelData, TextData
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir, RunLock
@@ -79,7 +79,7 @@ TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec(
-            "lm", "train a decoder-only language model (GPT)", TextData, lm.model_of, lm.LanguageModel.load,
+            "lm", "train a decoder-only language model (GPT)", LMData, lm.model_of, lm.LanguageModel.load,
             lm.train_lm, lm.recipe, lm.configure, lm.finish, lm.evaluate_run,
             evaluates="loss and perplexity on --text", attention=titled_lm_attention, hf_family="gpt2",
         ),
