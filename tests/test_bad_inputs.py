@@ -507,6 +507,12 @@ CLI = [
     Cli("mlm", "resume nothing", ["train", "mlm", "--resume", "{tmp}/none"], ["no such run"]),
     Cli("mlm", "resume with --mask-prob", ["train", "mlm", "--resume", "{mlm}", "--mask-prob", "0.2"],
         ["--mask-prob", RESUMED]),
+    Cli("mlm", "--nsp on a text of one document", mlm_train("--nsp"), ["single document", "blank line"]),
+    Cli("mlm", "--nsp without the pooler", mlm_train("--nsp", "--no-pooler"), ["model.pooler", "--nsp"]),
+    Cli("mlm", "--nsp with one segment", mlm_train("--nsp", "--type-vocab-size", "1"),
+        ["model.type_vocab_size", "--nsp", "two segments"]),
+    Cli("mlm", "--nsp with max_len 4", mlm_train("--nsp", "--max-len", "4"), ["model.max_len", ">= 5"]),
+    Cli("mlm", "resume with --nsp", ["train", "mlm", "--resume", "{mlm}", "--nsp"], ["--nsp", RESUMED]),
     # fill-mask
     Cli("fill-mask", "no [MASK]", ["fill-mask", "{mlm}", "no mask here"], ["[MASK]"]),
     Cli("fill-mask", "top-k 0", ["fill-mask", "{mlm}", "a [MASK]", "--top-k", "0"], ["--top-k"]),

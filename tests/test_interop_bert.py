@@ -93,7 +93,9 @@ def assert_same_outputs(hf: Any, ours: Bert | MaskedLM, config: dict[str, Any]) 
 
 
 def load_run(run_dir: Path) -> tuple[RunConfig, Bert | MaskedLM]:
-    run = RunDir(run_dir).read_config()
+    """The config (with its data section, which says whether an mlm run has the NSP head) and model."""
+    folder = RunDir(run_dir)
+    run = folder.read_config(folder.read_config().task, TextData)
     model = model_for_run(run).eval()
     load_weights(model, run_dir / "model.safetensors")
     return run, model

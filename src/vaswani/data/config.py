@@ -185,7 +185,9 @@ class TextData(DataConfig):
     cuts the text into windows of up to ``max_len`` tokens; in each, a fraction ``mask_prob`` of
     the tokens is chosen for prediction, and of those a fraction ``mask_random`` is replaced by a
     random token, ``mask_keep`` is left as it is and the rest become [MASK] (BERT's 15%, 10%,
-    10%, 80%).
+    10%, 80%). With ``nsp`` it also learns next-sentence prediction (:mod:`vaswani.tasks.nsp`): its
+    examples are sentence pairs of the text's documents (blank-line-separated blocks, one sentence
+    a line) instead of windows.
     """
 
     source: str = flag("default", "default (the embedded text) or text (--text)")
@@ -198,6 +200,10 @@ class TextData(DataConfig):
         0.1, "of those, the fraction replaced by a random token (mlm, 0.1)", range="[0, 1]"
     )
     mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)", range="[0, 1]")
+    nsp: bool = flag(
+        False, "next-sentence prediction beside masked LM: sentence pairs of the documents (blank-line-"
+        "separated blocks, one sentence a line), half IsNext, half NotNext (mlm)",
+    )  # fmt: skip
     eos_token: str = no_flag("<|endoftext|>")  # lm: ends documents and generation (a Llama's </s>)
     bos_token: str | None = no_flag(None)  # lm: starts every text (an imported Llama's <s>)
 

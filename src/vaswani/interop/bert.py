@@ -1,4 +1,5 @@
-"""BERT checkpoints in Hugging Face's format (``BertModel``, ``BertForMaskedLM``), both ways.
+"""BERT checkpoints in Hugging Face's format (``BertModel``, ``BertForMaskedLM``,
+``BertForPreTraining``), both ways.
 
 BERT is our :class:`~vaswani.models.bert.Bert`: post-LN blocks with separate q/k/v projections and
 biases everywhere, learned positions, segment embeddings and a LayerNorm on the embedding sum,
@@ -27,6 +28,7 @@ cls.predictions.transform.LayerNorm.*             head.norm.*
 cls.predictions.bias                              head.output.bias
 cls.predictions.decoder.weight (untied only)      head.output.weight
 cls.predictions.decoder.bias (untied only)        head.output.bias
+cls.seq_relationship.* (BertForPreTraining)       nsp.linear.*
 ================================================  ==========================================
 
 The decoder's bias is ``cls.predictions.bias`` in a tied head, which ``decoder.bias`` only aliases.
@@ -37,17 +39,21 @@ its copy, which older versions read).
 Run directories: a checkpoint with an MLM head (``cls.predictions.*``, as ``BertForMaskedLM``
 and ``BertForPreTraining`` have) becomes a run of task ``mlm`` (:data:`MLM_TASK`), whose model is
 :class:`~vaswani.models.bert.MaskedLM` (:class:`Bert` as ``bert.`` plus the head as ``head.``,
-Hugging Face's own layout); one without (``BertModel``, such as the sentence-transformers
+Hugging Face's own layout); with ``BertForPreTraining``'s next-sentence head
+(``cls.seq_relationship.*``, on the pooler) too, the run's ``data.nsp`` is true and its model keeps
+that head as ``nsp.``, so that training it further (``--resume``) goes on with both objectives;
+one without (``BertModel``, such as the sentence-transformers
 checkpoint all-MiniLM-L6-v2) becomes a run of task ``encoder`` (:data:`ENCODER_TASK`), whose
 model is :class:`Bert` alone, so that a command that needs the head (fill-mask) refuses it by its
 task. The ``pooler`` config field records whether the pooler came with the checkpoint. The run's
 ``tokenizer.json`` is a :class:`~vaswani.tokenizer.WordPieceTokenizer`'s. An ``mlm`` run exports as
-``BertForMaskedLM`` (its tensors under ``bert.``), an ``encoder`` run as ``BertModel`` (no prefix).
+``BertForMaskedLM`` (its tensors under ``bert.``), or as ``BertForPreTraining`` when it has the
+next-sentence head (``data.nsp``), an ``encoder`` run as ``BertModel`` (no prefix).
 
 Keys are read with or without the ``bert.`` prefix; the ``position_ids`` and ``token_type_ids``
 buffers, a tied head's ``cls.predictions.decoder.weight`` and ``.bias`` (aliases of the word
-embedding and ``cls.predictions.bias``) and ``BertForPreTraining``'s next-sentence head
-(``cls.seq_relationship.*``, which vaswani has no use for) are skipped; the ``gamma``/``beta``
+embedding and ``cls.predictions.bias``) and the next-sentence head of a checkpoint without an MLM
+head (``BertForNextSentencePrediction``: an ``encoder`` run) are skipped; the ``gamma``/``beta``
 names of TensorFlow-era checkpoints read as ``weight``/``bias``.
 """
 
@@ -101,10 +107,9 @@ HEAD_TABLE = (
 )
 UNTIED_DECODER = KeyMap("cls.predictions.decoder.weight", "head.output.weight")
 HEAD_PREFIX = "cls.predictions."
-SKIPPED = re.compile(
-    r"(bert\.)?embeddings\.(position_ids|token_type_ids)"  # buffers, not weights
-    r"|cls\.seq_relationship\..*"  # BertForPreTraining's next-sentence head
-)
+NSP_PREFIX = "cls.seq_relationship."  # BertForPreTraining's next-sentence head
+NSP_TABLE = tuple(KeyMap(f"{NSP_PREFIX}{kind}", f"nsp.linear.{kind}") for kind in KINDS)
+SKIPPED = re.compile(r"(bert\.)?embeddings\.(position_ids|token_type_ids)")  # buffers, not weights
 OLD_NORM_NAME = re.compile(r"(.*LayerNorm)\.(gamma|beta)")
 
 # Hugging Face activation name → ours (gelu is the exact erf form; gelu_new, gelu_pytorch_tanh and
@@ -238,13 +243,15 @@ def check_expressible(cfg: ModelConfig) -> None:
         raise ConfigError("config field 'model.type_vocab_size': BERT needs segment embeddings (>= 1), got 0")
 
 
-def config_to_hf(cfg: ModelConfig, mlm_head: bool) -> dict[str, Any]:
-    """The ``config.json`` of ``cfg`` as a ``BertForMaskedLM`` (``mlm_head``) or a ``BertModel``
-    (the inverse of :func:`config_from_hf`)."""
+def config_to_hf(cfg: ModelConfig, mlm_head: bool, nsp: bool = False) -> dict[str, Any]:
+    """The ``config.json`` of ``cfg`` as a ``BertForMaskedLM`` (``mlm_head``), a
+    ``BertForPreTraining`` (``mlm_head`` and ``nsp``) or a ``BertModel`` (the inverse of
+    :func:`config_from_hf`)."""
     check_expressible(cfg)
+    architecture = ("BertForPreTraining" if nsp else "BertForMaskedLM") if mlm_head else "BertModel"
     return {
         "model_type": MODEL_TYPE,
-        "architectures": ["BertForMaskedLM" if mlm_head else "BertModel"],
+        "architectures": [architecture],
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model,
         "num_hidden_layers": cfg.n_layers,

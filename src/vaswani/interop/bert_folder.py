@@ -20,6 +20,8 @@ from vaswani.interop.bert import (
     HEAD_BIAS,
     HEAD_PREFIX,
     HEAD_TABLE,
+    NSP_PREFIX,
+    NSP_TABLE,
     OLD_NORM_NAME,
     POOLER_TABLE,
     PREFIX,
@@ -48,19 +50,22 @@ from vaswani.tasks.bert import MLM_TASK, TOKENIZER, model_of
 from vaswani.tokenizer import WordPieceTokenizer
 
 
-def _rows(cfg: ModelConfig, mlm_head: bool) -> list[KeyMap]:
-    """The table for ``cfg``: with the MLM head, the encoder's rows carry ``bert.`` on both sides."""
+def _rows(cfg: ModelConfig, mlm_head: bool, nsp: bool = False) -> list[KeyMap]:
+    """The table for ``cfg``: with the MLM head, the encoder's rows carry ``bert.`` on both sides;
+    ``nsp`` adds the next-sentence head's."""
     rows = expand(TABLE, cfg.n_layers) + (list(POOLER_TABLE) if cfg.pooler else [])
     if not mlm_head:
         return rows
     head = [*HEAD_TABLE, UNTIED_DECODER] if cfg.tie_embeddings == "none" else list(HEAD_TABLE)
+    head += NSP_TABLE if nsp else ()
     return [KeyMap(PREFIX + row.hf, PREFIX + row.ours) for row in rows] + head
 
 
-def _our_shapes(cfg: ModelConfig, mlm_head: bool) -> dict[str, tuple[int, ...]]:
+def _our_shapes(cfg: ModelConfig, mlm_head: bool, nsp: bool = False) -> dict[str, tuple[int, ...]]:
     """The shape of each of our tensors for ``cfg`` with separate q/k/v (on the meta device: no memory)."""
     with torch.device("meta"):
-        model = model_of(RunConfig(task_of(mlm_head), cfg.replace(fused_qkv=False)))
+        run = RunConfig(task_of(mlm_head), cfg.replace(fused_qkv=False), data=TextData(nsp=nsp))
+        model = model_of(run)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
@@ -69,17 +74,25 @@ def has_mlm_head(tensors: Mapping[str, Tensor]) -> bool:
     return any(name.startswith(HEAD_PREFIX) for name in tensors)
 
 
+def has_nsp_head(tensors: Mapping[str, Tensor]) -> bool:
+    """Whether Hugging Face ``tensors`` hold the next-sentence head (``cls.seq_relationship.*``)."""
+    return any(name.startswith(NSP_PREFIX) for name in tensors)
+
+
 def has_pooler(tensors: Mapping[str, Tensor]) -> bool:
     """Whether Hugging Face ``tensors`` hold the [CLS] pooler."""
     return any(name.removeprefix(PREFIX).startswith("pooler.") for name in tensors)
 
 
-def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool) -> dict[str, Tensor]:
+def state_from_hf(
+    tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool, nsp: bool = False
+) -> dict[str, Tensor]:
     """Our state dict (for ``model_of(run).load_state_dict(..., strict=True)``) of BERT
     tensors, named with or without ``bert.``, by the tables. A missing, unexpected or misshapen
     tensor is a :class:`DataError` naming it; the buffers and aliases of the module docstring are
-    skipped, and an untied head's bias is ``cls.predictions.decoder.bias`` when it is there. With a
-    tied head ``head.output.weight`` is the word embedding itself."""
+    skipped (the next-sentence head too unless ``nsp``), and an untied head's bias is
+    ``cls.predictions.decoder.bias`` when it is there. With a tied head ``head.output.weight`` is
+    the word embedding itself."""
     check_expressible(cfg)
     if cfg.fused_qkv:
         raise ConfigError("config field 'model.fused_qkv': BERT weights load into separate q/k/v; got true")
@@ -88,6 +101,8 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: boo
     for name, tensor in tensors.items():
         if SKIPPED.fullmatch(name) or (tied and name in (UNTIED_DECODER.hf, DECODER_BIAS)):
             continue
+        if name.startswith(NSP_PREFIX) and not nsp:
+            continue
         if name == DECODER_BIAS:  # untied: the bias the decoder computes with
             name = HEAD_BIAS
         elif name == HEAD_BIAS and DECODER_BIAS in tensors and not tied:
@@ -95,25 +110,29 @@ def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: boo
         old = OLD_NORM_NAME.fullmatch(name)
         if old:
             name = f"{old[1]}.{'weight' if old[2] == 'gamma' else 'bias'}"
-        if not name.startswith(HEAD_PREFIX):
+        if not name.startswith((HEAD_PREFIX, NSP_PREFIX)):
             name = name.removeprefix(PREFIX)
             name = PREFIX + name if mlm_head else name
         named[name] = tensor
-    state = rename(named, _rows(cfg, mlm_head), to_ours=True, our_shapes=_our_shapes(cfg, mlm_head))
+    rows, shapes = _rows(cfg, mlm_head, nsp), _our_shapes(cfg, mlm_head, nsp)
+    state = rename(named, rows, to_ours=True, our_shapes=shapes)
     if mlm_head and tied:
         state[UNTIED_DECODER.ours] = state[PREFIX + "embed.token.weight"]
     return state
 
 
-def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool) -> dict[str, Tensor]:
-    """BERT tensors (``BertForMaskedLM`` names with ``mlm_head``, ``BertModel`` names without;
-    contiguous, unshared, safetensors-ready) of our state dict: fused projections are split and a
-    tied decoder left out, as ``save_pretrained`` does."""
+def state_to_hf(
+    state: Mapping[str, Tensor], cfg: ModelConfig, mlm_head: bool, nsp: bool = False
+) -> dict[str, Tensor]:
+    """BERT tensors (``BertForMaskedLM`` names with ``mlm_head``, ``BertForPreTraining`` names with
+    ``nsp`` too, ``BertModel`` names without; contiguous, unshared, safetensors-ready) of our state
+    dict: fused projections are split and a tied decoder left out, as ``save_pretrained`` does."""
     check_expressible(cfg)
     state = split_qkv(state, cfg) if cfg.fused_qkv else dict(state)
     if cfg.tie_embeddings != "none":
         state.pop(UNTIED_DECODER.ours, None)
-    hf = rename(state, _rows(cfg, mlm_head), to_ours=False, our_shapes=_our_shapes(cfg, mlm_head))
+    rows, shapes = _rows(cfg, mlm_head, nsp), _our_shapes(cfg, mlm_head, nsp)
+    hf = rename(state, rows, to_ours=False, our_shapes=shapes)
     if mlm_head and cfg.tie_embeddings == "none":
         hf[DECODER_BIAS] = hf[HEAD_BIAS].clone()
     return hf
@@ -159,7 +178,10 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
         raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     mlm_head = has_mlm_head(tensors)
+    nsp = mlm_head and has_nsp_head(tensors)
     cfg = cfg.replace(pooler=has_pooler(tensors))
+    if nsp and not cfg.pooler:
+        raise DataError(f"{weights_path}: the next-sentence head (cls.seq_relationship) without the pooler")
     tokenizer, tokenizer_path = read_tokenizer(src, cfg.max_len)
     if tokenizer.vocab_size > cfg.vocab_size:
         raise DataError(
@@ -172,10 +194,10 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
             f"{tokenizer.pad_id}"
         )
     try:
-        state = state_from_hf(tensors, cfg, mlm_head)
+        state = state_from_hf(tensors, cfg, mlm_head, nsp)
     except DataError as exc:
         raise DataError(f"{weights_path}: {exc}") from None
-    data = TextData(source="default", vocab_size=tokenizer.vocab_size)
+    data = TextData(source="default", vocab_size=tokenizer.vocab_size, nsp=nsp)
     run = RunConfig(task_of(mlm_head), cfg, TrainConfig(), data)
     model = model_of(run)
     model.load_state_dict(state, strict=True)
@@ -188,14 +210,18 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     """Write a Hugging Face BERT folder into ``out`` from the ``mlm`` or ``encoder`` run
     ``run_dir``: ``config.json``, ``model.safetensors`` (``BertForMaskedLM`` or ``BertModel``),
-    ``tokenizer.json``, ``vocab.txt`` and ``tokenizer_config.json``. An ``encoder`` run without a
+    ``tokenizer.json``, ``vocab.txt`` and ``tokenizer_config.json``; ``BertForPreTraining`` for an
+    ``mlm`` run with the next-sentence head (``data.nsp``). An ``encoder`` run without a
     pooler loads into ``BertModel`` with a freshly initialised pooler (its hidden states are the
     run's); a pooler in an ``mlm`` run is written too (``BertModel`` reads it, ``BertForMaskedLM``
     ignores it)."""
     tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
     mlm_head = run.task == MLM_TASK
+    if mlm_head:  # export_hf reads the config without its data section, which says whether it has NSP
+        run = RunDir(run_dir).read_config(MLM_TASK, TextData)
+    nsp = mlm_head and isinstance(run.data, TextData) and run.data.nsp
     try:
-        hf_config = config_to_hf(run.model, mlm_head)
+        hf_config = config_to_hf(run.model, mlm_head, nsp)
     except ConfigError as exc:
         raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     if run.model.pad_id != tokenizer.pad_id:
@@ -205,7 +231,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
         )
     model = RunDir(run_dir).load_weights(model_of(run))
     write_json(out / RunDir.CONFIG, hf_config)
-    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model, mlm_head))
+    write_safetensors(out / RunDir.WEIGHTS, state_to_hf(model.state_dict(), run.model, mlm_head, nsp))
     write_file(out / TOKENIZER, tokenizer.to_json())
     write_file(out / VOCAB, tokenizer.vocab_text().encode("utf-8"))
     specials = {

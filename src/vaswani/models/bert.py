@@ -8,9 +8,11 @@ BERT itself is post-LN with exact (erf) GELU, learned positions, two segments, u
 embeddings and LayerNorm's eps 1e-12 (the ``bert-base`` preset); every other norm placement and
 position scheme of :class:`~vaswani.config.ModelConfig` builds and runs the same way. The heads
 are small modules on top: :class:`MaskedLMHead` (the masked-token predictions, its decoder tied
-to the word embeddings), :class:`SequenceClassifier` (one label per text or sentence pair, from
+to the word embeddings), :class:`NextSentenceHead` (IsNext or NotNext of a sentence pair, from
+the pooled [CLS] vector), :class:`SequenceClassifier` (one label per text or sentence pair, from
 the pooled [CLS] vector) and :class:`TokenClassifier` (one label per token).
-:class:`MaskedLM` is :class:`Bert` with its MLM head, :class:`BertClassifier` with a
+:class:`MaskedLM` is :class:`Bert` with its MLM head (and, for next-sentence prediction, the NSP
+head: Hugging Face's ``BertForPreTraining``), :class:`BertClassifier` with a
 :class:`SequenceClassifier` on one vector per text (:func:`sentence_vectors`).
 
 Masks follow :mod:`vaswani.layers.masks`: ``attention_mask`` is True (or 1) at real tokens, and
@@ -32,6 +34,7 @@ from vaswani.layers.positions import embedding_positions
 
 INIT_STD = 0.02
 POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")  # the tensors of the [CLS] pooler
+IS_NEXT, NOT_NEXT = 0, 1  # the next-sentence head's classes (Hugging Face's next_sentence_label)
 
 
 def init_bert_weights(module: nn.Module) -> None:
@@ -142,6 +145,20 @@ class MaskedLMHead(nn.Module):
         return self.output(self.norm(self.dense(hidden, self.activation)))
 
 
+class NextSentenceHead(nn.Module):
+    """logits = pooled W_s + b_s: BERT's next-sentence prediction of a pair ``[CLS] A [SEP] B [SEP]``,
+    class :data:`IS_NEXT` (B follows A in its document) or :data:`NOT_NEXT` (B is a random sentence
+    of another document), Hugging Face's order. ``pooled`` (batch, d_model) → (batch, 2)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.linear = Linear(cfg.d_model, 2)
+        self.apply(init_bert_weights)
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        return self.linear(pooled)
+
+
 class SequenceClassifier(nn.Module):
     """logits = Dropout(pooled) W_c + b_c: one label per text, or per sentence pair encoded as
     ``[CLS] A [SEP] B [SEP]`` with segment ids 0 then 1. ``pooled`` (batch, d_model) → (batch,
@@ -174,16 +191,21 @@ class TokenClassifier(nn.Module):
 class MaskedLM(nn.Module):
     """P(x_i | x̃) = softmax(MaskedLMHead(Bert(x̃))_i): the token at each masked position i of the
     corrupted input x̃, from both sides. The head's decoder is the word embedding unless
-    ``tie_embeddings`` is "none"."""
+    ``tie_embeddings`` is "none". With ``nsp`` the model also has the next-sentence head
+    (``nsp.*``) on the pooled [CLS] vector, P(IsNext | x̃) = softmax(NextSentenceHead(pooled)),
+    which needs the pooler."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, nsp: bool = False) -> None:
         super().__init__()
         self.config = cfg
         self.bert = Bert(cfg)
         if cfg.word_dim is not None and cfg.tie_embeddings != "none":
             raise ValueError("the MLM head cannot be tied to a projected word table (word_dim)")
+        if nsp and not cfg.pooler:
+            raise ValueError("the next-sentence head reads the pooled [CLS] vector: it needs model.pooler")
         tied = self.bert.embed.token if cfg.tie_embeddings != "none" else None
         self.head = MaskedLMHead(cfg, tied)
+        self.nsp = NextSentenceHead(cfg) if nsp else None
 
     def forward(
         self,
@@ -191,11 +213,19 @@ class MaskedLM(nn.Module):
         segments: Tensor | None = None,
         attention_mask: Tensor | None = None,
         predict: Tensor | None = None,
-    ) -> Tensor:
+        next_sentence: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (batch, seq, vocab) of every position, or (n, vocab) of the n positions where
-        the boolean ``predict`` (batch, seq) is True (the masked ones: all the loss needs)."""
+        the boolean ``predict`` (batch, seq) is True (the masked ones: all the loss needs). With
+        ``next_sentence`` (a model with the NSP head), the pair (those logits, the next-sentence
+        logits (batch, 2))."""
         hidden = self.bert(tokens, segments, attention_mask)
-        return self.head(hidden if predict is None else hidden[predict])
+        logits = self.head(hidden if predict is None else hidden[predict])
+        if not next_sentence:
+            return logits
+        if self.nsp is None:
+            raise ValueError("this model has no next-sentence head (an mlm run without --nsp)")
+        return logits, self.nsp(self.bert.pool(hidden))
 
 
 def sentence_vectors(bert: Bert, hidden: Tensor, attention_mask: Tensor, pool: str) -> Tensor:

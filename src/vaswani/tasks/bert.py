@@ -71,11 +71,13 @@ def save_tokenizer(tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
 
 
 def model_of(run: RunConfig) -> Bert | MaskedLM:
-    """The model of a BERT run: :class:`MaskedLM` for task ``mlm``, :class:`Bert` (no head) for
-    task ``encoder``."""
+    """The model of a BERT run: :class:`MaskedLM` for task ``mlm`` (with the next-sentence head
+    when ``data.nsp``), :class:`Bert` (no head) for task ``encoder``."""
     if run.task not in BERT_TASKS:
         raise RunDirError(f"a run of task {run.task!r} is not a BERT run ({MLM_TASK} or {ENCODER_TASK})")
-    return MaskedLM(run.model) if run.task == MLM_TASK else Bert(run.model)
+    if run.task != MLM_TASK:
+        return Bert(run.model)
+    return MaskedLM(run.model, nsp=isinstance(run.data, TextData) and run.data.nsp)
 
 
 @dataclass

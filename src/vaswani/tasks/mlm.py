@@ -17,6 +17,8 @@ seen (dynamic masking, as RoBERTa), from the global generator that the trainer s
 in each checkpoint, so that a resumed run draws the masks the uninterrupted one would have. The
 validation windows are masked once, by their own seeded generator, so that every evaluation
 scores the same predictions: the masked-token loss, its perplexity and the masked-token accuracy.
+With ``nsp`` (``--nsp``) the examples are sentence pairs and the model also learns next-sentence
+prediction: :mod:`vaswani.tasks.nsp`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from vaswani.runtime import resolve_device
 from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation, model_device, on_model_device
 from vaswani.tasks.lm import load_documents
+from vaswani.tasks.nsp import NSPTask, check_documents, check_nsp_model, evaluate_pairs
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
@@ -226,7 +229,7 @@ class MaskedLanguageModel:
         ``encoder`` run has no MLM head and is refused."""
         where = resolve_device(device)
         run, tokenizer = read_bert_run(Path(run_dir), {TASK: TextData}, "fill-mask (the masked-LM head)")
-        model = RunDir(run_dir).load_weights(MaskedLM(run.model)).to(where)
+        model = RunDir(run_dir).load_weights(MaskedLM(run.model, nsp=run.data.nsp)).to(where)
         return cls(model.eval(), tokenizer, run.data)
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -265,8 +268,12 @@ class MaskedLanguageModel:
 
     def evaluate(self, documents: Sequence[str], batch_tokens: int = 4096, seed: int = 0) -> dict[str, float]:
         """Masked-token loss, perplexity and accuracy on ``documents``, cut into windows and
-        corrupted by the run's recipe with a generator seeded by ``seed``."""
+        corrupted by the run's recipe with a generator seeded by ``seed``; for a model with the
+        next-sentence head, on the sentence pairs of ``documents`` drawn with ``seed``, with the
+        next-sentence loss and accuracy too (:func:`vaswani.tasks.nsp.pretraining_metrics`)."""
         masker = Masker.of(self.tokenizer, self.data)
+        if self.model.nsp is not None:
+            return evaluate_pairs(self.model, self.tokenizer, masker, documents, batch_tokens, seed)
         windows = text_windows(self.tokenizer, documents, self.model.config.max_len)
         batches = masked_batches(windows, masker, self.tokenizer.pad_id, batch_tokens, seed)
         self.model.eval()
@@ -292,6 +299,8 @@ def train_mlm(
     metrics, the model and the name of its text. A new run trains its WordPiece tokenizer on the
     training text and pads the vocabulary to a multiple of 64."""
     documents, name = load_documents(run.data)
+    if run.data.nsp:
+        check_documents(documents)
     train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
     max_len = run.model.max_len
     if resume:
@@ -302,15 +311,25 @@ def train_mlm(
         model_cfg = run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id)
         run = RunConfig(run.task, model_cfg, run.train, run.data)
     check_tokenizer(run, tokenizer, run_dir)
-    task = MLMTask(
-        run,
-        tokenizer,
-        text_windows(tokenizer, train_docs, max_len),
-        text_windows(tokenizer, valid_docs, max_len),
-    )
+    task: MLMTask | NSPTask
+    if run.data.nsp:
+        train = run.train
+        masker = Masker.of(tokenizer, run.data)
+        task = NSPTask(
+            tokenizer, masker, train_docs, valid_docs, max_len, train.batch_tokens, train.seed,
+            train.eval_sentences,
+        )  # fmt: skip
+    else:
+        task = MLMTask(
+            run,
+            tokenizer,
+            text_windows(tokenizer, train_docs, max_len),
+            text_windows(tokenizer, valid_docs, max_len),
+        )
     metrics, model = fit_run(
-        run, run_dir, task, lambda: MaskedLM(run.model), lambda d: save_tokenizer(tokenizer, d), resume, quiet
-    )
+        run, run_dir, task, lambda: MaskedLM(run.model, nsp=run.data.nsp),
+        lambda d: save_tokenizer(tokenizer, d), resume, quiet,
+    )  # fmt: skip
     assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
 
@@ -321,9 +340,16 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
         raise ConfigError("a masked language model is evaluated with --text FILE")
     mlm = MaskedLanguageModel.load(run_dir, request.device)
     metrics = mlm.evaluate(read_documents([str(t) for t in request.text]))
+    line = (
+        f"masked-token loss {metrics.get('masked_loss', metrics['valid_loss']):.4f}  perplexity "
+        f"{metrics['perplexity']:.2f}  accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
+    )
+    if "nsp_accuracy" not in metrics:
+        return [line]
     return [
-        f"masked-token loss {metrics['valid_loss']:.4f}  perplexity {metrics['perplexity']:.2f}  "
-        f"accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
+        line,
+        f"next-sentence loss {metrics['nsp_loss']:.4f}  accuracy {metrics['nsp_accuracy']:.1%}  "
+        "(sentence pairs of the documents, half IsNext, seed 0)",
     ]
 
 
@@ -333,8 +359,17 @@ def recipe(flags: Sections) -> str:
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A masked-LM run: an encoder-only model; ``--text`` is stored absolute and read as the source."""
-    return text_run(TASK, "encoder_only", TextData, sections, flags, source)
+    """A masked-LM run: an encoder-only model; ``--text`` is stored absolute and read as the source.
+    With ``--nsp`` the model has the pooler (that the NSP head reads), two segments or more, and a
+    ``max_len`` of at least 5 (``[CLS] a [SEP] b [SEP]``)."""
+    nsp = bool(sections.get("data", {}).get("nsp", False))
+    model = sections.setdefault("model", {})
+    if nsp and "pooler" not in flags.get("model", {}):
+        model["pooler"] = True
+    run = text_run(TASK, "encoder_only", TextData, sections, flags, source)
+    if nsp:
+        check_nsp_model(run.model)
+    return run
 
 
 def fill_mask_lines(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
@@ -351,10 +386,12 @@ def finish(
 ) -> list[str]:
     """The report after training: the masked-token scores and one sentence filled in."""
     metrics, mlm, name = result
+    nsp = f"  next-sentence accuracy {metrics['nsp_accuracy']:.1%}" if "nsp_accuracy" in metrics else ""
     return [
-        f"\nmasked-token loss {metrics['valid_loss']:.3f}  perplexity {metrics['perplexity']:.1f}  "
-        f"accuracy {metrics['masked_accuracy']:.1%}  ({name}, {metrics['steps']} steps, "
-        f"{metrics['tokens_per_second']:,.0f} tokens/s, total {time.perf_counter() - started:.0f} s)\n",
+        f"\nmasked-token loss {metrics.get('masked_loss', metrics['valid_loss']):.3f}  perplexity "
+        f"{metrics['perplexity']:.1f}  accuracy {metrics['masked_accuracy']:.1%}{nsp}  ({name}, "
+        f"{metrics['steps']} steps, {metrics['tokens_per_second']:,.0f} tokens/s, total "
+        f"{time.perf_counter() - started:.0f} s)\n",
         *fill_mask_lines(FILL_MASK_EXAMPLE, mlm.fill_mask(FILL_MASK_EXAMPLE)),
         f'\nrun directory: {run_dir}\n  vaswani fill-mask {run_dir} "{FILL_MASK_EXAMPLE}"',
     ]

@@ -93,7 +93,8 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec(
             "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,
             mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
-            mlm.evaluate_run, evaluates="masked-token loss, perplexity and accuracy on --text",
+            mlm.evaluate_run, evaluates="masked-token loss, perplexity and accuracy on --text (and, for an "
+            "--nsp run, the next-sentence loss and accuracy of its sentence pairs)",
             attention=titled_bert_attention, hf_family="bert",
         ),
         TaskSpec(
