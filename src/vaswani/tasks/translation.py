@@ -320,9 +320,17 @@ def recipe(flags: Sections) -> str:
     return "translation-files" if "src" in data or "pairs" in data else "translation"
 
 
-def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A translation run: files given as flags pick their source (``--pairs``: tsv), one shared
-    vocabulary ties all three embeddings unless a tie is given, and paths are stored absolute."""
+def configure(
+    sections: Sections,
+    flags: Sections,
+    source: str,
+    task: str = TASK,
+    data_class: type[ParallelData] = ParallelData,
+    paths: tuple[str, ...] = PATH_FIELDS,
+) -> RunConfig:
+    """A translation run (or one of ``task``, with its data config ``data_class`` and ``paths``): files
+    given as flags pick their source (``--pairs``: tsv), one shared vocabulary ties all three
+    embeddings unless a tie is given, and paths are stored absolute."""
     given = flags.get("data", {})
     if ("src" in given) != ("tgt" in given):
         raise ConfigError("--src and --tgt go together")
@@ -341,8 +349,8 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
         model.setdefault("tie_embeddings", "all")
     else:
         model.setdefault("tie_embeddings", "output")
-    absolute(data, PATH_FIELDS)
-    return validated(TASK, sections, ParallelData, source)
+    absolute(data, paths)
+    return validated(task, sections, data_class, source)
 
 
 def finish(
