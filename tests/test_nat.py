@@ -216,3 +216,14 @@ class StopTraining(Exception):
 
 def exit_early() -> None:
     raise StopTraining
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mask_predict_on_cuda_gives_the_cpus_translations():
+    model, src = tiny_cmlm(), sources()
+    config = MaskPredictConfig(iterations=4, length_beam=3)
+    on_cpu = mask_predict(model, src, MASK_ID, config, BANNED)
+    on_gpu = mask_predict(model.cuda(), src.cuda(), MASK_ID, config, BANNED)
+    assert on_gpu.tokens.device.type == "cuda"
+    assert torch.equal(on_gpu.lengths.cpu(), on_cpu.lengths)
+    assert torch.equal(on_gpu.tokens.cpu(), on_cpu.tokens)

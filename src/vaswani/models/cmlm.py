@@ -65,7 +65,3 @@ class CMLM(Transformer):
         keep = source.mask[:, 0, 0, :].unsqueeze(-1).to(source.memory.dtype)  # (batch, src_len, 1)
         pooled = (source.memory * keep).sum(1) / keep.sum(1).clamp(min=1.0)
         return self.length(pooled)
-
-    def start_decoding(self, src: Tensor) -> EncodedSource:
-        """The encoded source; a CMLM decodes every position at once, with no KV cache."""
-        return self.encode(src)
