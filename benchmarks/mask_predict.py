@@ -1,5 +1,5 @@
 """BLEU and speed of Mask-Predict (a nat run) against autoregressive decoding (a translation run), on
-the test split both runs were trained with.
+the test split both runs were trained with (their valid split without one).
 
     python benchmarks/mask_predict.py --nat runs/nat --ar runs/zh
 
@@ -62,10 +62,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     nat, ar = NatTranslator.load(args.nat, "cpu"), Translator.load(args.ar, "cpu")
     data = translation.load_data(RunDir(args.nat).read_config("nat", NatData).data)  # type: ignore[arg-type]
-    pairs = data.test or data.valid
+    pairs, split = (data.test, "test") if data.test else (data.valid, "valid")
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d')}, "
-          f"{len(pairs)} test pairs, {args.timed} timed at batch 1\n")  # fmt: skip
+          f"{len(pairs)} {split} pairs, {args.timed} timed at batch 1\n")  # fmt: skip
     print("| decoding | BLEU | chrF | sentences/s, batch 1 |\n| --- | --- | --- | --- |")
     for name, decoding in (
         ("autoregressive, greedy", GREEDY),
