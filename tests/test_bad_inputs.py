@@ -106,6 +106,7 @@ class Paths:
     future: Path
     img: Path
     tmp: Path
+    nat: Path
 
     def fill(self, argv: list[str]) -> list[str]:
         """``argv`` with its placeholders (``{data}``, ``{tr}``, ``{tmp}``…) replaced by the paths."""
@@ -147,7 +148,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     img = data / "image_run"
     image_args = ["--d-model", "16", "--heads", "2", "--d-ff", "32", "--layers", "1", "--max-steps", "2"]
     assert main(["train", "image", "--out", str(img), *image_args, "--quiet", "--no-bf16"]) == 0
-    return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, img, data)
+    nat = data / "nat_run"
+    nat_args = tiny_args(src, tgt, nat, "--max-steps", "2", "--max-len", "24")
+    nat_args[1] = "nat"  # the same tiny job, trained as a CMLM
+    assert main(nat_args) == 0
+    return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, img, data, nat)
 
 
 def bad_files(tmp: Path, data: Path) -> None:
@@ -443,6 +448,18 @@ CLI = [
     Cli("translation", "unknown length penalty", decode("--beam", "2", "--length-penalty-kind", "wu"),
         ["gnmt", "simple", "'wu'"]),
     Cli("translation", "seed without sampling", decode("--seed", "1"), ["--seed", "--temperature"]),
+    Cli("translation", "Mask-Predict with no iterations", ["translate", "{nat}", "a", "--iterations", "0"],
+        ["--iterations", "between 1 and 1000", "got 0"]),
+    Cli("translation", "a length beam above a nat run's length classes",
+        ["translate", "{nat}", "a", "--length-beam", "40"], ["--length-beam 40", "23 target lengths"]),
+    Cli("translation", "Mask-Predict's flags with an autoregressive run", decode("--iterations", "3"),
+        ["--iterations", "autoregressive"]),
+    Cli("translation", "beam search with a nat run", ["translate", "{nat}", "a", "--beam", "2"],
+        ["nat run", "--iterations"]),
+    Cli("translation", "distillation from a run of another vocabulary",
+        ["train", "nat", "--src", "{data}/train.src", "--tgt", "{data}/train.tgt", "--out", "{tmp}/out",
+         "--vocab-size", "20", "--max-steps", "1", "--distill-from", "{tr}", "--quiet"],
+        ["--distill-from", "translation_run", "source vocabulary", "differs from this run's"]),
     Cli("translation", "clipping at infinity (a flag)", tr_train("--clip-norm", "inf"),
         ["--clip-norm", "train.clip_norm", "finite", "inf"]),
     Cli("translation", "clipping at infinity (a config file)", tr_train("--config", "{tmp}/inf.yaml"),

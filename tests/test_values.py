@@ -20,10 +20,12 @@ from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.schema import INT64_MAX, Config, Range, range_problem
 from vaswani.tasks.image import ImageData
+from vaswani.tasks.nat_translator import NatData
 from vaswani.tasks.tag import TagData
 
 VALID = {
     ParallelData: {"src": "a.src", "tgt": "a.tgt"},
+    NatData: {"src": "a.src", "tgt": "a.tgt"},
     LabeledData: {"train_file": "t.tsv", "dev_file": "d.tsv"},
     TagData: {"train_file": "t.conllu", "dev_file": "d.conllu"},
 }

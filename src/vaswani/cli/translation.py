@@ -8,13 +8,21 @@ flags become one :class:`~vaswani.generation.config.DecodingConfig` (:mod:`vaswa
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
 from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
 from vaswani.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vaswani.generation.mask_predict import MaskPredictConfig
+
+T = TypeVar("T")
+NAT = "nat"  # the task of a CMLM run (vaswani.tasks.nat)
 
 
 def add_translate_parser(commands: Any) -> None:
@@ -35,10 +43,19 @@ def add_translate_parser(commands: Any) -> None:
         help="print the N best beam hypotheses of each sentence as 'INDEX<TAB>SCORE<TAB>TEXT' (N <= K)",
     )
     add_sampling_flags(translate)
+    mask_predict = translate.add_argument_group("Mask-Predict (a nat run)")
+    mask_predict.add_argument(
+        "--iterations", type=int, metavar="T", help="decoder passes (default 10, the paper's)"
+    )
+    mask_predict.add_argument(
+        "--length-beam", type=int, metavar="L", help="target lengths tried per sentence (default 5)"
+    )
     translate.set_defaults(handler=cmd_translate, texts_field="text")
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from vaswani.generation.config import DecodingConfig
+    from vaswani.rundir import RunDir
     from vaswani.tasks.translator import Translator
 
     if args.batch_size < 1:
@@ -46,6 +63,19 @@ def cmd_translate(args: argparse.Namespace) -> None:
     decoding = decoding_from_args(args)
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
+    mask_predict = mask_predict_from_args(args)
+    if RunDir(args.run_dir).read_config().task == NAT:
+        if decoding != DecodingConfig() or args.n_best is not None:
+            raise ConfigError(
+                f"{args.run_dir}: a nat run is decoded by Mask-Predict: give --iterations and --length-beam, "
+                "not autoregressive decoding's flags"
+            )
+        translate_nat(args, mask_predict)
+        return
+    if args.iterations is not None or args.length_beam is not None:
+        raise ConfigError(
+            f"--iterations and --length-beam decode a nat run; {args.run_dir} is autoregressive"
+        )
     translator = Translator.load(args.run_dir, args.device)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
@@ -58,3 +88,36 @@ def cmd_translate(args: argparse.Namespace) -> None:
             for hypothesis in hypotheses:
                 print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
+
+
+def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
+    """The :class:`MaskPredictConfig` of ``--iterations`` and ``--length-beam`` (unset: the paper's
+    T = 10, l = 5), checked before anything is loaded; its errors name the flags."""
+    from vaswani.generation.mask_predict import MaskPredictConfig
+
+    given = {
+        name: getattr(args, name) for name in ("iterations", "length_beam") if getattr(args, name) is not None
+    }
+    return flag_errors(lambda: MaskPredictConfig(**given))
+
+
+def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None:
+    """Print Mask-Predict's translation of each sentence of a nat run."""
+    from vaswani.tasks.nat_translator import NatTranslator
+
+    translator = NatTranslator.load(args.run_dir, args.device)
+    flag_errors(lambda: translator.check(decoding))
+    sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
+    refuse_empty(sentences, "input line")
+    for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
+        print(line, flush=True)
+
+
+def flag_errors(check: Callable[[], T]) -> T:
+    """``check()``, its :class:`ConfigError` naming ``decoding.FIELD`` as the flag ``--field``."""
+    try:
+        return check()
+    except ConfigError as exc:
+        raise ConfigError(
+            re.sub(r"decoding\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(exc))
+        ) from None

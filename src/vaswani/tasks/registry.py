@@ -26,7 +26,20 @@ from vaswani.data.config import DataConfig, LabeledData, LMData, ParallelData, T
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir, RunLock
-from vaswani.tasks import bert, classify, encoder, image, image_data, lm, mlm, tag, translation, translator
+from vaswani.tasks import (
+    bert,
+    classify,
+    encoder,
+    image,
+    image_data,
+    lm,
+    mlm,
+    nat,
+    nat_translator,
+    tag,
+    translation,
+    translator,
+)
 from vaswani.tasks.attention import (
     AttentionMap,
     ImageAttention,
@@ -89,6 +102,13 @@ TASKS: dict[str, TaskSpec] = {
             translation.configure, translation.finish, translation.evaluate_run,
             evaluates="BLEU and chrF on --src and --ref (default: its own test split), the hypotheses "
             "written to --out", attention=titled_translation_attention, hf_family="marian",
+        ),
+        TaskSpec(
+            "nat", "train a non-autoregressive translator (CMLM, decoded by Mask-Predict)",
+            nat_translator.NatData, nat.model_of, nat_translator.NatTranslator.load, nat.train_nat,
+            nat.recipe, nat.configure, nat.finish, nat.evaluate_run,
+            evaluates="BLEU and chrF by Mask-Predict (T = 10, l = 5) on --src and --ref (default: its own "
+            "test split), the hypotheses written to --out",
         ),
         TaskSpec(
             "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,

@@ -115,11 +115,8 @@ def build_tokenizers(
         both = TextTokenizer.train_bpe([t for pair in data.train for t in pair], vocab_size)
         return both, both
     sources = [s for s, _ in data.train]
-    src = (
-        train_source_words(sources, vocab_size)
-        if source_kind == "word"
-        else TextTokenizer.train_bpe(sources, vocab_size)
-    )
+    word = source_kind == "word"
+    src = train_source_words(sources, vocab_size) if word else TextTokenizer.train_bpe(sources, vocab_size)
     tgt = TextTokenizer.train_bpe([t for _, t in data.train], vocab_size)
     return src, tgt
 
@@ -339,11 +336,18 @@ def recipe(flags: Sections) -> str:
     return "translation-files" if "src" in data or "pairs" in data else "translation"
 
 
-def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A translation run: files given as flags pick their source (``--pairs``: tsv), one shared
-    vocabulary ties all three embeddings unless a tie is given, paths are stored absolute, and the
-    best weights by validation BLEU are kept (``train.select_by``: BLEU is what the run is scored
-    by, and each evaluation computes it anyway)."""
+def configure(
+    sections: Sections,
+    flags: Sections,
+    source: str,
+    task: str = TASK,
+    data_class: type[ParallelData] = ParallelData,
+    paths: tuple[str, ...] = PATH_FIELDS,
+) -> RunConfig:
+    """A translation run (or one of ``task``, with its data config ``data_class`` and ``paths``): files
+    given as flags pick their source (``--pairs``: tsv), one shared vocabulary ties all three
+    embeddings unless a tie is given, paths are stored absolute, and the best weights by validation
+    BLEU are kept (``train.select_by``: what the run is scored by, computed at each evaluation)."""
     given = flags.get("data", {})
     if ("src" in given) != ("tgt" in given):
         raise ConfigError("--src and --tgt go together")
@@ -368,8 +372,8 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
         model.setdefault("tie_embeddings", "all")
     else:
         model.setdefault("tie_embeddings", "output")
-    absolute(data, PATH_FIELDS)
-    return validated(TASK, sections, ParallelData, source)
+    absolute(data, paths)
+    return validated(task, sections, data_class, source)
 
 
 def finish(

@@ -1,0 +1,106 @@
+"""Mask-Predict (Ghazvininejad et al. 2019): parallel decoding of a conditional masked language model
+(:class:`~vaswani.models.cmlm.CMLM`) in a fixed number of iterations.
+
+For each source the ``length_beam`` most likely target lengths are candidates, each starting as
+all [MASK]. Iteration 0 predicts every position (the argmax of one decoder pass); iteration t =
+1 … T − 1 re-masks the n = ⌊N · (T − t) / T⌋ tokens of lowest probability (N the candidate's
+length: the paper's linear schedule, :func:`remasked`) and predicts them again, each predicted token
+keeping the probability it was predicted with. The candidate with the best average log-probability
+is the translation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vaswani.errors import ConfigError, shown
+from vaswani.models.cmlm import CMLM
+from vaswani.models.transformer import EncodedSource
+
+PAPER_ITERATIONS, PAPER_LENGTH_BEAM = 10, 5  # the paper's T = 10 and l = 5
+MAX_ITERATIONS = 1000
+
+
+@dataclass(frozen=True)
+class MaskPredictConfig:
+    """``iterations`` T (decoder passes, 1 … 1000) and ``length_beam`` l (length candidates of each
+    source, at least 1 and below the model's length classes: checked by :func:`mask_predict`),
+    validated on construction; errors name the field as ``decoding.FIELD``."""
+
+    iterations: int = PAPER_ITERATIONS
+    length_beam: int = PAPER_LENGTH_BEAM
+
+    def __post_init__(self) -> None:
+        for name, most in (("iterations", MAX_ITERATIONS), ("length_beam", None)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"decoding.{name} must be an integer, got {shown(value)}")
+            if value < 1 or (most is not None and value > most):
+                bound = f"between 1 and {most}" if most is not None else ">= 1"
+                raise ConfigError(f"decoding.{name} must be {bound}, got {value}")
+
+
+@dataclass
+class MaskPredictResult:
+    """``tokens`` (batch, width): each source's translation, padded with the pad id past its
+    ``lengths`` (batch,); ``scores`` (batch,): its average log-probability."""
+
+    tokens: Tensor
+    lengths: Tensor
+    scores: Tensor
+
+
+def remasked(lengths: Tensor, iterations: int, step: int) -> Tensor:
+    """How many tokens iteration ``step`` (1 … T − 1) of ``iterations`` T re-masks in candidates of
+    ``lengths``: ⌊N · (T − t) / T⌋, linearly fewer each iteration."""
+    return lengths * (iterations - step) // iterations
+
+
+def check_length_beam(config: MaskPredictConfig, model: CMLM) -> None:
+    """Refuse a length beam wider than the lengths the model can predict (1 … max_len − 1)."""
+    usable = model.length_classes - 1
+    if config.length_beam > usable:
+        raise ConfigError(
+            f"decoding.length_beam {config.length_beam} is more than the run's {usable} target lengths "
+            f"(1 … {usable}, from max_len {model.config.max_len})"
+        )
+
+
+@torch.no_grad()
+def mask_predict(
+    model: CMLM, src: Tensor, mask_id: int, config: MaskPredictConfig, suppress: tuple[int, ...] = ()
+) -> MaskPredictResult:
+    """Translate ``src`` (batch, src_len; padded with the model's pad id) by Mask-Predict, never
+    producing the ids ``suppress`` (nor pad, [MASK] or lengths of 0). Every tensor stays on the
+    device of ``src``; the device is read once, for the longest candidate length."""
+    check_length_beam(config, model)
+    pad_id, beam, device = model.config.pad_id, config.length_beam, src.device
+    n = src.shape[0]
+    encoded = model.encode(src)
+    length_logits = model.length_logits(encoded).float()
+    length_logits[:, 0] = float("-inf")
+    lengths = length_logits.topk(beam, dim=1).indices.reshape(-1)  # (batch · beam,), best first per source
+    rows = torch.arange(n, device=device).repeat_interleave(beam)
+    source = EncodedSource(encoded.memory.index_select(0, rows), encoded.mask.index_select(0, rows))
+    width = int(lengths.max()) if n else 0
+    real = torch.arange(width, device=device) < lengths[:, None]  # (batch · beam, width)
+    tokens = torch.where(real, mask_id, pad_id)
+    logp = torch.zeros(tokens.shape, device=device)
+    banned = torch.tensor(sorted({pad_id, mask_id, *suppress}), device=device)
+    masked = real
+    for step in range(config.iterations):
+        if step > 0:
+            rank = torch.where(real, logp, float("inf")).argsort(dim=1, stable=True).argsort(1)
+            masked = rank < remasked(lengths, config.iterations, step)[:, None]
+            tokens = torch.where(masked, mask_id, tokens)
+        logits, _ = model.decode(tokens, source)
+        logits = logits.float().index_fill(-1, banned, float("-inf"))
+        best_logp, best = logits.log_softmax(-1).max(-1)
+        tokens = torch.where(masked, best, tokens)
+        logp = torch.where(masked, best_logp, logp)
+    scores = (logp * real).sum(1) / lengths
+    chosen = torch.arange(n, device=device) * beam + scores.view(n, beam).argmax(1)
+    return MaskPredictResult(tokens[chosen], lengths[chosen], scores[chosen])

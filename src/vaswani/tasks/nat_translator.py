@@ -1,0 +1,119 @@
+"""The translator of a ``nat`` run (a CMLM decoded by Mask-Predict):
+``NatTranslator.load(run_dir).translate([...], MaskPredictConfig(iterations=10, length_beam=5))``,
+and the data config of nat runs (:class:`NatData`).
+
+A nat run's target tokenizer holds one more special token than a translation run's, ``<mask>``
+(:func:`with_mask`, appended after the trained pieces), the [MASK] of the decoder's input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from vaswani.data.config import ParallelData
+from vaswani.errors import RunDirError
+from vaswani.generation.mask_predict import MaskPredictConfig, check_length_beam, mask_predict
+from vaswani.models.cmlm import CMLM
+from vaswani.rundir import RunDir
+from vaswani.runtime import resolve_device
+from vaswani.schema import flag
+from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
+from vaswani.tokenizer import TextTokenizer
+
+TASK = "nat"
+MASK = "<mask>"
+PAPER_DECODING = MaskPredictConfig()  # T = 10, l = 5
+
+
+@dataclass(frozen=True)
+class NatData(ParallelData):
+    """A translation run's data (:class:`~vaswani.data.config.ParallelData`), and ``distill_from``: an
+    autoregressive translation run whose beam-5 translations of the training sources replace the
+    training targets (sequence-level knowledge distillation, Kim and Rush 2016); its tokenizers must
+    be the ones this run trains on the same data."""
+
+    distill_from: str | None = flag(
+        None, "train on this translation run's beam-5 translations of the training sources", metavar="RUN_DIR"
+    )
+
+
+def with_mask(tokenizer: TextTokenizer) -> TextTokenizer:
+    """``tokenizer`` with ``<mask>`` added as a special token (in place: a shared vocabulary's
+    source side gets it too, and typed text never reads as it)."""
+    tokenizer.tokenizer.add_special_tokens([MASK])
+    return tokenizer
+
+
+def mask_id_of(tokenizer: TextTokenizer, where: Path) -> int:
+    """The id of ``<mask>`` in a nat run's target tokenizer saved at ``where``."""
+    found = tokenizer.tokenizer.token_to_id(MASK)
+    if found is None:
+        raise RunDirError(f"{where}: a nat run's target tokenizer needs the special token {MASK}")
+    return found
+
+
+class NatTranslator(Translator):
+    """A trained CMLM with its tokenizers; sentences are decoded in batches of similar length by
+    Mask-Predict (:func:`~vaswani.generation.mask_predict.mask_predict`) and returned in input order.
+    The translations of a sentence do not depend on the other sentences of its batch."""
+
+    def __init__(
+        self,
+        model: CMLM,
+        src_tok: TextTokenizer,
+        tgt_tok: TextTokenizer,
+        mask_id: int,
+        bleu_tokenize: str = "13a",
+    ) -> None:
+        super().__init__(model, src_tok, tgt_tok, bleu_tokenize)
+        self.cmlm, self.mask_id = model, mask_id
+
+    @classmethod
+    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> NatTranslator:
+        """The translator of a nat run, its model on ``device`` (auto, cpu, cuda, cuda:N, mps); the
+        weights are read on the CPU, then moved."""
+        where = resolve_device(device)
+        folder = RunDir(run_dir)
+        run = folder.read_config(TASK, NatData)
+        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
+        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
+        check_vocab(run.model, src_tok, tgt_tok, folder.path)
+        mask_id = mask_id_of(tgt_tok, folder.file(TGT_TOKENIZER))
+        model = folder.load_weights(CMLM(run.model)).to(where)
+        model.eval()
+        return cls(model, src_tok, tgt_tok, mask_id, run.data.bleu_tokenize or "13a")
+
+    @property
+    def suppressed(self) -> tuple[int, ...]:
+        """The ids Mask-Predict never produces: the autoregressive translator's, BOS and EOS."""
+        return (*super().suppressed, self.tgt_tok.bos_id, self.tgt_tok.eos_id)
+
+    def check(self, decoding: MaskPredictConfig) -> None:
+        """Refuse a ``decoding`` this run cannot do (a length beam wider than its length classes)."""
+        check_length_beam(decoding, self.cmlm)
+
+    def translate(  # type: ignore[override]
+        self,
+        sentences: Sequence[str],
+        decoding: MaskPredictConfig = PAPER_DECODING,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> list[str]:
+        """Translations in input order, by Mask-Predict with ``decoding``'s iterations and length
+        beam (the paper's T = 10, l = 5 by default). No sentences give no translations (``[]``); a
+        sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError`."""
+        self.check(decoding)
+
+        def decode(src: Tensor) -> list[str]:
+            found = mask_predict(self.cmlm, src, self.mask_id, decoding, self.suppressed)
+            return [
+                self.tgt_tok.decode(row[:length])
+                for row, length in zip(found.tokens.tolist(), found.lengths.tolist(), strict=True)
+            ]
+
+        return self._in_batches(sentences, decode, batch_size, progress)

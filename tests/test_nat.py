@@ -1,0 +1,229 @@
+"""The nat task: the CMLM (models/cmlm.py), Mask-Predict (generation/mask_predict.py), its training
+(tasks/nat.py: masking, the length predictor, resume, distillation) and its translator."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers import WORDS, assert_resumed_like_whole, write_reverse_task
+from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.errors import ConfigError
+from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict, remasked
+from vaswani.models.cmlm import CMLM
+from vaswani.tasks import registry, translation
+from vaswani.tasks.nat import TEACHER_BEAM, NatTask, mask_targets, train_nat
+from vaswani.tasks.nat_translator import NatData, NatTranslator, with_mask
+from vaswani.tasks.translation import TranslationData
+
+MASK_ID, PAD = 7, 0
+BANNED = (PAD, MASK_ID)
+
+
+def tiny_cmlm(seed: int = 0, max_len: int = 16) -> CMLM:
+    torch.manual_seed(seed)
+    cfg = ModelConfig.preset("tiny", src_vocab_size=32, tgt_vocab_size=32, max_len=max_len, dropout=0.0)
+    model = CMLM(cfg)
+    with torch.no_grad():  # lengths spread out, so that rows differ
+        model.length.bias.copy_(torch.randn(max_len) * 3)
+    return model.eval()
+
+
+def sources() -> torch.Tensor:
+    return torch.tensor([[5, 9, 11, 4, 0, 0], [12, 13, 14, 15, 16, 17], [20, 0, 0, 0, 0, 0]])
+
+
+def test_the_decoder_is_not_causal_and_ignores_padding():
+    model = tiny_cmlm()
+    source = model.encode(sources()[:1, :4])
+    tgt = torch.tensor([[MASK_ID, 9, MASK_ID, 10]])
+    first, _ = model.decode(tgt, source)
+    changed, _ = model.decode(torch.tensor([[MASK_ID, 9, MASK_ID, 11]]), source)
+    padded, _ = model.decode(torch.tensor([[MASK_ID, 9, MASK_ID, 10, PAD, PAD]]), source)
+    assert not torch.allclose(first[0, 0], changed[0, 0])  # position 0 sees position 3
+    torch.testing.assert_close(padded[:, :4], first)
+
+
+def test_one_iteration_is_the_argmax_of_one_decoder_pass():
+    model, src = tiny_cmlm(), sources()
+    found = mask_predict(model, src, MASK_ID, MaskPredictConfig(iterations=1, length_beam=1), BANNED)
+    for row in range(src.shape[0]):
+        alone = src[row : row + 1, : int((src[row] != PAD).sum())]
+        source = model.encode(alone)
+        length_logits = model.length_logits(source)[0]
+        length = int(length_logits[1:].argmax()) + 1
+        logits, _ = model.decode(torch.full((1, length), MASK_ID), source)
+        logits[..., list(BANNED)] = float("-inf")
+        assert int(found.lengths[row]) == length
+        assert found.tokens[row, :length].tolist() == logits[0].argmax(-1).tolist()
+        torch.testing.assert_close(found.scores[row], logits[0].log_softmax(-1).max(-1).values.mean())
+
+
+def test_remasked_is_the_papers_linear_schedule():
+    assert remasked(torch.tensor([10]), 10, 1).item() == 9
+    assert [remasked(torch.tensor([10]), 10, t).item() for t in range(1, 10)] == list(range(9, 0, -1))
+    assert [remasked(torch.tensor([7]), 4, t).item() for t in (1, 2, 3)] == [7 * 3 // 4, 7 * 2 // 4, 7 // 4]
+
+
+def test_the_number_re_masked_follows_the_schedule(monkeypatch):
+    model, src, iterations = tiny_cmlm(), sources(), 5
+    seen: list[torch.Tensor] = []
+    decode = model.decode
+
+    def counting(tgt, source, *args, **kwargs):
+        seen.append((tgt == MASK_ID).sum(1))
+        return decode(tgt, source, *args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", counting)
+    mask_predict(model, src, MASK_ID, MaskPredictConfig(iterations=iterations, length_beam=2), BANNED)
+    lengths = seen[0]  # the first pass: every position of every candidate masked
+    assert len(seen) == iterations and lengths.min() >= 1
+    for step in range(1, iterations):
+        assert seen[step].tolist() == (lengths * (iterations - step) // iterations).tolist()
+
+
+def test_translations_do_not_depend_on_the_other_sentences_of_the_batch():
+    model, src = tiny_cmlm(), sources()
+    config = MaskPredictConfig(iterations=4, length_beam=3)
+    together = mask_predict(model, src, MASK_ID, config, BANNED)
+    for row in range(src.shape[0]):
+        alone = mask_predict(
+            model, src[row : row + 1, : int((src[row] != PAD).sum())], MASK_ID, config, BANNED
+        )
+        length = int(alone.lengths[0])
+        assert int(together.lengths[row]) == length
+        assert together.tokens[row, :length].tolist() == alone.tokens[0, :length].tolist()
+        assert (together.tokens[row, length:] == PAD).all()
+        torch.testing.assert_close(together.scores[row], alone.scores[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_length_beam_wider_than_the_length_classes_is_refused():
+    model = tiny_cmlm(max_len=8)
+    with pytest.raises(ConfigError, match=r"decoding\.length_beam 8 is more than the run's 7 target lengths"):
+        mask_predict(model, sources(), MASK_ID, MaskPredictConfig(length_beam=8), BANNED)
+    with pytest.raises(ConfigError, match=r"decoding\.iterations must be between 1 and 1000, got 0"):
+        MaskPredictConfig(iterations=0)
+
+
+def test_masking_hides_between_one_and_all_of_each_target():
+    torch.manual_seed(0)
+    tgt = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 0, 0, 0, 0], [5, 0, 0, 0, 0, 0]])
+    counts = {row: set() for row in range(3)}
+    for _ in range(200):
+        inputs, masked = mask_targets(tgt, PAD, 99)
+        assert not masked[tgt == PAD].any()
+        assert torch.equal(inputs, tgt.masked_fill(masked, 99))
+        for row in range(3):
+            counts[row].add(int(masked[row].sum()))
+    assert counts == {0: set(range(1, 7)), 1: {1, 2}, 2: {1}}
+
+
+def copy_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    rows = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))) for _ in range(n)]
+    return [(row, row) for row in rows]
+
+
+def test_the_length_predictor_learns_the_lengths_of_a_copy_task():
+    data = TranslationData(copy_pairs(600, 0), copy_pairs(100, 1), [])
+    src_tok, tgt_tok = translation.build_tokenizers(data, 60, shared=False)
+    with_mask(tgt_tok)
+    model_cfg = ModelConfig.preset(
+        "tiny", src_vocab_size=64, tgt_vocab_size=64, max_len=16, dropout=0.0, n_layers=1
+    )
+    run = RunConfig(
+        "nat",
+        model_cfg,
+        TrainConfig(batch_tokens=600, eval_sentences=4, label_smoothing=0.0),
+        NatData(source="default"),
+    )
+    task = NatTask(run, src_tok, tgt_tok, data, tgt_tok.tokenizer.token_to_id("<mask>"))
+    torch.manual_seed(0)
+    model = CMLM(model_cfg)
+    before = task.evaluate(model.eval())["valid_length_accuracy"]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(30):
+        for batch in task.train_batches():
+            loss, items = task.loss(model, batch)
+            optimizer.zero_grad()
+            (loss / items).backward()
+            optimizer.step()
+    after = task.evaluate(model.eval())["valid_length_accuracy"]
+    assert before < 0.2 and after > 0.4, (before, after)  # 8 lengths: chance is 1/8; 0.08 → 0.52 seen
+
+
+def nat_run(tmp_path, name: str, max_steps: int, **data) -> RunConfig:
+    src, tgt = write_reverse_task(tmp_path, n=200)
+    model = ModelConfig.preset("tiny", dropout=0.1, max_len=24, tie_embeddings="output")
+    train = TrainConfig(
+        batch_tokens=300, max_steps=max_steps, lr=3e-3, warmup_steps=4, eval_every=1000,
+        checkpoint_every=5, eval_sentences=4, seed=3,
+    )  # fmt: skip
+    return RunConfig(
+        "nat", model, train, NatData(source="files", src=str(src), tgt=str(tgt), vocab_size=60, **data)
+    )
+
+
+def test_a_resumed_nat_run_ends_with_the_same_weights(tmp_path):
+    whole = tmp_path / "whole"
+    train_nat(nat_run(tmp_path, "whole", 10), whole, quiet=True)
+    parts = tmp_path / "parts"
+    train_nat(nat_run(tmp_path, "parts", 5), parts, quiet=True)
+    first_leg = load_file(parts / "model.safetensors")
+    registry.resume(parts, quiet=True, max_steps=10)
+    assert_resumed_like_whole(whole, parts, first_leg, 10)
+
+
+def test_a_nat_run_loads_through_the_registry_and_translates(tmp_path):
+    run_dir = tmp_path / "run"
+    _, translator, _ = train_nat(nat_run(tmp_path, "run", 3), run_dir, quiet=True)
+    loaded = registry.load(run_dir, "cpu")
+    assert isinstance(loaded, NatTranslator)
+    config = MaskPredictConfig(iterations=3, length_beam=2)
+    assert loaded.translate(["a b c", "d"], config) == translator.translate(["a b c", "d"], config)
+    assert loaded.translate([]) == []
+
+
+def test_distillation_trains_on_the_teachers_beam_translations(tmp_path, monkeypatch):
+    src, tgt = write_reverse_task(tmp_path, n=200)
+    teacher = tmp_path / "teacher"
+    flags = {"model": {"preset": "tiny", "max_len": 24}, "train": {"max_steps": 3, "batch_tokens": 300}}
+    files = {"src": str(src), "tgt": str(tgt), "vocab_size": 60}
+    registry.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
+    seen: list[TranslationData] = []
+    monkeypatch.setattr(
+        NatTask, "__init__", lambda self, run, s, t, data, m: seen.append(data) or exit_early()
+    )
+    run = registry.configure("nat", {**flags, "data": {**files, "distill_from": str(teacher)}})
+    with pytest.raises(StopTraining):
+        train_nat(run, tmp_path / "student", quiet=True)
+    beams = registry.load(teacher, "cpu").translate([s for s, _ in seen[0].train], TEACHER_BEAM)
+    assert [t for _, t in seen[0].train] == beams
+    other = registry.configure(
+        "nat", {**flags, "data": {**files, "vocab_size": 20, "distill_from": str(teacher)}}
+    )
+    with pytest.raises(ConfigError, match=r"its source vocabulary .* differs from this run's"):
+        train_nat(other, tmp_path / "other", quiet=True)
+
+
+class StopTraining(Exception):
+    """Raised in place of training, once the task's data is seen."""
+
+
+def exit_early() -> None:
+    raise StopTraining
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mask_predict_on_cuda_gives_the_cpus_translations():
+    model, src = tiny_cmlm(), sources()
+    config = MaskPredictConfig(iterations=4, length_beam=3)
+    on_cpu = mask_predict(model, src, MASK_ID, config, BANNED)
+    on_gpu = mask_predict(model.cuda(), src.cuda(), MASK_ID, config, BANNED)
+    assert on_gpu.tokens.device.type == "cuda"
+    assert torch.equal(on_gpu.lengths.cpu(), on_cpu.lengths)
+    assert torch.equal(on_gpu.tokens.cpu(), on_cpu.tokens)
