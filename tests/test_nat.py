@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError
 from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict, remasked
 from vaswani.models.cmlm import CMLM
+from vaswani.rundir import RunDir
 from vaswani.tasks import registry, translation
 from vaswani.tasks.nat import TEACHER_BEAM, NatTask, mask_targets, train_nat
 from vaswani.tasks.nat_translator import NatData, NatTranslator, with_mask
@@ -227,3 +229,14 @@ def test_mask_predict_on_cuda_gives_the_cpus_translations():
     assert on_gpu.tokens.device.type == "cuda"
     assert torch.equal(on_gpu.lengths.cpu(), on_cpu.lengths)
     assert torch.equal(on_gpu.tokens.cpu(), on_cpu.tokens)
+
+
+def test_a_nat_run_is_used_with_its_best_weights_and_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    run = nat_run(tmp_path, "run", 3)
+    train_nat(replace(run, train=replace(run.train, select_by="bleu", eval_every=1)), run_dir, quiet=True)
+    assert (run_dir / RunDir.BEST).is_file()
+    loaded = NatTranslator.load(run_dir, "cpu")
+    assert loaded.weights_note.startswith("weights: model.best.safetensors (the best by bleu")
+    best = load_file(run_dir / RunDir.BEST)
+    assert best and all(torch.equal(loaded.model.state_dict()[k], t) for k, t in best.items())

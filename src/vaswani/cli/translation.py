@@ -111,6 +111,7 @@ def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None
     refuse_empty(sentences, "input line")
     for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
         print(line, flush=True)
+    print(f"vaswani: {translator.weights_note}", file=sys.stderr)
 
 
 def flag_errors(check: Callable[[], T]) -> T:

@@ -18,12 +18,14 @@ from torch import Tensor
 from vaswani.data.config import ParallelData
 from vaswani.errors import RunDirError
 from vaswani.generation.mask_predict import MaskPredictConfig, check_length_beam, mask_predict
+from vaswani.io import load_weights
 from vaswani.models.cmlm import CMLM
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 from vaswani.schema import flag
 from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.tokenizer import TextTokenizer
+from vaswani.training.selection import chosen_weights
 
 TASK = "nat"
 MASK = "<mask>"
@@ -76,7 +78,8 @@ class NatTranslator(Translator):
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> NatTranslator:
         """The translator of a nat run, its model on ``device`` (auto, cpu, cuda, cuda:N, mps); the
-        weights are read on the CPU, then moved."""
+        weights (the best by ``train.select_by`` where the run kept them, else the last:
+        :attr:`weights_note` says which) are read on the CPU, then moved."""
         where = resolve_device(device)
         folder = RunDir(run_dir)
         run = folder.read_config(TASK, NatData)
@@ -84,9 +87,13 @@ class NatTranslator(Translator):
         tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
         check_vocab(run.model, src_tok, tgt_tok, folder.path)
         mask_id = mask_id_of(tgt_tok, folder.file(TGT_TOKENIZER))
-        model = folder.load_weights(CMLM(run.model)).to(where)
-        model.eval()
-        return cls(model, src_tok, tgt_tok, mask_id, run.data.bleu_tokenize or "13a")
+        path, note = chosen_weights(folder, run.train.select_by)
+        model = CMLM(run.model)
+        load_weights(model, path)
+        model.to(where).eval()
+        translator = cls(model, src_tok, tgt_tok, mask_id, run.data.bleu_tokenize or "13a")
+        translator.weights_note = note
+        return translator
 
     @property
     def suppressed(self) -> tuple[int, ...]:
