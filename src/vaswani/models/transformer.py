@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Decoder, Encoder, LayerCache
+from vaswani.layers.cache import StaticKVCache
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
@@ -102,9 +103,13 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """Decoder hidden states → logits (of the last position only with ``last_only``,
         all that generation needs). With ``source.cache`` set, ``tgt_in`` holds only the
-        new tokens and their positions continue after the cached ones."""
-        offset = source.cache[0].self_attn.length if source.cache else 0
-        y = self.tgt_embed(tgt_in, offset=offset)
+        new tokens and their positions continue after the cached ones (the next columns of a
+        static cache)."""
+        first = source.cache[0].self_attn if source.cache else None
+        if isinstance(first, StaticKVCache):
+            y = self.tgt_embed(tgt_in, positions=first.columns(tgt_in.shape[1])[None])
+        else:
+            y = self.tgt_embed(tgt_in, offset=first.length if first is not None else 0)
         h, weights = self.decoder(
             y, memory=source.memory, memory_mask=source.mask, cache=source.cache,
             need_weights=need_weights,
@@ -115,8 +120,9 @@ class Transformer(nn.Module):
         logits, _ = self.decode(tgt_in, self.encode(src))
         return logits
 
-    def start_decoding(self, src: Tensor) -> EncodedSource:
-        """Encode once and attach an empty KV cache for incremental decoding."""
+    def start_decoding(self, src: Tensor, static: int | None = None) -> EncodedSource:
+        """Encode once and attach an empty KV cache for incremental decoding (static caches of
+        ``static`` columns in the decoder's self-attention when given)."""
         source = self.encode(src)
-        source.cache = self.decoder.new_cache()
+        source.cache = self.decoder.new_cache(static)
         return source
