@@ -101,9 +101,12 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     gradient needed (the kernel has no backward), no autocast (which the kernel would bypass).
     There it is 8-20% faster per call than MKL's GEMM behind ``F.linear`` at our models' shapes,
     more with the activation fused: +9% sentences/s of beam search (``benchmarks/marian_speed.py``),
-    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``)."""
+    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``). Not while
+    ``torch.compile`` traces: inductor lowers this op only for weights it has frozen as constants
+    (an assertion fails otherwise), and it chooses and fuses the GEMM of ``F.linear`` itself."""
     return (
         ONEDNN_LINEAR is not None
+        and not torch.compiler.is_compiling()
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
