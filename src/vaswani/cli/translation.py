@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
-from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
+from vaswani.cli.decoding import (
+    add_compile_flag,
+    add_decoding_flags,
+    add_sampling_flags,
+    compile_report,
+    decoding_from_args,
+)
 from vaswani.errors import ConfigError
 
 
@@ -34,6 +40,7 @@ def add_translate_parser(commands: Any) -> None:
         help="print the N best beam hypotheses of each sentence as 'INDEX<TAB>SCORE<TAB>TEXT' (N <= K)",
     )
     add_sampling_flags(translate)
+    add_compile_flag(translate)
     translate.set_defaults(handler=cmd_translate, texts_field="text")
 
 
@@ -46,11 +53,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir, args.device)
+    if args.compile:
+        translator.compile_decoding()
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
             print(line, flush=True)
+        compile_report(translator)
         return
     found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
     for index, hypotheses in enumerate(found):
