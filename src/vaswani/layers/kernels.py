@@ -10,7 +10,8 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
 - Projections: oneDNN's linear with a fused activation, ``torch.ops.mkldnn._linear_pointwise``,
   or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
-  ``F.linear`` from then on.
+  ``F.linear`` from then on; inside ``torch.compile`` (compiled decoding) always ``F.linear``,
+  whose GEMM inductor chooses and fuses itself.
 - Training's projections: the same oneDNN linear for the forward product and both backward ones,
   or ``F.linear`` and its autograd (MKL's GEMM) (:func:`onednn_trains`, :func:`onednn_train_linear`),
   where MKL runs its AVX2 kernels on a CPU with AVX-512 (one not made by Intel).
