@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"total {time.perf_counter() - started:.0f} s\n")
     print("| greedy, batch 1, fp32 | tokens/s (median) | / HF |\n|---|---:|---:|")
     for name in sides:
-        print(f"| {name} | {median[name]:,.0f} | {median[name] / median['HF']:.2f} |")
+        print(f"| {name} | {median[name]:,.1f} | {median[name] / median['HF']:.2f} |")
     print(
         f"\ncompiled/HF per round: {', '.join(f'{r:.2f}' for r in ratios)} (target >= {TARGET}); "
         f"same tokens as HF: eager {same['eager']}, compiled {same['compiled']}; "
