@@ -67,6 +67,7 @@ from vaswani.config import ModelConfig, TrainConfig
 from vaswani.data.labeled import read_labeled
 from vaswani.data.readers import read_lines, read_parallel
 from vaswani.errors import ConfigError, DataError, InputError, RunDirError
+from vaswani.generation import compiled as compiled_decoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
 from vaswani.rundir import RunDir
@@ -1091,6 +1092,39 @@ def empty_prompt(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_ok(x, [*argv, ""], capsys) == cli_ok(x, argv, capsys)
 
 
+COMPILE_FALLBACK = "vaswani: --compile: torch.compile does not work here ("
+
+
+def compile_unavailable(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """``generate --compile`` where a cheap check shows that compilation cannot work: one line
+    saying why, and the eager output; where it works (dynamo's "eager" backend here), the same
+    output and one line with the compile time."""
+    argv = ["generate", "{lm}", "the", "--max-new-tokens", "8", "--temperature", "0"]
+    plain, _ = cli_ok(x, argv, capsys)
+    with mock.patch.object(compiled_decoding, "compile_unsupported", lambda device, backend: "no compiler"):
+        out, err = cli_ok(x, [*argv, "--compile"], capsys)
+    assert out == plain and err.splitlines() == [COMPILE_FALLBACK + "no compiler); decoding without it"]
+    with mock.patch.object(compiled_decoding, "BACKEND", "eager"):
+        out, err = cli_ok(x, [*argv, "--compile"], capsys)
+    assert out == plain and len(err.splitlines()) == 1
+    assert err.startswith("vaswani: --compile: 1 decoding step compiled in ")
+
+
+def compile_fails(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """``translate --compile`` where compilation fails at the first compiled step: one line saying
+    why, and the eager translations."""
+
+    def failing(gm: Any, example_inputs: Any) -> Any:
+        raise RuntimeError("no kernels today")
+
+    argv = ["translate", "{tr}", "a b c", "b a", "--max-new-tokens", "6"]
+    plain, _ = cli_ok(x, argv, capsys)
+    with mock.patch.object(compiled_decoding, "BACKEND", failing):
+        out, err = cli_ok(x, [*argv, "--compile"], capsys)
+    assert out == plain
+    assert err.splitlines() == [COMPILE_FALLBACK + "RuntimeError: no kernels today); decoding without it"]
+
+
 def mixed_image_modes(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     """One picture as L, RGB, RGBA, 16-bit, palette and a 3x larger JPEG: each read as the run's one grey
     channel and resized (:mod:`vaswani.data.images`), so that all but the resized JPEG get the exact
@@ -1127,6 +1161,8 @@ DOCUMENTED = [
     Documented("image", "images of mixed modes and sizes: converted as documented", mixed_image_modes),
     Documented("translation", "a byte-order mark: dropped", bom_stripped),
     Documented("lm", "an empty prompt: generation from the start", empty_prompt),
+    Documented("lm", "--compile where compilation cannot work: one line, eager output", compile_unavailable),
+    Documented("translation", "--compile where compilation fails: one line, eager output", compile_fails),
 ]
 
 

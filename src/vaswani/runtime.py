@@ -1,5 +1,5 @@
 """What the process runs on and how: the device, native bf16 support, seeding, threads and
-deterministic mode.
+deterministic mode; whether ``torch.compile`` can work here, and its failures in one line.
 
 Each is a small function that the trainer, a wrapper's ``load`` (or a benchmark) calls once, before
 building a model; nothing here depends on a model or a task.
@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 import re
+import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,3 +93,44 @@ def use_deterministic_mode() -> None:
     so that a rerun or a resume gives the same weights bit for bit (CPU)."""
     torch.use_deterministic_algorithms(True)
     set_threads(1)
+
+
+CompileBackend = str | Callable[..., Any]
+"""What ``torch.compile`` compiles with: a backend's name ("inductor", "eager", "aot_eager") or one."""
+
+
+def compile_unsupported(device: torch.device, backend: CompileBackend) -> str | None:
+    """Why ``torch.compile`` with ``backend`` cannot work for a model on ``device`` here, as far as
+    a cheap check tells (dynamo's platform and Python version; inductor's C++ compiler for the CPU,
+    Triton for CUDA); None where it may. Training's and decoding's ``--compile`` both ask it."""
+    if not torch._dynamo.is_dynamo_supported():
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return f"dynamo does not support Python {version} on {sys.platform}"
+    if backend != "inductor":
+        return None
+    if device.type == "cpu":
+        try:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+        except Exception as exc:  # InvalidCxxCompiler, or an import error of a build without it
+            return f"inductor finds no C++ compiler for the CPU: {compile_failure(exc)}"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "inductor needs Triton for CUDA, and it is not installed"
+    return None
+
+
+def compile_failure(exc: BaseException) -> str:
+    """``exc`` as one short line: the type and the first line of the message of its first cause
+    (dynamo wraps a backend's error in ``BackendCompilerFailed``)."""
+    while True:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    lines = str(exc).strip().splitlines()
+    text = lines[0][:200] if lines else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

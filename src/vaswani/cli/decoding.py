@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import fields
 from typing import Any
 
@@ -65,6 +66,25 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
         "--top-p", type=float, help="sample among the most likely tokens of total probability P"
     )
     sampling.add_argument("--seed", type=int, help="seed of the sampling (default: a fresh one)")
+
+
+def add_compile_flag(p: argparse.ArgumentParser) -> None:
+    """``--compile``: decoding steps through ``torch.compile`` on a static KV cache."""
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="decode greedily or by sampling through torch.compile on a static KV cache (the same "
+        "tokens; the first steps compile, their time is printed on stderr; beam search stays eager; "
+        "where compilation cannot work, one line says why and decoding is eager)",
+    )
+
+
+def compile_report(wrapper: Any) -> None:
+    """The one stderr line on a ``--compile`` decoding's compilation, where there was one."""
+    compiled = getattr(wrapper, "compiled", None)
+    line = None if compiled is None else compiled.report()
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def decoding_from_args(args: argparse.Namespace) -> DecodingConfig:

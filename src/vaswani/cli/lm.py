@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_device_flag
-from vaswani.cli.decoding import decoding_from_args
+from vaswani.cli.decoding import add_compile_flag, compile_report, decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
 from vaswani.resources import decode_rows
@@ -38,6 +38,7 @@ def add_generate_parser(commands: Any) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="STRING", help="end at STRING (repeatable)")
     p.add_argument("--num-samples", type=int, default=1, help="completions per prompt")
     add_device_flag(p)
+    add_compile_flag(p)
     p.set_defaults(handler=cmd_generate, texts_field="prompt")
 
 
@@ -58,6 +59,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
     else:
         prompts = list(args.prompt) or [""]
     lm = LanguageModel.load(args.run_dir, args.device)
+    if args.compile:
+        lm.compile_decoding()
     batch = [p for p in prompts for _ in range(args.num_samples)]
     lm.encode_prompts(batch)  # a prompt too long for the context is refused before anything is printed
     if len(batch) == 1:
@@ -70,6 +73,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
         lm.generate(batch, decoding, stream=show)
         sys.stdout.write("\n")
+        compile_report(lm)
         return
     size = decode_rows(lm.model.config, model_device(lm.model))
     for k, start in enumerate(range(0, len(batch), size)):
@@ -80,3 +84,4 @@ def cmd_generate(args: argparse.Namespace) -> None:
             if i:
                 print("-" * 40)
             print(prompt + text)
+    compile_report(lm)

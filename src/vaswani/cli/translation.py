@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
-from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
+from vaswani.cli.decoding import (
+    add_compile_flag,
+    add_decoding_flags,
+    add_sampling_flags,
+    compile_report,
+    decoding_from_args,
+)
 from vaswani.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,6 +56,7 @@ def add_translate_parser(commands: Any) -> None:
     mask_predict.add_argument(
         "--length-beam", type=int, metavar="L", help="target lengths tried per sentence (default 5)"
     )
+    add_compile_flag(translate)
     translate.set_defaults(handler=cmd_translate, texts_field="text")
 
 
@@ -65,7 +72,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     mask_predict = mask_predict_from_args(args)
     if RunDir(args.run_dir).read_config().task == NAT:
-        if decoding != DecodingConfig() or args.n_best is not None:
+        if decoding != DecodingConfig() or args.n_best is not None or args.compile:
             raise ConfigError(
                 f"{args.run_dir}: a nat run is decoded by Mask-Predict: give --iterations and --length-beam, "
                 "not autoregressive decoding's flags"
@@ -77,11 +84,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
             f"--iterations and --length-beam decode a nat run; {args.run_dir} is autoregressive"
         )
     translator = Translator.load(args.run_dir, args.device)
+    if args.compile:
+        translator.compile_decoding()
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
             print(line, flush=True)
+        compile_report(translator)
     else:
         found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
         for index, hypotheses in enumerate(found):

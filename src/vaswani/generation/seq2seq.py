@@ -10,6 +10,7 @@ from torch import Tensor
 
 from vaswani.errors import ConfigError
 from vaswani.generation.beam import Beams, Reorderable, beam_search
+from vaswani.generation.compiled import CompiledDecoding, seq2seq_compiled_next_logits
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.sampling import Generated, NextLogits, generate
 from vaswani.models.transformer import EncodedSource, Transformer
@@ -56,16 +57,23 @@ def translate_ids(
     keep_logits: bool = False,
     suppress: Sequence[int] = (),
     on_step: Callable[[Tensor], bool] | None = None,
+    compiled: CompiledDecoding | None = None,
 ) -> Generated:
     """Greedy or sampled translations (:func:`~vaswani.generation.sampling.generate`) of a padded
     batch of source ids ``src`` (batch, src_len), starting from BOS, within the budget of
     :meth:`DecodingConfig.target_budget`. Samples are drawn from ``generator`` (default: one on
     ``src``'s device seeded with ``decoding.seed``); every tensor stays on ``src``'s device; the
     ids in ``suppress`` are never generated. ``on_step(tokens)`` sees each step's tokens (batch,)
-    and may return True to stop (streaming, cancellation), as in ``generate``."""
+    and may return True to stop (streaming, cancellation), as in ``generate``. With ``compiled``
+    (and the cache) the decoder's steps run on a static cache through ``torch.compile``
+    (:func:`~vaswani.generation.compiled.seq2seq_compiled_next_logits`): the same ids."""
     prefix, budget = _start(model, src, bos_id, decoding)
+    next_logits = seq2seq_next_logits(model, src, decoding.use_cache)
+    if compiled is not None and decoding.use_cache and src.shape[0]:
+        most = int(budget.max())  # read once, before decoding: the static cache's columns
+        next_logits = seq2seq_compiled_next_logits(model, src, most, compiled)
     return generate(
-        seq2seq_next_logits(model, src, decoding.use_cache), prefix, budget, eos_id, model.config.pad_id,
+        next_logits, prefix, budget, eos_id, model.config.pad_id,
         decoding, generator or decoding.generator(src.device), keep_logits=keep_logits, on_step=on_step,
         suppress=suppress,
     )  # fmt: skip

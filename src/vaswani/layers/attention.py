@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vaswani.layers.cache import AttentionCache, KVCache, RollingKVCache, newest_keys
+from vaswani.layers.cache import AttentionCache, KVCache, RollingKVCache, StaticKVCache, newest_keys
 from vaswani.layers.kernels import explicit_attention_is_faster, sdpa_takes_grouped_heads
 from vaswani.layers.linear import Linear
 from vaswani.layers.local import is_key_mask, local_attention
-from vaswani.layers.masks import combine, self_attention_mask
+from vaswani.layers.masks import combine, placed_mask, self_attention_mask
 from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
 
 
@@ -124,10 +124,22 @@ class MultiHeadAttention(nn.Module):
             self.v_proj = Linear(d_model, d_kv, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
-    def new_cache(self) -> AttentionCache:
+    def new_cache(self, static: int | None = None, position: Tensor | None = None) -> AttentionCache:
         """An empty cache for decoding with this layer: a :class:`RollingKVCache` of the newest
         ``window`` keys for windowed causal self-attention (its memory constant in the length), a
-        growing :class:`KVCache` otherwise (full attention, cross-attention)."""
+        growing :class:`KVCache` otherwise (full attention, cross-attention).
+
+        With ``static`` (a number of columns), causal self-attention gets a :class:`StaticKVCache`
+        of that many columns instead, windowed layers too (the window then masks the buffer's
+        columns: one buffer size and one step shape for every layer), writing at ``position`` (a
+        0-dim long tensor shared by the layers of a stack; a new one on this layer's device when
+        None). Cross-attention keeps its :class:`KVCache`, filled once and fixed in size."""
+        if static is not None and self.causal and not self.cross:
+            if position is None:
+                position = torch.zeros((), dtype=torch.long, device=self.out_proj.weight.device)
+            return StaticKVCache(static, position)
+        if static is not None and not self.cross:
+            raise ValueError("a static KV cache serves causal self-attention only")
         if self.window is not None and self.causal and not self.cross:
             return RollingKVCache(self.window)
         return KVCache()
@@ -137,10 +149,16 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (-1, self.d_head)).transpose(1, 2)
 
     def _project(
-        self, x: Tensor, source: Tensor, cache: AttentionCache | None, positions: Tensor | None
+        self,
+        x: Tensor,
+        source: Tensor,
+        cache: AttentionCache | None,
+        positions: Tensor | None,
+        ids: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         """Queries from ``x``; keys and values from ``source`` or the cache. The new queries and
-        keys go through :meth:`apply_qk_positions` before the cache keeps the keys."""
+        keys go through :meth:`apply_qk_positions` (at the new tokens' ids ``ids``) before the
+        cache keeps the keys."""
         if self.fused and not self.cross:
             d_kv = self.n_kv_heads * self.d_head
             q, k, v = self.qkv_proj(x).split([self.n_heads * self.d_head, d_kv, d_kv], dim=-1)
@@ -154,18 +172,21 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = self.k_proj(source), self.v_proj(source)
             k, v = self._heads(k), self._heads(v)
-        q, k = self.apply_qk_positions(q, k, positions)
+        q, k = self.apply_qk_positions(q, k, positions, ids)
         return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
 
-    def apply_qk_positions(self, q: Tensor, k: Tensor, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+    def apply_qk_positions(
+        self, q: Tensor, k: Tensor, positions: Tensor | None, ids: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The hook of position schemes that act on queries and keys (rotary): ``q`` and ``k``
         (batch, heads, new, d_head) of the new tokens → ``qk_positions(q, k, ids, length)``, where
-        ``ids`` (batch | 1, new) are the new tokens' position ids, the last columns of ``positions``
-        (batch | 1, cached + new), and ``length`` = cached + new bounds them (an id counts the
-        tokens before it). Unchanged without such a scheme."""
+        ``ids`` (batch | 1, new) are the new tokens' position ids, by default the last columns of
+        ``positions`` (batch | 1, cached + new), and ``length`` = cached + new bounds them (an id
+        counts the tokens before it). Unchanged without such a scheme."""
         if self.qk_positions is None or positions is None:
             return q, k
-        return self.qk_positions(q, k, positions[:, -q.shape[2] :], positions.shape[-1])
+        ids = positions[:, -q.shape[2] :] if ids is None else ids
+        return self.qk_positions(q, k, ids, positions.shape[-1])
 
     def _positions(self, x: Tensor, cache: AttentionCache | None, positions: Tensor | None) -> Tensor | None:
         """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
@@ -173,6 +194,8 @@ class MultiHeadAttention(nn.Module):
         if self.cross or (self.relative is None and self.alibi is None and self.qk_positions is None):
             return None
         if positions is None:
+            if isinstance(cache, StaticKVCache):
+                return position_ids(cache.max_len, x.device)
             positions = position_ids((cache.length if cache is not None else 0) + x.shape[1], x.device)
         return positions
 
@@ -197,17 +220,23 @@ class MultiHeadAttention(nn.Module):
         are the position ids of every key of self-attention, the queries being the last q_len of
         them (left-padded rows count their real tokens only; 0, 1, … when None). A cache may keep
         only the newest keys (:class:`RollingKVCache`): the mask's key columns and ``positions``
-        are then cut to those (k_len of them). Returns the output (batch, q_len, d_model) and, if
+        are then cut to those (k_len of them). With a :class:`StaticKVCache` the keys are its
+        ``max_len`` columns, and ``mask`` and ``positions`` cover those columns (k_len = max_len),
+        the queries sitting at its next columns. Returns the output (batch, q_len, d_model) and, if
         ``need_weights``, the attention weights (batch, heads, q_len, k_len) before dropout.
         """
         positions = self._positions(x, cache, positions)
-        q, k, v = self._project(x, x if memory is None else memory, cache, positions)
+        columns = cache.columns(x.shape[1]) if isinstance(cache, StaticKVCache) else None
+        ids = None
+        if positions is not None:
+            ids = positions[:, -x.shape[1] :] if columns is None else positions.index_select(1, columns)
+        q, k, v = self._project(x, x if memory is None else memory, cache, positions, ids)
         if cache is not None and not self.cross:
             mask, positions = newest_keys(mask, positions, k.shape[2])
         group = self._group_size(q, k)
         if group > 1:
             q = regroup(q, group)
-        out, weights = self._attention(q, k, v, mask, need_weights, positions)
+        out, weights = self._attention(q, k, v, mask, need_weights, positions, ids, columns)
         if group > 1:
             out = ungroup(out, group)
             weights = None if weights is None else ungroup(weights, group)
@@ -221,11 +250,15 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None,
         need_weights: bool,
         positions: Tensor | None,
+        ids: Tensor | None = None,
+        columns: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """softmax(Q Kᵀ / sqrt(d_head) + position terms) V over the keys ``mask`` allows, with the
         layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
         (batch, heads, q_len, k_len) if ``need_weights``; ``positions`` are the keys' position ids
-        (relative terms, ALiBi's bias; the queries are the last q_len of them). ``k`` and ``v`` have
+        (relative terms, ALiBi's bias), ``ids`` the queries' (by default the last q_len of
+        ``positions``). ``columns`` (q_len,) place the queries among the keys of a static cache
+        (:func:`~vaswani.layers.masks.placed_mask`); else they are the last q_len. ``k`` and ``v`` have
         the layer's ``n_kv_heads`` heads: SDPA takes them so with ``enable_gqa`` where
         :func:`~vaswani.layers.kernels.sdpa_takes_grouped_heads` says so, else they are expanded to
         every query head before the product.
@@ -240,16 +273,24 @@ class MultiHeadAttention(nn.Module):
         prefill) and a key mask, the banded path of :mod:`vaswani.layers.local` runs instead, in
         O(L · w); the weights (``need_weights``) and decoding steps take the dense masked path."""
         q_len, k_len = q.shape[2], k.shape[2]
-        if self.window is not None and not need_weights and q_len == k_len > 1 and is_key_mask(mask, k_len):
+        if (
+            self.window is not None
+            and not need_weights
+            and q_len == k_len > 1
+            and columns is None
+            and is_key_mask(mask, k_len)
+        ):
             explicit = self.relative is not None or explicit_attention_is_faster(q)
             dropout = self.dropout if self.training else 0.0
             scores = self.relative if self.relative is not None else self.alibi
             return local_attention(
                 q, k, v, self.window, self.causal, mask, dropout, positions, scores, explicit
             ), None
+        if ids is None and positions is not None:
+            ids = positions[:, -q_len:]
         bias = None
-        if self.alibi is not None and positions is not None:
-            bias = self.alibi.bias(positions[:, -q_len:], positions).to(q.dtype)
+        if self.alibi is not None and positions is not None and ids is not None:
+            bias = self.alibi.bias(ids, positions).to(q.dtype)
         explicit = need_weights or self.relative is not None or explicit_attention_is_faster(q)
         is_causal = (
             not explicit
@@ -258,8 +299,11 @@ class MultiHeadAttention(nn.Module):
             and self.window is None
             and mask is None
             and q_len == k_len > 1
+            and columns is None
         )
-        if not self.cross and not is_causal:
+        if columns is not None:
+            mask = combine(mask, placed_mask(columns, k_len, self.window))
+        elif not self.cross and not is_causal:
             mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, q.device))
         has_key = None
         if mask is not None:
@@ -273,7 +317,7 @@ class MultiHeadAttention(nn.Module):
         if grouped and not enable_gqa:
             k, v = expand_heads(k, self.n_heads), expand_heads(v, self.n_heads)
         if explicit:
-            out, weights = self._explicit(q, k, v, mask, dropout, positions, bias)
+            out, weights = self._explicit(q, k, v, mask, dropout, positions, bias, ids)
         else:
             if bias is not None:
                 mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
@@ -304,12 +348,15 @@ class MultiHeadAttention(nn.Module):
         dropout: float,
         positions: Tensor | None,
         bias: Tensor | None = None,
+        ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The reference path: weights computed explicitly, ``bias`` (ALiBi's) or relative terms
-        added (by the position ids ``positions`` of the keys, the queries being the last of them)."""
+        added (by the position ids ``positions`` of the keys and ``ids`` of the queries, by default
+        the last of ``positions``)."""
         bucket = None
         if self.relative is not None and positions is not None:
-            bucket = self.relative.bucket(positions[:, None, -q.shape[2] :], positions[:, None])
+            ids = positions[:, -q.shape[2] :] if ids is None else ids
+            bucket = self.relative.bucket(ids[:, None], positions[:, None])
             bias = self.relative.key_scores(q, bucket) / math.sqrt(self.d_head)
         weights = attention_weights(q, k, mask, bias)
         dropped = F.dropout(weights, dropout) if dropout > 0 else weights

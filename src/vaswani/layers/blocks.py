@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vaswani.config import ModelConfig
 from vaswani.layers.attention import MultiHeadAttention
-from vaswani.layers.cache import AttentionCache, KVCache
+from vaswani.layers.cache import AttentionCache, KVCache, StaticKVCache
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.norms import final_norm, make_norm, residual_for
 from vaswani.layers.positions import query_key_positions, score_positions
@@ -153,9 +153,14 @@ class BlockStack(nn.Module):
         self.final_norm = final_norm(cfg)
         self.checkpointing = False  # set by set_grad_checkpointing
 
-    def new_cache(self) -> list[LayerCache]:
-        """An empty cache per block, each layer's of the kind its attention decodes with."""
-        return [LayerCache(self_attn=layer.self_attn.new_cache()) for layer in self.layers]
+    def new_cache(self, static: int | None = None) -> list[LayerCache]:
+        """An empty cache per block, each layer's of the kind its attention decodes with; with
+        ``static`` (columns), a :class:`~vaswani.layers.cache.StaticKVCache` of that many columns
+        in every layer's self-attention, all writing at one shared position."""
+        if static is None:
+            return [LayerCache(self_attn=layer.self_attn.new_cache()) for layer in self.layers]
+        position = torch.zeros((), dtype=torch.long, device=next(self.parameters()).device)
+        return [LayerCache(self_attn=layer.self_attn.new_cache(static, position)) for layer in self.layers]
 
     def forward(
         self,
@@ -182,6 +187,8 @@ class BlockStack(nn.Module):
             else:
                 x, weights = layer(*args)
             all_weights.append(weights)
+        if cache and isinstance(cache[0].self_attn, StaticKVCache):
+            cache[0].self_attn.advance(x.shape[1])  # the position every layer's static cache shares
         return self.final_norm(x), all_weights
 
 

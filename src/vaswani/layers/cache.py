@@ -4,6 +4,9 @@
 :class:`RollingKVCache` keeps only the keys that a causal window can still reach, so that its
 memory is constant in the generated length. Both hold (batch, heads, ·, d_head) tensors and count
 in ``length`` every token seen, which is where the next tokens' positions continue.
+:class:`StaticKVCache` allocates ``max_len`` columns once and writes each step at a position kept
+in a tensor, so that the shapes of a decoding step never change (``torch.compile`` with
+``dynamic=False``, :mod:`vaswani.generation.compiled`).
 
 Both keep their keys in the order of the sequence, the newest last: self-attention over a cache
 sees the newest ``k_len`` keys of the sequence, and cuts the key columns of its mask and position
@@ -166,7 +169,70 @@ class RollingKVCache:
             self._value = _select(self._value, index, self._start, self._end)
 
 
-AttentionCache = KVCache | RollingKVCache
+class StaticKVCache:
+    """The KV cache of causal self-attention in a buffer of ``max_len`` columns, allocated once.
+
+    Keys and values live in zero-filled buffers (batch, heads, max_len, d_head), allocated at the
+    first :meth:`append` (which fixes the batch, heads, dtype and device); the tokens fed so far fill
+    the columns [0, ``position``). ``position`` is a 0-dim long tensor on the model's device, shared
+    by every layer of a model's cache (:meth:`~vaswani.layers.blocks.BlockStack.new_cache`): an
+    append writes the new keys at columns ``position, position + 1, …`` (``index_copy_``, no host
+    read) and returns the whole buffers; attention masks the columns a query may not see (those
+    after it, and outside its window: :func:`~vaswani.layers.masks.placed_mask`), and the stack
+    advances ``position`` once its layers have appended (:meth:`advance`). Nothing here is a
+    Python number that changes, so a step traced once serves every later step.
+    """
+
+    def __init__(self, max_len: int, position: Tensor) -> None:
+        if max_len < 1:
+            raise ValueError(f"a static cache needs max_len >= 1, got {max_len}")
+        self.max_len = max_len
+        self.position = position
+        self._key: Tensor | None = None
+        self._value: Tensor | None = None
+
+    @property
+    def key(self) -> Tensor | None:
+        """The whole key buffer (batch, heads, max_len, d_head); columns from ``position`` on are 0."""
+        return self._key
+
+    @property
+    def value(self) -> Tensor | None:
+        """The whole value buffer (batch, heads, max_len, d_head)."""
+        return self._value
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the key and value buffers."""
+        return _nbytes(self._key, self._value)
+
+    def columns(self, new: int) -> Tensor:
+        """The buffer columns (new,) of the next ``new`` tokens: ``position`` + 0, 1, …"""
+        return self.position + torch.arange(new, device=self.position.device)
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write (batch, heads, new, d_head) keys and values at :meth:`columns`; return the whole
+        buffers (batch, heads, max_len, d_head)."""
+        if self._key is None or self._value is None:
+            self._key = key.new_zeros(*key.shape[:2], self.max_len, key.shape[3])
+            self._value = value.new_zeros(*value.shape[:2], self.max_len, value.shape[3])
+        at = self.columns(key.shape[2])
+        self._key.index_copy_(2, at, key)
+        self._value.index_copy_(2, at, value)
+        return self._key, self._value
+
+    def advance(self, new: int) -> None:
+        """Count ``new`` more tokens as fed (in place: every layer sharing ``position`` sees it)."""
+        self.position.add_(new)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows ``index`` (beam search)."""
+        if self._key is not None and self._value is not None:
+            self._key = self._key.index_select(0, index)
+            self._value = self._value.index_select(0, index)
+
+
+AttentionCache = KVCache | RollingKVCache | StaticKVCache
 """What a self- or cross-attention layer decodes with (:meth:`MultiHeadAttention.new_cache`)."""
 
 

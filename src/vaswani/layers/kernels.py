@@ -10,7 +10,8 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
 - Projections: oneDNN's linear with a fused activation, ``torch.ops.mkldnn._linear_pointwise``,
   or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
-  ``F.linear`` from then on.
+  ``F.linear`` from then on; inside ``torch.compile`` (compiled decoding) always ``F.linear``,
+  whose GEMM inductor chooses and fuses itself.
 - Training's projections: the same oneDNN linear for the forward product and both backward ones,
   or ``F.linear`` and its autograd (MKL's GEMM) (:func:`onednn_trains`, :func:`onednn_train_linear`),
   where MKL runs its AVX2 kernels on a CPU with AVX-512 (one not made by Intel).
@@ -101,9 +102,12 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     gradient needed (the kernel has no backward), no autocast (which the kernel would bypass).
     There it is 8-20% faster per call than MKL's GEMM behind ``F.linear`` at our models' shapes,
     more with the activation fused: +9% sentences/s of beam search (``benchmarks/marian_speed.py``),
-    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``)."""
+    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``). Not while
+    ``torch.compile`` traces: inductor lowers this op only for weights it has frozen as constants
+    (an assertion fails otherwise), and it chooses and fuses the GEMM of ``F.linear`` itself."""
     return (
         ONEDNN_LINEAR is not None
+        and not torch.compiler.is_compiling()
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))

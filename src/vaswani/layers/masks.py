@@ -88,6 +88,18 @@ def self_attention_mask(
     return None
 
 
+def placed_mask(columns: Tensor, k_len: int, window: int | None) -> Tensor:
+    """``(1, 1, q_len, k_len)`` causal mask of queries placed at the key columns ``columns``
+    (q_len,) of a buffer of ``k_len`` (a static KV cache): query i may attend key j iff
+    ``j <= columns[i]``, and with a ``window`` iff also ``columns[i] - j <= window``. The columns
+    after a query, which a static cache has not filled yet, are masked with them."""
+    dist = columns[:, None] - torch.arange(k_len, device=columns.device)[None, :]
+    allowed = dist >= 0
+    if window is not None:
+        allowed &= dist <= window
+    return allowed[None, None]
+
+
 def combine(*masks: Tensor | None) -> Tensor | None:
     """Logical AND of the masks that are not None (None when all are None)."""
     result: Tensor | None = None

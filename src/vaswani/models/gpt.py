@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack, LayerCache
+from vaswani.layers.cache import StaticKVCache
 from vaswani.layers.cross_entropy import linear_cross_entropy
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
@@ -52,8 +53,11 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def new_cache(self) -> list[LayerCache]:
-        return self.blocks.new_cache()
+    def new_cache(self, static: int | None = None) -> list[LayerCache]:
+        """An empty KV cache per layer; with ``static``, static caches of that many columns
+        (:class:`~vaswani.layers.cache.StaticKVCache`), whose ``attention_mask`` then covers
+        those columns (see :meth:`forward`)."""
+        return self.blocks.new_cache(static)
 
     def forward(
         self,
@@ -70,7 +74,10 @@ class GPT(nn.Module):
         ``attention_mask`` (batch, cached + seq), True on real tokens, is needed only for
         left-padded batches: it masks the padding keys and gives the position ids, which the
         embedding and every self-attention use. With a
-        ``cache`` the tokens continue after the cached ones.
+        ``cache`` the tokens continue after the cached ones. With a static cache
+        (``new_cache(static=max_len)``) the tokens fill its next columns, and ``attention_mask``
+        (batch, max_len) covers every column of its buffer (True on real tokens; the columns not
+        filled yet may be True, causality masks them).
 
         With ``targets`` (batch, seq), the summed cross-entropy of predicting them instead (a 0-dim
         float32; the softmax over the first ``n_classes`` tokens, default all), through
@@ -103,11 +110,17 @@ class GPT(nn.Module):
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """The final hidden states (batch, seq, d_model), after the stack's final norm, before the
         LM head (what a classifier on the GPT reads), and the attention weights when asked for."""
-        offset = cache[0].self_attn.length if cache else 0
+        static = cache[0].self_attn if cache and isinstance(cache[0].self_attn, StaticKVCache) else None
+        offset = cache[0].self_attn.length if cache and static is None else 0
         positions = None
         key_mask = None
         if attention_mask is not None:
             positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
-        x = self.embed(tokens, positions=None if positions is None else positions[:, offset:], offset=offset)
+        if static is not None:
+            columns = static.columns(tokens.shape[1])
+            new = columns[None] if positions is None else positions.index_select(1, columns)
+        else:
+            new = None if positions is None else positions[:, offset:]
+        x = self.embed(tokens, positions=new, offset=offset)
         return self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions)

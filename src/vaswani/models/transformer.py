@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Decoder, Encoder, LayerCache
+from vaswani.layers.cache import StaticKVCache
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
@@ -103,18 +104,25 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """Decoder hidden states → logits (of the last position only with ``last_only``,
         all that generation needs). With ``source.cache`` set, ``tgt_in`` holds only the
-        new tokens and their positions continue after the cached ones.
+        new tokens and their positions continue after the cached ones (the next columns of a
+        static cache).
 
         ``target_mask`` (batch, cached + new), True on real target tokens, is needed only for
         left-padded decoder rows (continuous batching): it masks the padding keys of
         self-attention and gives each row's position ids, as a language model's attention mask
         does; without it every row's positions are 0, 1, … after the cache."""
-        offset = source.cache[0].self_attn.length if source.cache else 0
+        first = source.cache[0].self_attn if source.cache else None
+        static = first if isinstance(first, StaticKVCache) else None
+        offset = first.length if first is not None and static is None else 0
         positions = key_mask = None
         if target_mask is not None:
             positions = positions_from_mask(target_mask)
             key_mask = target_mask[:, None, None, :]
-        new_positions = None if positions is None else positions[:, offset:]
+        if static is not None:
+            columns = static.columns(tgt_in.shape[1])
+            new_positions = columns[None] if positions is None else positions.index_select(1, columns)
+        else:
+            new_positions = None if positions is None else positions[:, offset:]
         y = self.tgt_embed(tgt_in, positions=new_positions, offset=offset)
         h, weights = self.decoder(
             y, mask=key_mask, memory=source.memory, memory_mask=source.mask, cache=source.cache,
@@ -126,8 +134,9 @@ class Transformer(nn.Module):
         logits, _ = self.decode(tgt_in, self.encode(src))
         return logits
 
-    def start_decoding(self, src: Tensor) -> EncodedSource:
-        """Encode once and attach an empty KV cache for incremental decoding."""
+    def start_decoding(self, src: Tensor, static: int | None = None) -> EncodedSource:
+        """Encode once and attach an empty KV cache for incremental decoding (static caches of
+        ``static`` columns in the decoder's self-attention when given)."""
         source = self.encode(src)
-        source.cache = self.decoder.new_cache()
+        source.cache = self.decoder.new_cache(static)
         return source

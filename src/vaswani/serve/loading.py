@@ -42,8 +42,13 @@ class ServedModel:
         return ENDPOINTS.get(self.task, ())
 
 
-def load_models(run_dirs: Sequence[str | Path], device: str = "auto") -> dict[str, ServedModel]:
-    """Every run of ``run_dirs`` loaded on ``device``; the first that fails raises its one line."""
+def load_models(
+    run_dirs: Sequence[str | Path], device: str = "auto", compile: bool = False
+) -> dict[str, ServedModel]:
+    """Every run of ``run_dirs`` loaded on ``device``; the first that fails raises its one line.
+    With ``compile`` (``serve --compile``) the wrappers that decode one-shot through
+    ``compile_decoding`` (translation: ``/v1/translations``) compile their steps; a language model's
+    ``/v1/completions`` run through its continuous-batching engine, with its own cache, eagerly."""
     if not run_dirs:
         raise RunDirError("vaswani serve needs at least one run directory")
     models: dict[str, ServedModel] = {}
@@ -51,6 +56,8 @@ def load_models(run_dirs: Sequence[str | Path], device: str = "auto") -> dict[st
         try:
             spec = registry.spec_of(run_dir)
             wrapper = spec.load(run_dir, device=device)
+            if compile and hasattr(wrapper, "compile_decoding"):
+                wrapper.compile_decoding()
         except VaswaniError as exc:
             message = str(exc)
             raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None

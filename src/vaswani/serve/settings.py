@@ -26,7 +26,8 @@ class ServeSettings:
     waiting or running per model before a 503; ``max_batch``, ``max_wait_ms``: the batching queue
     of one-shot requests (at most ``max_batch`` requests in one call of the model, collected for
     at most ``max_wait_ms`` after the first). ``device``: where the models run. ``debug``: log the
-    traceback of a failed request (never sent to the client)."""
+    traceback of a failed request (never sent to the client). ``compile``: one-shot decoding
+    (translations) through ``torch.compile`` on a static KV cache (``--compile``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -41,6 +42,7 @@ class ServeSettings:
     max_wait_ms: float = 5.0
     device: str = "auto"
     debug: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

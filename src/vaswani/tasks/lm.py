@@ -22,13 +22,14 @@ from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.config import LMData, TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, split_documents
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.generation.compiled import CompiledDecoding, lm_compiled_next_logits, say_fallback
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import cut_at_stop, held_back, lm_budget, lm_next_logits
-from vaswani.generation.sampling import generate
+from vaswani.generation.sampling import NextLogits, generate
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device
+from vaswani.runtime import CompileBackend, resolve_device
 from vaswani.tasks.evaluation import Evaluation, model_device
 from vaswani.tasks.finetune import fixed_model
 from vaswani.tasks.settings import absolute, text_recipe, text_run
@@ -179,6 +180,23 @@ class LanguageModel:
 
     def __init__(self, model: GPT, tokenizer: LMTokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.compiled: CompiledDecoding | None = None
+
+    def compile_decoding(self, backend: CompileBackend | None = None, mode: str | None = None) -> None:
+        """Generate through ``torch.compile`` on a static KV cache from now on, wherever the prompt
+        and the budget fit the context (:mod:`vaswani.generation.compiled`), or eagerly after one
+        line on stderr where compilation cannot work here."""
+        self.compiled = CompiledDecoding.where_supported(model_device(self.model), backend, mode)
+
+    def _next_logits(self, mask: Tensor, decoding: DecodingConfig, budget: int) -> NextLogits:
+        """The next-token function of a generation: compiled where :meth:`compile_decoding` asked
+        for it and the prompt (``mask``: (batch, prompt_len)) and ``budget`` fit the context."""
+        vocab, context = self.tokenizer.vocab_size, self.model.config.max_len
+        if self.compiled is not None and decoding.use_cache:
+            if mask.shape[1] + budget <= context:
+                return lm_compiled_next_logits(self.model, mask, budget, self.compiled, vocab)
+            say_fallback(f"{mask.shape[1]} prompt and {budget} new tokens exceed the context of {context}")
+        return lm_next_logits(self.model, mask, decoding.use_cache, vocab)
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> LanguageModel:
@@ -249,7 +267,7 @@ class LanguageModel:
             return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
 
         result = generate(
-            lm_next_logits(self.model, mask, decoding.use_cache, self.tokenizer.vocab_size),
+            self._next_logits(mask, decoding, max_new_tokens),
             ids,
             max_new_tokens,
             self.tokenizer.eos_id,

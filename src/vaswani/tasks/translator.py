@@ -20,13 +20,14 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError
+from vaswani.generation.compiled import CompiledDecoding
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.io import load_weights
 from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device
+from vaswani.runtime import CompileBackend, resolve_device
 from vaswani.tasks.evaluation import model_device
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.selection import chosen_weights
@@ -52,6 +53,13 @@ class Translator:
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.bleu_tokenize = bleu_tokenize
         self.weights_note = ""  # which weights file load() chose, for the commands to say
+        self.compiled: CompiledDecoding | None = None
+
+    def compile_decoding(self, backend: CompileBackend | None = None, mode: str | None = None) -> None:
+        """Decode greedily and by sampling through ``torch.compile`` from now on (a static KV
+        cache, :mod:`vaswani.generation.compiled`; beam search stays eager), or eagerly after one
+        line on stderr where it cannot work here."""
+        self.compiled = CompiledDecoding.where_supported(model_device(self.model), backend, mode)
 
     @property
     def suppressed(self) -> tuple[int, ...]:
@@ -110,7 +118,15 @@ class Translator:
         def decode(src: Tensor) -> list[str]:
             suppress = self.suppressed
             result = translate_ids(
-                self.model, src, bos, eos, decoding, generator, suppress=suppress, on_step=on_step
+                self.model,
+                src,
+                bos,
+                eos,
+                decoding,
+                generator,
+                suppress=suppress,
+                on_step=on_step,
+                compiled=self.compiled,
             )
             return [self.tgt_tok.decode(row) for row in result.tokens.tolist()]
 

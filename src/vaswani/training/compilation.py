@@ -23,9 +23,10 @@ from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
 
 from vaswani.errors import VaswaniError
+from vaswani.runtime import CompileBackend, compile_failure, compile_unsupported
 from vaswani.training.distributed import world
 
-Backend = str | Callable[..., Any]
+Backend = CompileBackend
 BACKEND: Backend = "inductor"  # what the trainer compiles with
 
 
@@ -42,27 +43,10 @@ def compile_for_training(model: nn.Module, backend: Backend | None = None, dynam
 
 
 def unsupported_reason(model: nn.Module, backend: Backend) -> str | None:
-    """Why ``backend`` cannot compile ``model`` on this machine, as far as a cheap check tells; None
-    where it may."""
-    if not torch._dynamo.is_dynamo_supported():
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return f"dynamo does not support Python {version} on {sys.platform}"
-    if backend != "inductor":
-        return None
+    """Why ``backend`` cannot compile ``model`` on this machine, as far as a cheap check tells
+    (:func:`vaswani.runtime.compile_unsupported` for the device of its parameters); None where it may."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    if device.type == "cpu":
-        try:
-            from torch._inductor.cpp_builder import get_cpp_compiler
-
-            get_cpp_compiler()
-        except Exception as exc:  # InvalidCxxCompiler, or an import error of a build without it
-            return f"inductor finds no C++ compiler for the CPU: {first_line(exc)}"
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            return "inductor needs Triton for CUDA, and it is not installed"
-    return None
+    return compile_unsupported(device, backend)
 
 
 class CompiledModel(nn.Module):
@@ -91,7 +75,7 @@ class CompiledModel(nn.Module):
             raise
         except Exception as exc:  # whatever dynamo, AOTAutograd or a backend raised
             self.compiled.clear()
-            say_fallback(first_line(exc))
+            say_fallback(compile_failure(exc))
             return self.model(*args, **kwargs)
 
     def _try_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -106,19 +90,6 @@ class CompiledModel(nn.Module):
                 total = torch.stack([t.float().sum() for t in leaves]).sum()
                 torch.autograd.grad(total, params, allow_unused=True)
         self.tried_backward = True
-
-
-def first_line(exc: BaseException) -> str:
-    """``exc`` as one short line: the type and the first line of the message of its first cause
-    (dynamo wraps a backend's error in ``BackendCompilerFailed``)."""
-    while True:
-        inner = getattr(exc, "inner_exception", None) or exc.__cause__
-        if not isinstance(inner, BaseException):
-            break
-        exc = inner
-    lines = str(exc).strip().splitlines()
-    text = lines[0][:200] if lines else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def say_fallback(reason: str) -> None:

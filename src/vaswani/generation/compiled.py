@@ -1,0 +1,207 @@
+"""Decoding steps through ``torch.compile`` on a static KV cache, as gpt-fast does.
+
+A decoding step (the step's token ids (rows, 1), the cache and what else the model reads) is
+compiled with ``dynamic=False`` and ``fullgraph=True``: every shape in it is fixed by its
+*bucket*, the rows padded up to a power of two (:func:`bucket`) and the cache a
+:class:`~vaswani.layers.cache.StaticKVCache` of a power-of-two number of columns (at least
+:data:`SMALLEST_BUFFER`, at most the model's ``max_len``) that holds the prompt and the budget,
+its position a tensor. Prompts of any length and batches of any size within a bucket therefore
+reuse one graph. The prefill (a language model's prompt, a translation's first step, which fills
+the cross-attention caches) runs eagerly, once per call; the steps after it run the graph. The
+next-token functions built here are :data:`~vaswani.generation.sampling.NextLogits`, so greedy
+search and sampling are :func:`~vaswani.generation.sampling.generate`'s own, through the same
+``choose_next`` and generator: the ids are eager's wherever the logits are.
+
+Where compilation cannot work (:func:`vaswani.runtime.compile_unsupported`, checked up front) or a
+step fails to compile, one line on stderr says why and decoding goes on eagerly, for good; a
+graph runs whole or not at all (``fullgraph``), so the failing step is redone eagerly on an
+untouched cache. The first run of each bucket's graph (compilation and one step) is counted apart
+in :attr:`CompiledDecoding.compile_seconds`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from vaswani.errors import VaswaniError
+from vaswani.generation.sampling import NextLogits
+from vaswani.models.gpt import GPT
+from vaswani.models.transformer import EncodedSource, Transformer
+from vaswani.runtime import CompileBackend, compile_failure, compile_unsupported
+
+BACKEND: CompileBackend = "inductor"
+"""What ``--compile`` compiles decoding steps with."""
+SMALLEST_BUFFER = 64
+"""The fewest columns of a static cache: short generations share the graph of 64."""
+RECOMPILE_LIMIT = 64
+"""Graphs dynamo keeps per step function (its default of 8 would be reached by a server's buckets)."""
+
+
+def bucket(n: int, smallest: int = 1) -> int:
+    """The smallest power of two >= ``n`` and >= ``smallest``."""
+    size = smallest
+    while size < n:
+        size *= 2
+    return size
+
+
+def _lm_step(model: GPT, tokens: Tensor, mask: Tensor, cache: list[Any]) -> Tensor:
+    """A decoder-only model's next-token logits (rows, vocab) after ``tokens`` (rows, 1)."""
+    return model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1]
+
+
+def _seq2seq_step(model: Transformer, tokens: Tensor, source: EncodedSource) -> Tensor:
+    """An encoder-decoder's next-token logits (rows, vocab) after ``tokens`` (rows, 1)."""
+    return model.decode(tokens, source, last_only=True)[0][:, -1]
+
+
+class CompiledDecoding:
+    """The compiled decoding steps of one model: ``torch.compile`` with ``backend`` (and ``mode``,
+    e.g. ``"reduce-overhead"`` for CUDA graphs), its graphs kept for every later call.
+
+    ``failure`` is why decoding runs eagerly (None while compilation works); ``compile_seconds``
+    the time of each bucket's first step (its compilation); ``buckets`` the shapes compiled."""
+
+    def __init__(self, backend: CompileBackend | None = None, mode: str | None = None) -> None:
+        self.backend, self.mode = BACKEND if backend is None else backend, mode
+        self.failure: str | None = None
+        self.compile_seconds = 0.0
+        self.buckets: set[tuple[Any, ...]] = set()
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        self._steps: dict[Callable[..., Tensor], Callable[..., Tensor]] = {}
+
+    @classmethod
+    def where_supported(
+        cls, device: torch.device, backend: CompileBackend | None = None, mode: str | None = None
+    ) -> CompiledDecoding | None:
+        """A :class:`CompiledDecoding`, or None after one line on stderr where a cheap check shows
+        that ``backend`` (default :data:`BACKEND`) cannot work for a model on ``device``."""
+        reason = compile_unsupported(device, BACKEND if backend is None else backend)
+        if reason is not None:
+            say_fallback(f"torch.compile does not work here ({reason})")
+            return None
+        return cls(backend, mode)
+
+    def run(self, step: Callable[..., Tensor], key: tuple[Any, ...], *args: Any) -> Tensor:
+        """``step(*args)`` through its compiled graph (``key``: the bucket), or eagerly once
+        compilation has failed (after one line on stderr)."""
+        if self.failure is not None:
+            return step(*args)
+        compiled = self._steps.get(step)
+        if compiled is None:
+            compiled = torch.compile(
+                step, backend=self.backend, mode=self.mode, dynamic=False, fullgraph=True
+            )
+            self._steps[step] = compiled
+        first = key not in self.buckets
+        started = time.perf_counter()
+        try:
+            out = compiled(*args)
+        except (VaswaniError, torch.OutOfMemoryError):
+            raise
+        except Exception as exc:  # whatever dynamo, AOTAutograd or a backend raised
+            self.failure = compile_failure(exc)
+            say_fallback(f"torch.compile does not work here ({self.failure})")
+            return step(*args)
+        if first:
+            self.buckets.add(key)
+            self.compile_seconds += time.perf_counter() - started
+        return out
+
+    def report(self) -> str | None:
+        """One line on the compilation so far (its time, the buckets compiled), None before any."""
+        if not self.buckets:
+            return None
+        graphs = len(self.buckets)
+        return (
+            f"vaswani: --compile: {graphs} decoding step{'s' * (graphs > 1)} compiled in "
+            f"{self.compile_seconds:.1f} s (first runs), apart from decoding"
+        )
+
+
+def say_fallback(reason: str) -> None:
+    """The one line that says decoding goes on without ``torch.compile``, and why."""
+    print(f"vaswani: --compile: {reason}; decoding without it", file=sys.stderr)
+
+
+def _newest(tokens: Tensor, rows: int, pad: int) -> Tensor:
+    """The newest column of ``tokens`` (batch, t) as a contiguous (rows, 1) tensor, padded with
+    ``pad`` (a view of ``tokens`` would have a stride of t, and a graph is specialised to strides)."""
+    return _pad_rows(tokens[:, -1:].clone(memory_format=torch.contiguous_format), rows, pad)
+
+
+def _pad_rows(x: Tensor, rows: int, value: int | bool) -> Tensor:
+    """``x`` (n, …) with rows of ``value`` appended up to ``rows``."""
+    if x.shape[0] == rows:
+        return x
+    return torch.cat([x, x.new_full((rows - x.shape[0], *x.shape[1:]), value)])
+
+
+def lm_compiled_next_logits(
+    model: GPT,
+    prompt_mask: Tensor,
+    budget: int,
+    compiled: CompiledDecoding,
+    vocab_size: int | None = None,
+) -> NextLogits:
+    """The next-token function of :func:`~vaswani.generation.lm.lm_next_logits` (left-padded
+    prompts, logits of ids >= ``vocab_size`` never chosen) on a static cache, its steps compiled.
+
+    ``prompt_mask`` (batch, prompt_len) is True on real tokens; the prompt and ``budget`` new
+    tokens must fit the context (``max_len``: past it, decode with ``lm_next_logits``). The
+    rows are padded to :func:`bucket` (rows of padding, masked), the cache to a bucket of
+    prompt_len + budget columns; the buffer's mask is the prompt's, then True."""
+    batch, prompt_len = prompt_mask.shape
+    rows = bucket(batch)
+    columns = min(bucket(prompt_len + budget, SMALLEST_BUFFER), model.config.max_len)
+    mask = F.pad(_pad_rows(prompt_mask, rows, False), (0, columns - prompt_len), value=True)
+    cache = model.new_cache(static=columns)
+    key = ("lm", rows, columns)
+
+    def next_logits(tokens: Tensor) -> Tensor:
+        if tokens.shape[1] == prompt_len:  # the prefill, eagerly
+            logits = _lm_step(model, _pad_rows(tokens, rows, 0), mask, cache)
+        else:
+            logits = compiled.run(_lm_step, key, model, _newest(tokens, rows, 0), mask, cache)
+        logits = logits[:batch]
+        if vocab_size is not None and vocab_size < logits.shape[-1]:
+            logits = logits.clone()
+            logits[:, vocab_size:] = -float("inf")
+        return logits
+
+    return next_logits
+
+
+def seq2seq_compiled_next_logits(
+    model: Transformer, src: Tensor, budget: int, compiled: CompiledDecoding
+) -> NextLogits:
+    """The next-token function of :func:`~vaswani.generation.seq2seq.seq2seq_next_logits` with the
+    decoder's self-attention on a static cache, its steps after the first compiled.
+
+    ``src`` (batch, src_len) is padded to :func:`bucket` rows and a bucket of columns (at least 8,
+    at most ``max_len``; the pad id: masked keys), the cache to a bucket of 1 + ``budget`` (the
+    most tokens of a row) columns, within the context. The first step (BOS) runs eagerly: it
+    fills the cross-attention caches."""
+    batch, src_len = src.shape
+    rows = bucket(batch)
+    pad = model.config.pad_id
+    src_columns = min(bucket(src_len, 8), model.config.max_len)
+    padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
+    columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
+    source = model.start_decoding(padded, static=columns)
+    key = ("seq2seq", rows, padded.shape[1], columns)
+
+    def next_logits(tokens: Tensor) -> Tensor:
+        step_input = _newest(tokens, rows, pad)
+        if tokens.shape[1] == 1:
+            return _seq2seq_step(model, step_input, source)[:batch]
+        return compiled.run(_seq2seq_step, key, model, step_input, source)[:batch]
+
+    return next_logits

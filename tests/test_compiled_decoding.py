@@ -1,0 +1,145 @@
+"""Compiled decoding (``--compile``): the decoding step through ``torch.compile`` on a static KV
+cache gives eager's ids, greedy and sampled, for a GPT and a translator; one graph serves every
+prompt length and batch size of a bucket; a backend that fails, or a machine where compilation
+cannot work, gives eager decoding after one line. The fast tests compile with the "eager" backend
+(dynamo's tracing, the graph run as it is); one test compiles with inductor, where
+``VASWANI_TEST_INDUCTOR=1`` asks for it (``benchmarks/compiled_generation.py`` checks inductor's
+tokens too). ``--compile`` on the command line: ``tests/test_bad_inputs.py``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from tests.helpers import left_padded, position_gpt
+from vaswani.config import ModelConfig
+from vaswani.generation import compiled as compiled_module
+from vaswani.generation.compiled import CompiledDecoding, bucket, lm_compiled_next_logits
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
+from vaswani.generation.seq2seq import translate_ids
+from vaswani.models.transformer import Transformer
+
+FALLBACK = "vaswani: --compile: torch.compile does not work here ("
+PROMPTS = [[5, 6, 7, 8, 9], [3, 4], [12, 2, 9]]
+GREEDY = DecodingConfig(max_new_tokens=12)
+SAMPLED = DecodingConfig(temperature=1.5, top_k=8, seed=3, max_new_tokens=12)
+VOCAB = 20  # of the GPT's 24 embedding rows: the rest are never chosen
+
+
+def _lm_ids(model, prompts, decoding, compiled=None) -> list[list[int]]:
+    ids, mask = left_padded(prompts)
+    budget = decoding.max_new_tokens
+    if compiled is None:
+        next_logits = lm_next_logits(model, mask, True, VOCAB)
+    else:
+        next_logits = lm_compiled_next_logits(model, mask, budget, compiled, VOCAB)
+    with torch.no_grad():
+        out = generate(next_logits, ids, budget, 23, 0, decoding, decoding.generator())
+    return out.tokens.tolist()
+
+
+def test_bucket_is_the_next_power_of_two():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 17)] == [1, 2, 4, 4, 8, 32]
+    assert bucket(3, 64) == 64 and bucket(65, 64) == 128
+
+
+@pytest.mark.parametrize("decoding", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    ("scheme", "kv_heads", "window"), [("rope", 1, None), ("learned", None, 2), ("alibi", None, None)]
+)
+def test_compiled_gpt_generates_the_eager_ids(scheme, kv_heads, window, decoding):
+    model = position_gpt(scheme, max_len=64, window=window, n_kv_heads=kv_heads).float()
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    assert _lm_ids(model, PROMPTS, decoding, compiled) == _lm_ids(model, PROMPTS, decoding)
+    assert compiled.failure is None and compiled.buckets == {("lm", 4, 64)}
+
+
+def test_one_graph_serves_every_prompt_length_and_batch_size_of_a_bucket():
+    model = position_gpt("rope", max_len=64).float()
+    counter = CompileCounterWithBackend("eager")
+    compiled = CompiledDecoding(counter)
+    batches = [PROMPTS, [[1, 2, 3, 4, 5, 6, 7, 8, 9]], *([[4] * n, [7] * (n + 2)] for n in (1, 3, 6))]
+    wide = [[[3, 4]] * 4, [[1, 2, 3]] * 3]  # three and four rows share the bucket of four
+    for prompts in [*batches[:1], *batches[2:], *wide]:
+        assert _lm_ids(model, prompts, GREEDY, compiled) == _lm_ids(model, prompts, GREEDY)
+    assert counter.frame_count == 2  # rows 4 (3 and 4 prompts) and rows 2, every prompt length
+    _lm_ids(model, batches[1], GREEDY, compiled)
+    assert counter.frame_count == 3  # a single prompt: the bucket of one row
+    assert compiled.buckets == {("lm", 4, 64), ("lm", 2, 64), ("lm", 1, 64)}
+    assert compiled.compile_seconds > 0
+
+
+def _translator() -> Transformer:
+    cfg = ModelConfig(
+        src_vocab_size=15, tgt_vocab_size=15, d_model=16, n_heads=4, d_ff=32, n_encoder_layers=2,
+        n_decoder_layers=2, dropout=0.0, position="sinusoidal", max_len=32, tie_embeddings="none", pad_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # a head that maps token y to about y + 1: long, varied outputs
+        model.tgt_embed.token.weight.normal_(0.0, 1.0)
+        model.output.weight.copy_(2 * model.tgt_embed.token.weight.roll(1, dims=0))
+    return model
+
+
+@pytest.mark.parametrize("decoding", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_compiled_translator_generates_the_eager_ids(decoding):
+    model = _translator()
+    counter = CompileCounterWithBackend("eager")
+    compiled = CompiledDecoding(counter)
+    sources = [
+        torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 0, 0, 0], [12, 13, 14, 3, 4, 0]]),
+        torch.tensor([[5, 6, 7], [8, 9, 0]]),  # shorter sources, fewer rows: another bucket of rows
+        torch.tensor([[3, 4, 5, 6, 7], [9, 10, 11, 0, 0], [12, 13, 14, 3, 4]]),
+    ]
+    with torch.no_grad():
+        for src in sources:
+            eager = translate_ids(model, src, 1, 2, decoding, decoding.generator())
+            fast = translate_ids(model, src, 1, 2, decoding, decoding.generator(), compiled=compiled)
+            assert fast.tokens.tolist() == eager.tokens.tolist()
+    assert counter.frame_count == 2  # 4 rows × 8 source columns, then 2 rows × 8
+    assert compiled.buckets == {("seq2seq", 4, 8, 32), ("seq2seq", 2, 8, 32)}  # the context: 32
+
+
+def _raising_backend(calls: list[int]):
+    def backend(gm, example_inputs):
+        calls.append(1)
+        raise RuntimeError("no kernels today\nsecond line")
+
+    return backend
+
+
+def test_a_failing_compilation_decodes_eagerly_after_one_line(capsys):
+    model = position_gpt("sinusoidal", max_len=64).float()
+    calls: list[int] = []
+    compiled = CompiledDecoding(_raising_backend(calls))
+    for _ in range(2):
+        assert _lm_ids(model, PROMPTS, SAMPLED, compiled) == _lm_ids(model, PROMPTS, SAMPLED)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vaswani:")]
+    assert said == [FALLBACK + "RuntimeError: no kernels today); decoding without it"]
+    assert calls == [1] and compiled.failure == "RuntimeError: no kernels today"  # never retried
+
+
+def test_an_unsupported_machine_is_found_up_front(monkeypatch, capsys):
+    monkeypatch.setattr(compiled_module, "compile_unsupported", lambda device, backend: "no compiler")
+    assert CompiledDecoding.where_supported(torch.device("cpu")) is None
+    assert capsys.readouterr().err == FALLBACK + "no compiler); decoding without it\n"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("VASWANI_TEST_INDUCTOR"),
+    reason="inductor's C++ compilation takes 30-90 s on two cores: VASWANI_TEST_INDUCTOR=1 runs it",
+)
+def test_inductor_compiled_gpt_generates_the_eager_ids():
+    model = position_gpt("rope", max_len=64, n_kv_heads=1).float()
+    compiled = CompiledDecoding.where_supported(torch.device("cpu"), "inductor")
+    if compiled is None:
+        pytest.skip("inductor cannot compile here")
+    assert _lm_ids(model, PROMPTS, GREEDY, compiled) == _lm_ids(model, PROMPTS, GREEDY)
+    assert compiled.failure is None
