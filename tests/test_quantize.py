@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.helpers import tiny_lm_run
+from tests.helpers import tiny_args, tiny_lm_run, write_reverse_task
+from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.layers import quantize
@@ -17,6 +18,7 @@ from vaswani.layers.linear import Linear
 from vaswani.layers.quantize import Int8Linear, prepare_weights, quantize_int8, quantize_weight
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
+from vaswani.serve.loading import load_models
 from vaswani.tasks.lm import LanguageModel, stream_loss
 
 
@@ -87,8 +89,8 @@ def test_every_linear_is_swapped_and_embeddings_kept(tie):
     assert isinstance(model.output, Int8Linear)
     assert torch.equal(model.embed.token.weight, table)
     int8 = model(tokens)
-    assert float((int8 - fp32).abs().max()) < 0.05 * float(fp32.abs().max())
-    assert float((int8 - fp32).abs().max()) > 0
+    error = float((int8 - fp32).detach().abs().max())
+    assert 0 < error < 0.05 * float(fp32.detach().abs().max())
 
 
 def test_encoder_decoder_is_quantized_too():
@@ -137,3 +139,46 @@ def test_unknown_values_are_refused():
         prepare_weights(_gpt(), "int4")
     with pytest.raises(ConfigError, match="--dtype"):
         prepare_weights(_gpt(), None, "fp8")
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def test_generate_with_int8_or_bf16_weights_and_a_draft(lm_run, capsys):
+    prompt = ["generate", str(lm_run), "the cat", "--max-new-tokens", "30", "--temperature", "0"]
+    plain, _ = _run(prompt, capsys)
+    drafted, err = _run([*prompt, "--draft", str(lm_run)], capsys)
+    assert drafted == plain
+    assert "accepted (100.0%), 30 tokens in" in err
+    for flags in (["--quantize", "int8"], ["--dtype", "bf16"], ["--quantize", "int8", "--dtype", "bf16"]):
+        out, _ = _run([*prompt, *flags], capsys)
+        assert out.startswith("the cat") and len(out) > len("the cat\n")
+        with_draft, _ = _run([*prompt, *flags, "--draft", str(lm_run), "--draft-tokens", "3"], capsys)
+        assert with_draft == out  # the quantized model's own greedy output
+
+
+def test_evaluate_reports_perplexity_of_the_prepared_weights(lm_run, capsys):
+    text = str(lm_run.parent / "train.txt")
+    scores = {}
+    for flags in ([], ["--quantize", "int8"], ["--dtype", "bf16"]):
+        out, _ = _run(["evaluate", str(lm_run), "--text", text, *flags], capsys)
+        scores[" ".join(flags)] = float(out.split("loss ")[1].split()[0])
+    assert len(set(scores.values())) == 3, scores  # the weights did change
+    for value in scores.values():
+        assert abs(math.exp(value - scores[""]) - 1) < 0.02  # perplexity within 2%
+
+
+def test_translate_and_serve_with_int8_weights(tmp_path, capsys):
+    src, tgt = write_reverse_task(tmp_path, n=100)
+    run = tmp_path / "tr"
+    assert main(tiny_args(src, tgt, run, "--max-steps", "4")) == 0
+    capsys.readouterr()
+    out, _ = _run(["translate", str(run), "a b c", "--quantize", "int8", "--dtype", "bf16"], capsys)
+    assert out.strip()
+    served = load_models([run], "cpu", "int8")
+    model = next(iter(served.values())).wrapper.model
+    assert isinstance(model.output, Int8Linear)
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
+from vaswani.cli.common import add_device_flag, add_weights_flags, read_stdin, refuse_empty
 from vaswani.cli.decoding import add_decoding_flags, add_sampling_flags, decoding_from_args
 from vaswani.errors import ConfigError
 
@@ -26,6 +26,7 @@ def add_translate_parser(commands: Any) -> None:
     translate.add_argument("text", nargs="*", help="sentences (default: read standard input)")
     translate.add_argument("--batch-size", type=int, default=64)
     add_device_flag(translate)
+    add_weights_flags(translate)
     decoding = add_decoding_flags(translate)
     decoding.add_argument(
         "--n-best",
@@ -38,6 +39,7 @@ def add_translate_parser(commands: Any) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from vaswani.tasks.evaluation import prepare_inference
     from vaswani.tasks.translator import Translator
 
     if args.batch_size < 1:
@@ -46,6 +48,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.n_best is not None and decoding.strategy == "sample":
         raise ConfigError("--n-best lists come from beam search: drop --temperature, --top-k and --top-p")
     translator = Translator.load(args.run_dir, args.device)
+    prepare_inference(translator.model, args.quantize, args.dtype)
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
     if args.n_best is None:

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from vaswani.errors import ConfigError
+from vaswani.generation.config import DecodingConfig
 from vaswani.models.gpt import GPT
 
 DRAFT_TOKENS = 4
@@ -99,6 +100,11 @@ class CachedView:
             choice = self.logits(tokens, last_only=True)[:, -1].argmax(dim=-1, keepdim=True)
             tokens = torch.cat([tokens, choice], dim=1)
         return tokens[:, length:]
+
+
+def is_greedy(decoding: DecodingConfig) -> bool:
+    """Whether ``decoding`` chooses the argmax at every step: greedy, or sampling at temperature 0."""
+    return decoding.strategy == "greedy" or (decoding.strategy == "sample" and decoding.temperature == 0)
 
 
 def check_speculative(target: GPT, draft: GPT) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from vaswani.errors import RunDirError, VaswaniError
 from vaswani.tasks import registry
+from vaswani.tasks.evaluation import check_inference_weights, prepare_inference
 
 # The endpoints that serve each task's runs (besides /v1/models and /health).
 ENDPOINTS: dict[str, tuple[str, ...]] = {
@@ -42,15 +43,24 @@ class ServedModel:
         return ENDPOINTS.get(self.task, ())
 
 
-def load_models(run_dirs: Sequence[str | Path], device: str = "auto") -> dict[str, ServedModel]:
-    """Every run of ``run_dirs`` loaded on ``device``; the first that fails raises its one line."""
+def load_models(
+    run_dirs: Sequence[str | Path],
+    device: str = "auto",
+    quantize: str | None = None,
+    dtype: str | None = None,
+) -> dict[str, ServedModel]:
+    """Every run of ``run_dirs`` loaded on ``device``, its weights as ``quantize`` and ``dtype`` say
+    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line."""
     if not run_dirs:
         raise RunDirError("vaswani serve needs at least one run directory")
     models: dict[str, ServedModel] = {}
     for run_dir in map(Path, run_dirs):
         try:
             spec = registry.spec_of(run_dir)
+            check_inference_weights(spec.name, run_dir, quantize, dtype)
             wrapper = spec.load(run_dir, device=device)
+            if quantize is not None or dtype is not None:
+                prepare_inference(wrapper.model, quantize, dtype)
         except VaswaniError as exc:
             message = str(exc)
             raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None

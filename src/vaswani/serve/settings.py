@@ -26,7 +26,8 @@ class ServeSettings:
     waiting or running per model before a 503; ``max_batch``, ``max_wait_ms``: the batching queue
     of one-shot requests (at most ``max_batch`` requests in one call of the model, collected for
     at most ``max_wait_ms`` after the first). ``device``: where the models run. ``debug``: log the
-    traceback of a failed request (never sent to the client)."""
+    traceback of a failed request (never sent to the client). ``quantize``, ``dtype``: the weights of
+    the lm and translation runs (``--quantize int8``, ``--dtype bf16``; None: as saved)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -41,6 +42,8 @@ class ServeSettings:
     max_wait_ms: float = 5.0
     device: str = "auto"
     debug: bool = False
+    quantize: str | None = None
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -23,12 +23,13 @@ from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents, s
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import cut_at_stop, held_back, lm_budget, lm_next_logits
-from vaswani.generation.sampling import generate
+from vaswani.generation.sampling import Generated, generate
+from vaswani.generation.speculative import Speculation, is_greedy, speculative_greedy
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
-from vaswani.tasks.evaluation import Evaluation, model_device
+from vaswani.tasks.evaluation import Evaluation, model_device, prepare_inference
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
 from vaswani.training.trainer import fit_run
@@ -179,6 +180,7 @@ class LanguageModel:
 
     def __init__(self, model: GPT, tokenizer: LMTokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.speculation: Speculation | None = None  # the counts of the last speculative generation
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> LanguageModel:
@@ -217,13 +219,18 @@ class LanguageModel:
         prompts: Sequence[str],
         decoding: DecodingConfig = GREEDY,
         stream: Callable[[str], None] | None = None,
+        draft: GPT | None = None,
+        draft_tokens: int | None = None,
     ) -> list[str]:
         """The continuation of each prompt (without the prompt), greedy or sampled as ``decoding``
         says, cut before the first of its ``stop`` strings; generation ends at
         ``<|endoftext|>``, after ``decoding.max_new_tokens`` tokens (default 100), or when every
         row has met a stop string. ``stream`` receives the first row's text as it grows. No
         prompts give no continuations (``[]``); a prompt that leaves no room in the context is a
-        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
+        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`). With a ``draft`` model (of
+        the same tokenizer) one greedy prompt is decoded speculatively, ``draft_tokens`` proposals
+        a round (None: adaptive); the output is the greedy one, and :attr:`speculation` keeps the
+        counts of proposed and accepted tokens."""
         max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
@@ -248,16 +255,26 @@ class LanguageModel:
                     shown = safe
             return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
 
-        result = generate(
-            lm_next_logits(self.model, mask, decoding.use_cache, self.tokenizer.vocab_size),
-            ids,
-            max_new_tokens,
-            self.tokenizer.eos_id,
-            self.tokenizer.pad_id,
-            decoding,
-            generator,
-            on_step=on_step if stream is not None or stop else None,
-        )
+        watch = on_step if stream is not None or stop else None
+        if draft is not None:
+            if not is_greedy(decoding):
+                raise ConfigError("--draft decodes greedily: give --temperature 0 and no --top-k/--top-p")
+            eos, vocab = self.tokenizer.eos_id, self.tokenizer.vocab_size
+            self.speculation = speculative_greedy(
+                self.model, draft, ids, max_new_tokens, eos, vocab, draft_tokens, watch
+            )
+            result = Generated(self.speculation.tokens)
+        else:
+            result = generate(
+                lm_next_logits(self.model, mask, decoding.use_cache, self.tokenizer.vocab_size),
+                ids,
+                max_new_tokens,
+                self.tokenizer.eos_id,
+                self.tokenizer.pad_id,
+                decoding,
+                generator,
+                on_step=watch,
+            )
         if not rows[0] and result.tokens.shape[1]:  # no step was watched
             rows = [
                 row[: row.index(self.tokenizer.eos_id) + 1] if self.tokenizer.eos_id in row else row
@@ -321,6 +338,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if not request.text:
         raise ConfigError("a language model is evaluated with --text FILE")
     lm = LanguageModel.load(run_dir, request.device)
+    prepare_inference(lm.model, request.quantize, request.dtype)
     ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in request.text]))
     loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
     return [f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)"]
