@@ -53,7 +53,7 @@ def translation_bleus(run_dir: Path) -> dict[str, float]:
     found = {}
     for name, (quantize, dtype) in WEIGHTS.items():
         model = prepare_inference(copy.deepcopy(translator.model), quantize, dtype)
-        prepared = Translator(model, translator.src_tok, translator.tgt_tok)
+        prepared = Translator(model, translator.src_tok, translator.tgt_tok, translator.bleu_tokenize)
         found[name] = evaluate_split(prepared, pairs)["bleu"]
     print(f"translation {run_dir}: {len(pairs)} test sentences")
     return found
