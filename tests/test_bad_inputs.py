@@ -31,6 +31,7 @@ run whose ``config.json`` vocabulary was edited to 1e9; the rest of those bounds
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import json
@@ -70,6 +71,7 @@ from vaswani.errors import ConfigError, DataError, InputError, RunDirError
 from vaswani.generation import compiled as compiled_decoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
+from vaswani.layers.quantize import quantize_int8
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tasks.classify import TextClassifier
@@ -209,10 +211,26 @@ def bad_files(tmp: Path, data: Path) -> None:
     config = json.loads((data / "lm_run" / "config.json").read_text(encoding="utf-8"))
     config["model"]["vocab_size"] = 10**9
     (huge / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    draft_runs(tmp, data / "lm_run")
     os.link(data / "train.tgt", tmp / "hard.tgt")
     (tmp / "link.src").symlink_to(data / "train.src")
     (tmp / "dangling").symlink_to(tmp / "nothing")
     (tmp / "loop").symlink_to(tmp / "loop")
+
+
+def draft_runs(tmp: Path, lm: Path) -> None:
+    """Copies of the lm run for ``--draft``: ``other_vocab_run``, whose tokenizer has two ids
+    swapped, and ``windowed_run``, with windowed attention (``attn_window``)."""
+    other = shutil.copytree(lm, tmp / "other_vocab_run", ignore=shutil.ignore_patterns("checkpoints"))
+    tokenizer = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[-2:]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    windowed = shutil.copytree(lm, tmp / "windowed_run", ignore=shutil.ignore_patterns("checkpoints"))
+    config = json.loads((windowed / "config.json").read_text(encoding="utf-8"))
+    config["model"]["attn_window"] = 4
+    (windowed / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
 def vector_files(tmp: Path) -> None:
@@ -505,6 +523,28 @@ CLI = [
     Cli("lm", "an empty stop string", generate("a", "--stop", ""), ["--stop", "empty"]),
     Cli("lm", "a NaN learning rate", lm_train("--lr", "nan"), ["--lr", "train.lr"]),
     Cli("lm", "generate with no run", ["generate", "{tmp}/none", "a"], ["none", "no such run"]),
+    Cli("lm", "--draft with sampling", generate("a", "--draft", "{lm}"),
+        ["--draft", "greedily", "--temperature 0"]),
+    Cli("lm", "--draft with two prompts", generate("a", "b", "--draft", "{lm}", "--temperature", "0"),
+        ["--draft", "one prompt", "got 2"]),
+    Cli("lm", "--draft of another tokenizer",
+        generate("a", "--draft", "{tmp}/other_vocab_run", "--temperature", "0"),
+        ["--draft", "other_vocab_run", "tokenizer", "same vocabulary"]),
+    Cli("lm", "--draft of a windowed run",
+        generate("a", "--draft", "{tmp}/windowed_run", "--temperature", "0"),
+        ["--draft", "attn_window", "full attention"]),
+    Cli("lm", "--draft of a translation run", generate("a", "--draft", "{tr}", "--temperature", "0"),
+        ["translation_run", "'translation'"]),
+    Cli("lm", "--draft-tokens without --draft", generate("a", "--draft-tokens", "3"),
+        ["--draft-tokens", "--draft"]),
+    Cli("lm", "--draft-tokens 0",
+        generate("a", "--draft", "{lm}", "--temperature", "0", "--draft-tokens", "0"),
+        ["--draft-tokens", ">= 1"]),
+    Cli("lm", "--quantize on a classify run",
+        ["evaluate", "{cls}", "--labeled", "{tmp}/short.tsv", "--quantize", "int8"],
+        ["classify_run", "--quantize", "not to a classify run"]),
+    Cli("lm", "--dtype on an mlm run", ["evaluate", "{mlm}", "--text", "{tmp}/p.txt", "--dtype", "bf16"],
+        ["mlm_run", "--dtype", "not to a mlm run"]),
     Cli("lm", "generate with a translation run", ["generate", "{tr}", "a"],
         ["translation_run", "'translation'"]),
     Cli("lm", "generate with a run of a newer format", ["generate", "{newer}", "a"], NEWER),
@@ -938,6 +978,12 @@ API = [
     Api("lm", "no new tokens", lambda x: x.lm.generate(["a"], DecodingConfig(max_new_tokens=0)), ConfigError,
         ["max_new_tokens", ">= 1"]),
     Api("lm", "loss of an empty text", lambda x: x.lm.loss(""), DataError, ["fewer than two tokens"]),
+    Api("lm", "train an int8 model", lambda x: quantize_int8(copy.deepcopy(x.lm.model)).train()(ids([1, 2])),
+        ConfigError, ["int8 weights serve inference only"]),
+    Api("lm", "speculative sampling", lambda x: x.lm.generate(["a"], DecodingConfig(temperature=0.7),
+        draft=x.lm.model), ConfigError, ["--draft decodes greedily"]),
+    Api("lm", "speculative batch", lambda x: x.lm.generate(["a", "b"], draft=x.lm.model), ConfigError,
+        ["one prompt at a time", "2 rows"]),
     Api("lm", "load a run of a newer format", lambda x: LanguageModel.load(x.paths.newer), RunDirError,
         ["format_version 2", "upgrade"]),
     Api("mlm", "token id above the vocabulary", lambda x: x.mlm.model(ids([2, 500, 3])), InputError,

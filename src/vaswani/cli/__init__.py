@@ -30,7 +30,7 @@ from vaswani.cli import (
     train,
     translation,
 )
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_weights_flags
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
@@ -41,7 +41,7 @@ from vaswani.training.distributed import stop, world
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Score a run with its task's evaluate hook (see :mod:`vaswani.tasks.registry`)."""
     from vaswani.plots import confusion_figure
-    from vaswani.tasks.evaluation import Evaluation
+    from vaswani.tasks.evaluation import Evaluation, check_inference_weights
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -56,10 +56,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     spec = registry.spec_of(args.run_dir)
     if spec.evaluate is None:
         raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
+    check_inference_weights(spec.name, args.run_dir, args.quantize, args.dtype)
     request = Evaluation(
         src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
         images=args.data, file_format=args.format, batch_size=args.batch_size,
         decoding=decoding.decoding_from_args(args), device=args.device, confusion_figure=confusion_figure,
+        quantize=args.quantize, dtype=args.dtype,
     )  # fmt: skip
     for line in spec.evaluate(args.run_dir, request):
         print(line)
@@ -107,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--batch-size", type=int, default=64)
     add_force_flag(evaluate)
     add_device_flag(evaluate)
+    add_weights_flags(evaluate)
     decoding.add_decoding_flags(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser

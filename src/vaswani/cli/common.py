@@ -39,3 +39,19 @@ def refuse_empty(texts: list[str], what: str) -> list[str]:
         if not text.strip():
             raise DataError(f"{what} {number} is empty")
     return texts
+
+
+def add_weights_flags(p: argparse.ArgumentParser) -> None:
+    """``--quantize int8`` and ``--dtype fp32|bf16``: the weights a loaded model runs inference with
+    (:func:`vaswani.layers.quantize.prepare_weights`; the run directory is not changed)."""
+    p.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="int8: weight-only int8 (per output channel, symmetric) in every linear layer, "
+        "embeddings kept; inference only",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        help="the floating-point type the weights are cast to for inference (default: as saved, fp32)",
+    )

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_weights_flags
 from vaswani.cli.decoding import add_compile_flag, compile_report, decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
+from vaswani.generation.config import DecodingConfig
 from vaswani.resources import decode_rows
 
 CONTEXT_POLICY = (
@@ -39,6 +40,18 @@ def add_generate_parser(commands: Any) -> None:
     p.add_argument("--num-samples", type=int, default=1, help="completions per prompt")
     add_device_flag(p)
     add_compile_flag(p)
+    add_weights_flags(p)
+    p.add_argument(
+        "--draft",
+        type=Path,
+        metavar="DRAFT_RUN",
+        help="speculative decoding: a smaller lm run of the same tokenizer proposes tokens that the "
+        "model checks in one pass; the output is the model's greedy one (needs --temperature 0 and "
+        "one prompt); the acceptance rate goes to stderr",
+    )
+    p.add_argument(
+        "--draft-tokens", type=int, metavar="K", help="tokens the draft proposes a round (default: adaptive)"
+    )
     p.set_defaults(handler=cmd_generate, texts_field="prompt")
 
 
@@ -46,7 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     """Generate: one streamed completion, or the batch of every prompt's ``--num-samples``, decoded
     in chunks of :func:`vaswani.resources.decode_rows` rows (chunk k seeded with ``--seed`` + k, so
     that a batch of one chunk is what it always was) and printed chunk by chunk."""
-    from vaswani.tasks.evaluation import model_device
+    from vaswani.tasks.evaluation import model_device, prepare_inference
     from vaswani.tasks.lm import LanguageModel
 
     if args.prompt_file is not None and args.prompt:
@@ -59,9 +72,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
     else:
         prompts = list(args.prompt) or [""]
     lm = LanguageModel.load(args.run_dir, args.device)
+    prepare_inference(lm.model, args.quantize, args.dtype)
     if args.compile:
         lm.compile_decoding()
     batch = [p for p in prompts for _ in range(args.num_samples)]
+    draft = load_draft(args, lm, decoding, len(batch))
     lm.encode_prompts(batch)  # a prompt too long for the context is refused before anything is printed
     if len(batch) == 1:
         sys.stdout.write(batch[0])
@@ -71,9 +86,17 @@ def cmd_generate(args: argparse.Namespace) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
 
-        lm.generate(batch, decoding, stream=show)
+        lm.generate(batch, decoding, stream=show, draft=draft, draft_tokens=args.draft_tokens)
         sys.stdout.write("\n")
         compile_report(lm)
+        if lm.speculation is not None:
+            spec = lm.speculation
+            print(
+                f"speculative decoding: {spec.accepted} of {spec.proposed} draft tokens accepted "
+                f"({spec.acceptance:.1%}), {spec.tokens.shape[1]} tokens in {spec.rounds} passes "
+                "of the model",
+                file=sys.stderr,
+            )
         return
     size = decode_rows(lm.model.config, model_device(lm.model))
     for k, start in enumerate(range(0, len(batch), size)):
@@ -85,3 +108,31 @@ def cmd_generate(args: argparse.Namespace) -> None:
                 print("-" * 40)
             print(prompt + text)
     compile_report(lm)
+
+
+def load_draft(args: argparse.Namespace, lm: Any, decoding: DecodingConfig, rows: int) -> Any:
+    """The draft model of ``--draft`` (None without it), loaded on the model's device with the same
+    ``--quantize`` and ``--dtype``; refused in one line with sampling, with several prompts or
+    samples, or when its tokenizer is not the model's."""
+    from vaswani.generation.speculative import check_speculative, is_greedy
+    from vaswani.tasks.evaluation import model_device, prepare_inference
+    from vaswani.tasks.lm import LanguageModel
+
+    if args.draft is None:
+        if args.draft_tokens is not None:
+            raise ConfigError("--draft-tokens goes with --draft")
+        return None
+    if args.draft_tokens is not None and args.draft_tokens < 1:
+        raise ConfigError(f"--draft-tokens must be >= 1, got {args.draft_tokens}")
+    if not is_greedy(decoding):
+        raise ConfigError("--draft decodes greedily: give --temperature 0 and no --top-k/--top-p")
+    if rows != 1:
+        raise ConfigError(f"--draft decodes one prompt at a time (one prompt, --num-samples 1), got {rows}")
+    draft = LanguageModel.load(args.draft, model_device(lm.model))
+    if draft.tokenizer.tokenizer.to_str() != lm.tokenizer.tokenizer.to_str():
+        raise ConfigError(
+            f"--draft {args.draft}: its tokenizer is not the one of {args.run_dir} "
+            "(speculative decoding needs the same vocabulary)"
+        )
+    check_speculative(lm.model, draft.model)
+    return prepare_inference(draft.model, args.quantize, args.dtype)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
+from vaswani.cli.common import add_device_flag, add_weights_flags, read_stdin, refuse_empty
 from vaswani.cli.decoding import (
     add_compile_flag,
     add_decoding_flags,
@@ -41,6 +41,7 @@ def add_translate_parser(commands: Any) -> None:
     translate.add_argument("text", nargs="*", help="sentences (default: read standard input)")
     translate.add_argument("--batch-size", type=int, default=64)
     add_device_flag(translate)
+    add_weights_flags(translate)
     decoding = add_decoding_flags(translate)
     decoding.add_argument(
         "--n-best",
@@ -63,6 +64,7 @@ def add_translate_parser(commands: Any) -> None:
 def cmd_translate(args: argparse.Namespace) -> None:
     from vaswani.generation.config import DecodingConfig
     from vaswani.rundir import RunDir
+    from vaswani.tasks.evaluation import prepare_inference
     from vaswani.tasks.translator import Translator
 
     if args.batch_size < 1:
@@ -84,6 +86,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
             f"--iterations and --length-beam decode a nat run; {args.run_dir} is autoregressive"
         )
     translator = Translator.load(args.run_dir, args.device)
+    prepare_inference(translator.model, args.quantize, args.dtype)
     if args.compile:
         translator.compile_decoding()
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]

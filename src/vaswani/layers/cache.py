@@ -68,6 +68,13 @@ class KVCache:
             self._key = _select(self._key, index, 0, self.length)
             self._value = _select(self._value, index, 0, self.length)
 
+    def truncate(self, length: int) -> None:
+        """Forget every key after the first ``length`` (speculative decoding's rejected tokens):
+        the next append writes over them."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} keys to {length}")
+        self.length = length
+
 
 class RollingKVCache:
     """The KV cache of causal self-attention with a window of ``window`` keys back.

@@ -15,6 +15,7 @@ from typing import Any
 
 from vaswani.errors import RunDirError, VaswaniError
 from vaswani.tasks import registry
+from vaswani.tasks.evaluation import check_inference_weights, prepare_inference
 
 # The endpoints that serve each task's runs (besides /v1/models and /health).
 ENDPOINTS: dict[str, tuple[str, ...]] = {
@@ -43,9 +44,14 @@ class ServedModel:
 
 
 def load_models(
-    run_dirs: Sequence[str | Path], device: str = "auto", compile: bool = False
+    run_dirs: Sequence[str | Path],
+    device: str = "auto",
+    quantize: str | None = None,
+    dtype: str | None = None,
+    compile: bool = False,
 ) -> dict[str, ServedModel]:
-    """Every run of ``run_dirs`` loaded on ``device``; the first that fails raises its one line.
+    """Every run of ``run_dirs`` loaded on ``device``, its weights as ``quantize`` and ``dtype`` say
+    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line.
     With ``compile`` (``serve --compile``) the wrappers that decode one-shot through
     ``compile_decoding`` (translation: ``/v1/translations``) compile their steps; a language model's
     ``/v1/completions`` run through its continuous-batching engine, with its own cache, eagerly."""
@@ -55,7 +61,10 @@ def load_models(
     for run_dir in map(Path, run_dirs):
         try:
             spec = registry.spec_of(run_dir)
+            check_inference_weights(spec.name, run_dir, quantize, dtype)
             wrapper = spec.load(run_dir, device=device)
+            if quantize is not None or dtype is not None:
+                prepare_inference(wrapper.model, quantize, dtype)
             if compile and hasattr(wrapper, "compile_decoding"):
                 wrapper.compile_decoding()
         except VaswaniError as exc:

@@ -26,8 +26,9 @@ class ServeSettings:
     waiting or running per model before a 503; ``max_batch``, ``max_wait_ms``: the batching queue
     of one-shot requests (at most ``max_batch`` requests in one call of the model, collected for
     at most ``max_wait_ms`` after the first). ``device``: where the models run. ``debug``: log the
-    traceback of a failed request (never sent to the client). ``compile``: one-shot decoding
-    (translations) through ``torch.compile`` on a static KV cache (``--compile``)."""
+    traceback of a failed request (never sent to the client). ``quantize``, ``dtype``: the weights of
+    the lm and translation runs (``--quantize int8``, ``--dtype bf16``; None: as saved). ``compile``:
+    one-shot decoding (translations) through ``torch.compile`` on a static KV cache (``--compile``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -42,6 +43,8 @@ class ServeSettings:
     max_wait_ms: float = 5.0
     device: str = "auto"
     debug: bool = False
+    quantize: str | None = None
+    dtype: str | None = None
     compile: bool = False
 
     def __post_init__(self) -> None:

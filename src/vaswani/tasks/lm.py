@@ -25,12 +25,13 @@ from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.generation.compiled import CompiledDecoding, lm_compiled_next_logits, say_fallback
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import cut_at_stop, held_back, lm_budget, lm_next_logits
-from vaswani.generation.sampling import NextLogits, generate
+from vaswani.generation.sampling import Generated, NextLogits, generate
+from vaswani.generation.speculative import Speculation, is_greedy, speculative_greedy
 from vaswani.models.gpt import GPT
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.runtime import CompileBackend, resolve_device
-from vaswani.tasks.evaluation import Evaluation, model_device
+from vaswani.tasks.evaluation import Evaluation, model_device, prepare_inference
 from vaswani.tasks.finetune import fixed_model
 from vaswani.tasks.settings import absolute, text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
@@ -181,6 +182,7 @@ class LanguageModel:
     def __init__(self, model: GPT, tokenizer: LMTokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.compiled: CompiledDecoding | None = None
+        self.speculation: Speculation | None = None  # the counts of the last speculative generation
 
     def compile_decoding(self, backend: CompileBackend | None = None, mode: str | None = None) -> None:
         """Generate through ``torch.compile`` on a static KV cache from now on, wherever the prompt
@@ -235,13 +237,18 @@ class LanguageModel:
         prompts: Sequence[str],
         decoding: DecodingConfig = GREEDY,
         stream: Callable[[str], None] | None = None,
+        draft: GPT | None = None,
+        draft_tokens: int | None = None,
     ) -> list[str]:
         """The continuation of each prompt (without the prompt), greedy or sampled as ``decoding``
         says, cut before the first of its ``stop`` strings; generation ends at
         ``<|endoftext|>``, after ``decoding.max_new_tokens`` tokens (default 100), or when every
         row has met a stop string. ``stream`` receives the first row's text as it grows. No
         prompts give no continuations (``[]``); a prompt that leaves no room in the context is a
-        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`)."""
+        :class:`~vaswani.errors.DataError` (see :meth:`encode_prompts`). With a ``draft`` model (of
+        the same tokenizer) one greedy prompt is decoded speculatively, ``draft_tokens`` proposals
+        a round (None: adaptive); the output is the greedy one, and :attr:`speculation` keeps the
+        counts of proposed and accepted tokens."""
         max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
@@ -266,16 +273,26 @@ class LanguageModel:
                     shown = safe
             return all(cut_at_stop(text, stop)[1] for text in texts) if stop else False
 
-        result = generate(
-            self._next_logits(mask, decoding, max_new_tokens),
-            ids,
-            max_new_tokens,
-            self.tokenizer.eos_id,
-            self.tokenizer.pad_id,
-            decoding,
-            generator,
-            on_step=on_step if stream is not None or stop else None,
-        )
+        watch = on_step if stream is not None or stop else None
+        if draft is not None:
+            if not is_greedy(decoding):
+                raise ConfigError("--draft decodes greedily: give --temperature 0 and no --top-k/--top-p")
+            eos, vocab = self.tokenizer.eos_id, self.tokenizer.vocab_size
+            self.speculation = speculative_greedy(
+                self.model, draft, ids, max_new_tokens, eos, vocab, draft_tokens, watch
+            )
+            result = Generated(self.speculation.tokens)
+        else:
+            result = generate(
+                self._next_logits(mask, decoding, max_new_tokens),
+                ids,
+                max_new_tokens,
+                self.tokenizer.eos_id,
+                self.tokenizer.pad_id,
+                decoding,
+                generator,
+                on_step=watch,
+            )
         if not rows[0] and result.tokens.shape[1]:  # no step was watched
             rows = [
                 row[: row.index(self.tokenizer.eos_id) + 1] if self.tokenizer.eos_id in row else row
@@ -365,6 +382,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if not request.text:
         raise ConfigError("a language model is evaluated with --text FILE")
     lm = LanguageModel.load(run_dir, request.device)
+    prepare_inference(lm.model, request.quantize, request.dtype)
     ids = encode_documents(lm.tokenizer, read_documents([str(t) for t in request.text]))
     loss = stream_loss(lm.model, ids, vocab_size=lm.tokenizer.vocab_size)
     return [f"loss {loss:.4f}  perplexity {math.exp(min(loss, 50.0)):.2f}  ({len(ids)} tokens)"]

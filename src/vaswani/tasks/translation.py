@@ -30,7 +30,7 @@ from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import Evaluation, on_model_device
+from vaswani.tasks.evaluation import Evaluation, on_model_device, prepare_inference
 from vaswani.tasks.finetune import refuse_model_flags
 from vaswani.tasks.mrt import MinimumRiskTask, initialised
 from vaswani.tasks.settings import absolute, validated
@@ -313,6 +313,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if (request.src is None) != (request.ref is None):
         raise ConfigError("--src and --ref go together")
     translator = Translator.load(run_dir, request.device)
+    prepare_inference(translator.model, request.quantize, request.dtype)
     if request.src is not None and request.ref is not None:
         pairs, name = read_parallel(request.src, request.ref), request.src.name
     else:
