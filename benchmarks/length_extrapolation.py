@@ -43,7 +43,8 @@ from vaswani.errors import VaswaniError
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.lm import LanguageModel, encode_documents, load_documents, stream_loss, train_lm
+from vaswani.tasks.lm import LanguageModel, train_lm
+from vaswani.tasks.lm_text import encode_documents, load_documents, stream_loss
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"

@@ -22,7 +22,8 @@ from timing import cpu_description
 from vaswani.data.config import ParallelData, TextData
 from vaswani.rundir import RunDir
 from vaswani.tasks.evaluation import prepare_inference
-from vaswani.tasks.lm import LanguageModel, encode_documents, load_documents, split_documents, stream_loss
+from vaswani.tasks.lm import LanguageModel, split_documents
+from vaswani.tasks.lm_text import encode_documents, load_documents, stream_loss
 from vaswani.tasks.translation import evaluate_split, load_data
 from vaswani.tasks.translator import Translator
 

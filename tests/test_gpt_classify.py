@@ -26,7 +26,7 @@ from vaswani.config import ModelConfig
 from vaswani.models.gpt_classifier import GPTClassifier
 from vaswani.tasks.classify import TextClassifier
 from vaswani.tasks.gpt_classify import cut_pair, encode_gpt_texts, gpt_batch, gpt_classifier_loss
-from vaswani.tasks.lm import next_token_loss
+from vaswani.tasks.lm_text import next_token_loss
 from vaswani.tokenizer import LMTokenizer
 
 VOCAB = 40

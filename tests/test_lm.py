@@ -24,7 +24,8 @@ from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.models.gpt import GPT
-from vaswani.tasks.lm import LanguageModel, LMTask, next_token_loss, stream_loss, windows
+from vaswani.tasks.lm import LanguageModel, LMTask
+from vaswani.tasks.lm_text import next_token_loss, stream_loss, windows
 from vaswani.tokenizer import LMTokenizer
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from vaswani.layers.quantize import Int8Linear, prepare_weights, quantize_int8, 
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
 from vaswani.serve.loading import load_models
-from vaswani.tasks.lm import LanguageModel, stream_loss
+from vaswani.tasks.lm import LanguageModel
+from vaswani.tasks.lm_text import stream_loss
 
 
 def test_weights_are_per_row_symmetric_int8_within_half_a_step():

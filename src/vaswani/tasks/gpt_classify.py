@@ -33,8 +33,9 @@ from vaswani.models.gpt_classifier import GPTClassifier
 from vaswani.rundir import RunDir
 from vaswani.tasks.bert import Row, TextBatch, TextReader, bert_reader
 from vaswani.tasks.lm import TASK as LM_TASK
-from vaswani.tasks.lm import check_vocab, read_lm_run, run_tokenizer
+from vaswani.tasks.lm import check_vocab, read_lm_run
 from vaswani.tasks.lm import model_of as lm_model_of
+from vaswani.tasks.lm_text import run_tokenizer
 from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 
 TOKENIZER = "tokenizer.json"
@@ -116,7 +117,7 @@ def with_gpt(model: GPTClassifier, pretrained: GPT | None) -> GPTClassifier:
 def gpt_classifier_loss(model: nn.Module, batch: TextBatch, lm_weight: float, vocab_size: int) -> Tensor:
     """Σ_i [CE(y_i | x_i) + λ · (1 / (n_i − 1)) Σ_t CE(x_i,t+1 | x_i,≤t)] over the batch's rows
     (``lm_weight`` λ; n_i real tokens in row i; the softmax over the tokenizer's ``vocab_size``
-    real tokens, as :func:`vaswani.tasks.lm.next_token_loss`'s). With λ = 0 the language-modelling
+    real tokens, as :func:`vaswani.tasks.lm_text.next_token_loss`'s). With λ = 0 the language-modelling
     logits are not computed: the loss, and its gradient, are the labels' cross-entropy alone."""
     assert batch.labels is not None
     logits, lm = model(batch.tokens, batch.mask, lm=lm_weight > 0)

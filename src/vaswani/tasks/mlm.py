@@ -45,7 +45,7 @@ from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
 from vaswani.tasks.evaluation import Evaluation, model_device, on_model_device
-from vaswani.tasks.lm import load_documents
+from vaswani.tasks.lm_text import load_documents
 from vaswani.tasks.nsp import NSPTask, check_documents, check_nsp_model, evaluate_pairs
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WP_MASK, WordPieceTokenizer

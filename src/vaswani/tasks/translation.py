@@ -303,9 +303,8 @@ def describe_scores(scores: dict[str, Any]) -> str:
 
 
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
-    """BLEU and chrF of a translation run on ``request.src``/``ref``, or on the run's own test split
-    (its valid split when it has none); the hypotheses are written to ``request.out`` (default
-    ``RUN_DIR/hypotheses.NAME``). Returns the report's lines."""
+    """BLEU and chrF of a translation run on ``request.src``/``ref``, or on its test split (else valid);
+    the hypotheses go to ``request.out`` (default ``RUN_DIR/hypotheses.NAME``). The report's lines."""
     if request.text:
         raise ConfigError(
             "a translation run is evaluated on --src and --ref, or its own test split, not --text"
