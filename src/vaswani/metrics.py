@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sacrebleu
 import torch
@@ -118,3 +119,20 @@ def is_cjk(text: str) -> bool:
     letters = [c for c in text if c.isalpha()]
     cjk = sum(1 for c in letters if "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf")
     return bool(letters) and cjk / len(letters) > 0.5
+
+
+def translation_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize: str) -> dict[str, Any]:
+    """BLEU (cased and lowercased, sacreBLEU's ``tokenize``) and chrF of ``hypotheses`` against
+    ``references``, with their signatures and the hypotheses: what ``evaluate`` reports for a
+    translator."""
+    b, c = bleu(hypotheses, references, tokenize), chrf(hypotheses, references)
+    lower = bleu(hypotheses, references, tokenize, lowercase=True)
+    return {
+        "bleu": b.value,
+        "bleu_lowercase": lower.value,
+        "chrf": c.value,
+        "bleu_signature": b.signature,
+        "bleu_lowercase_signature": lower.signature,
+        "chrf_signature": c.signature,
+        "hypotheses": list(hypotheses),
+    }

@@ -266,3 +266,17 @@ def _select(buffer: Tensor, index: Tensor, start: int, end: int) -> Tensor:
     kept = buffer.new_empty(index.shape[0], *buffer.shape[1:])
     torch.index_select(buffer[:, :, start:end], 0, index, out=kept[:, :, start:end])
     return kept
+
+
+def new_positions(
+    cache: AttentionCache | None, positions: Tensor | None, new: int
+) -> tuple[Tensor | None, int]:
+    """The position ids of ``new`` tokens fed after what ``cache`` (a layer's self-attention cache,
+    or None) holds, and the offset an embedding adds without them: with ``positions`` (batch, all
+    columns so far, from an attention mask), their columns (the next ones of a static cache, else
+    the last ``new``); without, a static cache's next columns, else None and the cached length."""
+    if isinstance(cache, StaticKVCache):
+        columns = cache.columns(new)
+        return (columns[None] if positions is None else positions.index_select(1, columns)), 0
+    offset = cache.length if cache is not None else 0
+    return (None if positions is None else positions[:, offset:]), offset

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack, LayerCache
-from vaswani.layers.cache import StaticKVCache
+from vaswani.layers.cache import new_positions
 from vaswani.layers.cross_entropy import linear_cross_entropy
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
@@ -110,17 +110,11 @@ class GPT(nn.Module):
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """The final hidden states (batch, seq, d_model), after the stack's final norm, before the
         LM head (what a classifier on the GPT reads), and the attention weights when asked for."""
-        static = cache[0].self_attn if cache and isinstance(cache[0].self_attn, StaticKVCache) else None
-        offset = cache[0].self_attn.length if cache and static is None else 0
         positions = None
         key_mask = None
         if attention_mask is not None:
             positions = positions_from_mask(attention_mask)
             key_mask = attention_mask[:, None, None, :]
-        if static is not None:
-            columns = static.columns(tokens.shape[1])
-            new = columns[None] if positions is None else positions.index_select(1, columns)
-        else:
-            new = None if positions is None else positions[:, offset:]
+        new, offset = new_positions(cache[0].self_attn if cache else None, positions, tokens.shape[1])
         x = self.embed(tokens, positions=new, offset=offset)
         return self.blocks(x, mask=key_mask, cache=cache, need_weights=need_weights, positions=positions)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import Decoder, Encoder, LayerCache
-from vaswani.layers.cache import StaticKVCache
+from vaswani.layers.cache import new_positions
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.masks import padding_mask
@@ -111,19 +111,13 @@ class Transformer(nn.Module):
         left-padded decoder rows (continuous batching): it masks the padding keys of
         self-attention and gives each row's position ids, as a language model's attention mask
         does; without it every row's positions are 0, 1, … after the cache."""
-        first = source.cache[0].self_attn if source.cache else None
-        static = first if isinstance(first, StaticKVCache) else None
-        offset = first.length if first is not None and static is None else 0
         positions = key_mask = None
         if target_mask is not None:
             positions = positions_from_mask(target_mask)
             key_mask = target_mask[:, None, None, :]
-        if static is not None:
-            columns = static.columns(tgt_in.shape[1])
-            new_positions = columns[None] if positions is None else positions.index_select(1, columns)
-        else:
-            new_positions = None if positions is None else positions[:, offset:]
-        y = self.tgt_embed(tgt_in, positions=new_positions, offset=offset)
+        first = source.cache[0].self_attn if source.cache else None
+        new, offset = new_positions(first, positions, tgt_in.shape[1])
+        y = self.tgt_embed(tgt_in, positions=new, offset=offset)
         h, weights = self.decoder(
             y, mask=key_mask, memory=source.memory, memory_mask=source.mask, cache=source.cache,
             need_weights=need_weights, positions=positions,

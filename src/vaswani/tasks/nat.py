@@ -25,7 +25,7 @@ from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig
-from vaswani.metrics import bleu, chrf, perplexity
+from vaswani.metrics import bleu, chrf, perplexity, translation_scores
 from vaswani.models.cmlm import CMLM
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -220,17 +220,7 @@ def score_split(
     signatures and the hypotheses, as :func:`vaswani.tasks.translation.evaluate_split` gives them."""
     hyps = translator.translate([s for s, _ in pairs], decoding, batch_size, progress=not quiet)
     refs = [t for _, t in pairs]
-    b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
-    lower = bleu(hyps, refs, translator.bleu_tokenize, lowercase=True)
-    return {
-        "bleu": b.value,
-        "bleu_lowercase": lower.value,
-        "chrf": c.value,
-        "bleu_signature": b.signature,
-        "bleu_lowercase_signature": lower.signature,
-        "chrf_signature": c.signature,
-        "hypotheses": hyps,
-    }
+    return translation_scores(hyps, refs, translator.bleu_tokenize)
 
 
 def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:

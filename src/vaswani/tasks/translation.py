@@ -25,7 +25,7 @@ from vaswani.data.words import train_source_words
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
 from vaswani.layers.embedding import Embeddings
-from vaswani.metrics import bleu, chrf, is_cjk, perplexity
+from vaswani.metrics import bleu, chrf, is_cjk, perplexity, translation_scores
 from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.recipes import Sections
@@ -267,17 +267,7 @@ def evaluate_split(
     sources = [s for s, _ in pairs]
     hyps = translator.translate(sources, decoding, batch_size, progress=not quiet)
     refs = [t for _, t in pairs]
-    b, c = bleu(hyps, refs, translator.bleu_tokenize), chrf(hyps, refs)
-    lower = bleu(hyps, refs, translator.bleu_tokenize, lowercase=True)
-    return {
-        "bleu": b.value,
-        "bleu_lowercase": lower.value,
-        "chrf": c.value,
-        "bleu_signature": b.signature,
-        "bleu_lowercase_signature": lower.signature,
-        "chrf_signature": c.signature,
-        "hypotheses": hyps,
-    }
+    return translation_scores(hyps, refs, translator.bleu_tokenize)
 
 
 def write_test_metrics(
