@@ -1168,7 +1168,8 @@ def compile_fails(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     with mock.patch.object(compiled_decoding, "BACKEND", failing):
         out, err = cli_ok(x, [*argv, "--compile"], capsys)
     assert out == plain
-    assert err.splitlines() == [COMPILE_FALLBACK + "RuntimeError: no kernels today); decoding without it"]
+    lines = [line for line in err.splitlines() if not line.startswith("vaswani: weights: ")]  # which file
+    assert lines == [COMPILE_FALLBACK + "RuntimeError: no kernels today); decoding without it"]
 
 
 def mixed_image_modes(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:

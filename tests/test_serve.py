@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest
 from tests.serving import events, metric, serving
 from vaswani.cli import main
 from vaswani.data import grammar
-from vaswani.generation import compiled as compiled_decoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.serve.app import create_app
 from vaswani.serve.settings import ServeSettings
@@ -390,17 +388,3 @@ def test_attention_of_a_prompt_labels_its_byte_level_tokens(client, app):
     assert self_attention["name"] == "self-attention" and len(self_attention["queries"]) == n
     weights = self_attention["weights"][0][0]
     assert all(w == 0 for row, i in zip(weights, range(n), strict=True) for w in row[i + 1 :])  # causal
-
-
-def test_serve_compile_translates_one_shot_through_the_compiled_step(runs, client, monkeypatch):
-    """``serve --compile``: ``/v1/translations`` decode through the compiled step (dynamo's "eager"
-    backend here), with the translations of the server without it."""
-    monkeypatch.setattr(compiled_decoding, "BACKEND", "eager")
-    sentences = ["Tom chases Jerry", "The birds are not running in the park now"]
-    plain = client.post("/v1/translations", json={"model": "zh", "input": sentences}).json()
-    app = create_app([runs[0]], dataclasses.replace(CAPS, compile=True))
-    wrapper = app.state.models["zh"].wrapper
-    with serving(app) as compiled_client:
-        found = compiled_client.post("/v1/translations", json={"model": "zh", "input": sentences}).json()
-    assert [row["text"] for row in found["data"]] == [row["text"] for row in plain["data"]]
-    assert wrapper.compiled is not None and wrapper.compiled.buckets and wrapper.compiled.failure is None

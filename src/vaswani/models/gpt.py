@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
@@ -86,6 +87,9 @@ class GPT(nn.Module):
         """
         if targets is not None:
             h = self.hidden(tokens, attention_mask, cache)[0]
+            if not isinstance(self.output, Linear):  # a quantized head (inference): its logits made whole
+                logits = self.output(h)[..., :n_classes].float()
+                return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
             return linear_cross_entropy(h, self.output.weight, self.output.bias, targets, n_classes)
         return self.run(tokens, attention_mask, cache, last_only, need_weights)[0]
 

@@ -48,13 +48,9 @@ def load_models(
     device: str = "auto",
     quantize: str | None = None,
     dtype: str | None = None,
-    compile: bool = False,
 ) -> dict[str, ServedModel]:
     """Every run of ``run_dirs`` loaded on ``device``, its weights as ``quantize`` and ``dtype`` say
-    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line.
-    With ``compile`` (``serve --compile``) the wrappers that decode one-shot through
-    ``compile_decoding`` (translation: ``/v1/translations``) compile their steps; a language model's
-    ``/v1/completions`` run through its continuous-batching engine, with its own cache, eagerly."""
+    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line."""
     if not run_dirs:
         raise RunDirError("vaswani serve needs at least one run directory")
     models: dict[str, ServedModel] = {}
@@ -65,8 +61,6 @@ def load_models(
             wrapper = spec.load(run_dir, device=device)
             if quantize is not None or dtype is not None:
                 prepare_inference(wrapper.model, quantize, dtype)
-            if compile and hasattr(wrapper, "compile_decoding"):
-                wrapper.compile_decoding()
         except VaswaniError as exc:
             message = str(exc)
             raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None
