@@ -61,7 +61,7 @@ class BatchEngine(Generic[State]):
 
     A model's engine says how a joining row is prefilled alone (:meth:`_prefill`: its ``State``,
     what it joins the batch with, and its first token), how the running batch steps
-    (:meth:`_decode_batch`), how the batch is regrouped on joining and leaving (:meth:`_regroup`)
+    (:meth:`_decode_batch`), how the batch is rebuilt on joining and leaving (:meth:`_rebuild`)
     and which rows restart their view (:meth:`_restart`). ``rows`` are the running requests in the
     order of the rows of ``cache`` (one :class:`LayerCache` per layer), whose self-attention
     caches hold ``width`` columns: each row's tokens are its newest ``row.cached``.
@@ -154,7 +154,20 @@ class BatchEngine(Generic[State]):
         raise NotImplementedError
 
     def _regroup(self, keep: list[Request], joining: list[tuple[Request, State]]) -> None:
-        """The batch of the rows ``keep`` (running, in their order) and ``joining``."""
+        """The batch of the rows ``keep`` (running, in their order) and ``joining``: cleared when
+        none is left, unchanged when nothing joins or leaves, else :meth:`_rebuild`."""
+        rows = keep + [r for r, _ in joining]
+        if not rows:
+            self._clear()
+            return
+        if keep == self.rows and not joining:
+            return
+        self._rebuild(keep, joining, rows)
+
+    def _rebuild(
+        self, keep: list[Request], joining: list[tuple[Request, State]], rows: list[Request]
+    ) -> None:
+        """The batch state of ``rows`` (= ``keep`` then the ``joining`` requests)."""
         raise NotImplementedError
 
     def _clear(self) -> None:
@@ -304,15 +317,11 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
             row.cached += 1
         return tokens
 
-    def _regroup(self, keep: list[Request], joining: list[tuple[Request, list[LayerCache]]]) -> None:
+    def _rebuild(
+        self, keep: list[Request], joining: list[tuple[Request, list[LayerCache]]], rows: list[Request]
+    ) -> None:
         """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
         own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
-        rows = keep + [r for r, _ in joining]
-        if not rows:
-            self._clear()
-            return
-        if keep == self.rows and not joining:
-            return
         width = max(r.cached for r in rows)
         index = self._kept(keep)
         cache = self.model.new_cache()

@@ -112,17 +112,13 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
             row.cached += 1
         return tokens
 
-    def _regroup(self, keep: list[Request], joining: list[tuple[Request, EncodedSource]]) -> None:
+    def _rebuild(
+        self, keep: list[Request], joining: list[tuple[Request, EncodedSource]], rows: list[Request]
+    ) -> None:
         """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
         encoded source and caches): one cache per layer, the self-attention rows right-aligned on
         the most tokens any holds, the sources (cross-attention caches, encoder output, mask)
         right-aligned on the longest."""
-        rows = keep + [r for r, _ in joining]
-        if not rows:
-            self._clear()
-            return
-        if keep == self.rows and not joining:
-            return
         width = max(r.cached for r in rows)
         columns = max(len(r.prompt) for r in rows)
         index = self._kept(keep)
