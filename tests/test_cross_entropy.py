@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.layers.cross_entropy import linear_cross_entropy
+from vaswani.models.bert import MaskedLM
 from vaswani.models.gpt import GPT
 
 
@@ -93,6 +95,34 @@ def test_gpt_forward_with_targets_is_the_summed_loss_of_its_logits() -> None:
     fused_grads = torch.autograd.grad(fused, list(model.parameters()))
     logits = model(tokens[:, :-1])[..., :50]
     plain = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
+    plain_grads = torch.autograd.grad(plain, list(model.parameters()))
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    for a, e in zip(fused_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("nsp", [False, True])
+def test_masked_lm_forward_with_targets_is_the_summed_loss_of_its_logits(nsp: bool) -> None:
+    cfg = ModelConfig(arch="encoder_only", vocab_size=64, d_model=16, n_heads=2, d_ff=32, n_layers=2,
+                      max_len=16, dropout=0.0, pooler=nsp, tie_embeddings="all")  # fmt: skip
+    torch.manual_seed(0)
+    model = MaskedLM(cfg, nsp=nsp)
+    tokens = torch.randint(4, 50, (3, 9))
+    segments = (torch.arange(9) >= 5).long().expand(3, -1)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    chosen = torch.rand(3, 9, generator=torch.Generator().manual_seed(1)) < 0.3
+    targets = tokens[chosen]
+    kwargs = {"predict": chosen, "next_sentence": nsp}
+
+    def summed(out: Tensor | tuple[Tensor, Tensor]) -> Tensor:
+        return out[0] + out[1].sum() if isinstance(out, tuple) else out  # the NSP logits' gradient too
+
+    fused = summed(model(tokens, segments, mask, **kwargs, targets=targets, n_classes=50))
+    fused_grads = torch.autograd.grad(fused, list(model.parameters()))
+    out = model(tokens, segments, mask, **kwargs)
+    logits = out[0] if isinstance(out, tuple) else out
+    plain = F.cross_entropy(logits[:, :50].float(), targets, reduction="sum")
+    plain = plain + out[1].sum() if isinstance(out, tuple) else plain
     plain_grads = torch.autograd.grad(plain, list(model.parameters()))
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
     for a, e in zip(fused_grads, plain_grads, strict=True):

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.layers.blocks import BlockStack
+from vaswani.layers.cross_entropy import linear_cross_entropy
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.linear import Linear
 from vaswani.layers.norms import RMSNorm, make_norm
@@ -214,13 +215,27 @@ class MaskedLM(nn.Module):
         attention_mask: Tensor | None = None,
         predict: Tensor | None = None,
         next_sentence: bool = False,
+        targets: Tensor | None = None,
+        n_classes: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (batch, seq, vocab) of every position, or (n, vocab) of the n positions where
         the boolean ``predict`` (batch, seq) is True (the masked ones: all the loss needs). With
         ``next_sentence`` (a model with the NSP head), the pair (those logits, the next-sentence
-        logits (batch, 2))."""
+        logits (batch, 2)).
+
+        With ``targets`` (n,), the ids at the ``predict`` positions, the summed cross-entropy of
+        predicting them takes the logits' place (a 0-dim float32; the softmax over the first
+        ``n_classes`` tokens, default all), through
+        :func:`~vaswani.layers.cross_entropy.linear_cross_entropy`: the decoder and the loss in one
+        chunked pass, so that the (n, vocab) logits are never held whole."""
         hidden = self.bert(tokens, segments, attention_mask)
-        logits = self.head(hidden if predict is None else hidden[predict])
+        chosen = hidden if predict is None else hidden[predict]
+        if targets is None:
+            logits = self.head(chosen)
+        else:
+            decoder = self.head.output
+            h = self.head.norm(self.head.dense(chosen, self.head.activation))
+            logits = linear_cross_entropy(h, decoder.weight, decoder.bias, targets, n_classes)
         if not next_sentence:
             return logits
         if self.nsp is None:

@@ -255,11 +255,13 @@ class NSPTask:
     def loss(self, model: nn.Module, batch: PairBatch) -> tuple[Tensor, int]:
         """L_MLM + L_NSP · n / r (see the module docstring) and n, the chosen tokens."""
         inputs, chosen = self.masker(batch.tokens, None)
-        mlm, nsp = pretraining_logits(model, batch, inputs, chosen, self.pad_id, self.vocab_size)
-        n = chosen.sum()
-        masked = F.cross_entropy(mlm, batch.tokens[chosen], reduction="sum")
-        pairs = F.cross_entropy(nsp, batch.labels, reduction="sum")
-        return masked + pairs * n / len(batch.labels), int(n)
+        targets = batch.tokens[chosen]
+        masked, nsp = model(
+            inputs, batch.segments, inputs != self.pad_id, predict=chosen, next_sentence=True,
+            targets=targets, n_classes=self.vocab_size,
+        )  # fmt: skip
+        pairs = F.cross_entropy(nsp.float(), batch.labels, reduction="sum")
+        return masked + pairs * len(targets) / len(batch.labels), len(targets)
 
     def batch_tokens(self, batch: PairBatch) -> int:
         return int((batch.tokens != self.pad_id).sum())
