@@ -111,14 +111,16 @@ def test_masks_are_fresh_each_draw_and_repeat_with_the_seed():
 
 
 class _FixedLogits(nn.Module):
-    """MaskedLM's interface over given full logits (batch, seq, vocab): the rows at ``predict``."""
+    """MaskedLM's interface over given full logits (batch, seq, vocab): the rows at ``predict``, or
+    with ``targets`` their summed cross-entropy."""
 
     def __init__(self, logits: torch.Tensor) -> None:
         super().__init__()
         self.logits = logits
 
-    def forward(self, tokens, segments=None, attention_mask=None, predict=None):
-        return self.logits if predict is None else self.logits[predict]
+    def forward(self, tokens, segments=None, attention_mask=None, predict=None, targets=None, n_classes=None):
+        rows = self.logits if predict is None else self.logits[predict]
+        return rows if targets is None else F.cross_entropy(rows[..., :n_classes], targets, reduction="sum")
 
 
 def test_loss_is_taken_at_the_chosen_positions_only():

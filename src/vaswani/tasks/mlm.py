@@ -125,9 +125,8 @@ def masked_lm_loss(
     pad_id: int,
     vocab_size: int | None = None,
 ) -> tuple[Tensor, int]:
-    """L = -Σ_{i: c_i} log P(x_i | x̃), summed over the chosen positions, and their count. The
-    decoder and the loss run as one chunked pass (``MaskedLM.forward``'s ``targets``, through the
-    model's forward so that DDP, FSDP and compilation see it): the logits are never held whole."""
+    """L = -Σ_{i: c_i} log P(x_i | x̃) over the chosen positions, and their count: decoder and loss in
+    one chunked pass (``MaskedLM.forward``'s ``targets``, inside the forward DDP and FSDP see)."""
     targets = tokens[chosen]
     mask = inputs != pad_id
     loss = model(inputs, attention_mask=mask, predict=chosen, targets=targets, n_classes=vocab_size)
