@@ -142,8 +142,12 @@ class MaskedLMHead(nn.Module):
         else:
             self.output.weight = word_embedding.weight
 
+    def transform(self, hidden: Tensor) -> Tensor:
+        """Norm(act(h W_t + b_t)), what the decoder W reads: (..., d_model) → (..., d_model)."""
+        return self.norm(self.dense(hidden, self.activation))
+
     def forward(self, hidden: Tensor) -> Tensor:
-        return self.output(self.norm(self.dense(hidden, self.activation)))
+        return self.output(self.transform(hidden))
 
 
 class NextSentenceHead(nn.Module):
@@ -234,8 +238,9 @@ class MaskedLM(nn.Module):
             logits = self.head(chosen)
         else:
             decoder = self.head.output
-            h = self.head.norm(self.head.dense(chosen, self.head.activation))
-            logits = linear_cross_entropy(h, decoder.weight, decoder.bias, targets, n_classes)
+            logits = linear_cross_entropy(
+                self.head.transform(chosen), decoder.weight, decoder.bias, targets, n_classes
+            )
         if not next_sentence:
             return logits
         if self.nsp is None:
