@@ -104,3 +104,12 @@ def test_mrt_fine_tunes_a_run_from_its_model_and_tokenizers(base, tmp_path, sear
     assert config["data"]["objective"] == "mrt" and config["data"]["init"] == str(run)
     assert (out / "src_tokenizer.json").read_bytes() == (run / "src_tokenizer.json").read_bytes()
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["steps"] == 2
+
+
+def test_mrt_without_a_corpus_goes_on_with_the_init_runs(base, tmp_path):
+    src, tgt, run = base
+    out = tmp_path / "mrt"
+    args = ["train", "translation", "--init", str(run), "--objective", "mrt", "--mrt-candidates", "2"]
+    assert main([*args, "--max-steps", "1", "--eval-every", "1000", "--quiet", "--out", str(out)]) == 0
+    data = json.loads((out / "config.json").read_text(encoding="utf-8"))["data"]
+    assert (data["source"], data["src"], data["tgt"]) == ("files", str(src), str(tgt))

@@ -58,9 +58,17 @@ class TokenTask(Protocol):
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
 
 
+CORPUS = (
+    "source", "seed", "n_train", "n_valid", "n_test", "src", "tgt", "valid_src", "valid_tgt", "test_src",
+    "test_tgt", "pairs", "columns",
+)  # fmt: skip
+"""The data fields that name a corpus and its splits."""
+
+
 def initialised(run: RunConfig) -> tuple[RunConfig, TextTokenizer, TextTokenizer, nn.Module]:
     """A run that starts from ``run.data.init``: that run's model config, BLEU tokenizer, tokenizers
-    and model with its chosen weights (the best by its ``select_by``, else the last)."""
+    and model with its chosen weights (the best by its ``select_by``, else the last), and its corpus
+    where ``run`` names none (the recipe's embedded default)."""
     folder = RunDir(str(run.data.init))  # type: ignore[attr-defined]
     base = folder.read_config(TASK, ParallelData)
     src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
@@ -68,6 +76,8 @@ def initialised(run: RunConfig) -> tuple[RunConfig, TextTokenizer, TextTokenizer
     model = translation_model(base.model)
     load_weights(model, chosen_weights(folder, base.train.select_by)[0])
     data = run.data.replace(bleu_tokenize=base.data.bleu_tokenize)  # type: ignore[union-attr]
+    if data.source == "default":  # no corpus of its own: go on with the --init run's
+        data = data.replace(**{name: getattr(base.data, name) for name in CORPUS})
     return RunConfig(run.task, base.model, run.train, data), src_tok, tgt_tok, model
 
 

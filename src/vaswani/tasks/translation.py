@@ -196,14 +196,14 @@ def train_translation(
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
     :func:`vaswani.tasks.registry.resume`); return metrics, translator and data."""
-    data = load_data(run.data)
     rows, start = None, None
+    if not resume and run.data.init is not None:  # type: ignore[union-attr]
+        run, src_tok, tgt_tok, start = initialised(run)
+    data = load_data(run.data)
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
-    elif run.data.init is not None:  # type: ignore[union-attr]
-        run, src_tok, tgt_tok, start = initialised(run)
-    else:
+    elif start is None:
         src_tok, tgt_tok = build_tokenizers(
             data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer
         )
