@@ -58,14 +58,11 @@ import os
 import platform
 import random
 import shlex
-import subprocess
-import sys
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from jobs import ROOT, Job, run_all, shown
+
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 RESULTS = ROOT / "benchmarks" / "results" / "gpt_transfer.md"
 SHAPE = shlex.split("--d-model 128 --heads 4 --d-ff 512 --layers 2 --max-len 64")
@@ -73,21 +70,6 @@ LM_SETTINGS = shlex.split("--batch-tokens 2048 --warmup 10 --max-steps 1000000")
 CLASSIFIER = shlex.split("--pool mean --lr 5e-4 --warmup 50 --epochs 1000")  # for both; minutes end it
 RANDOM_INIT = shlex.split("--max-steps 1 --lr 1e-12 --min-lr 0")  # the weights stay as drawn
 SEED = 0  # of the shuffle the labeled subsets are cut from
-
-
-@dataclass
-class Job:
-    """One ``vaswani`` run: its name (its run directory and log under OUT), arguments, and the jobs
-    it needs finished first."""
-
-    name: str
-    args: list[str]
-    after: list[str] = field(default_factory=list)
-
-
-def shown(path: Path) -> str:
-    """``path`` relative to the repository, whose root the commands run from."""
-    return os.path.relpath(path.resolve(), ROOT)
 
 
 def read_rows(train: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -127,35 +109,6 @@ def plan(out: Path, dev: Path, n: float, m: float, labels: list[str], vocab: int
     jobs += [classify("random", k, "random-lm", n + m, "random-lm") for k in labels]
     jobs += [classify("pretrained", k, "lm", m, "lm") for k in labels]
     return jobs
-
-
-def run_job(job: Job, out: Path) -> None:
-    """``vaswani ARGS`` with this interpreter's package, its output in ``out/NAME.log``."""
-    with open(out / f"{job.name}.log", "w", encoding="utf-8") as log:
-        done = subprocess.run(
-            [sys.executable, "-m", "vaswani.cli", *job.args], stdout=log, stderr=subprocess.STDOUT
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"{job.name} failed (exit {done.returncode}): see {shown(out / job.name)}.log")
-
-
-def run_all(jobs: list[Job], out: Path, workers: int) -> None:
-    """Each job once what it needs has finished, ``workers`` at a time, in the order given."""
-    finished: set[str] = set()
-    waiting = list(jobs)
-    running: dict[Future[None], Job] = {}
-    with ThreadPoolExecutor(workers) as pool:
-        while waiting or running:
-            for job in [j for j in waiting if set(j.after) <= finished][: workers - len(running)]:
-                waiting.remove(job)
-                print(f"{datetime.datetime.now():%H:%M:%S} start {job.name}", flush=True)
-                running[pool.submit(run_job, job, out)] = job
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                job = running.pop(future)
-                future.result()
-                finished.add(job.name)
-                print(f"{datetime.datetime.now():%H:%M:%S} done {job.name}", flush=True)
 
 
 def read_json(path: Path) -> dict:
@@ -217,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         help="train nothing: write the table from the runs of an earlier --out",
     )
     args = parser.parse_args(argv)
+    args.data = args.data.resolve()
     train, dev = args.data / "train.tsv", args.data / "dev.tsv"
     if not (train.is_file() and dev.is_file()):
         print(f"skipped: no SST-2 train.tsv and dev.tsv in {args.data} (see --data)")
@@ -230,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {args.out} exists and is not empty")
     n, m = args.lm_minutes, args.classify_minutes
     with tempfile.TemporaryDirectory() as scratch:
-        out = args.out or Path(scratch)
+        out = (args.out or Path(scratch)).resolve()
         out.mkdir(parents=True, exist_ok=True)
         jobs = plan(out, dev, n, m, labels, args.vocab_size)
         if not args.report:

@@ -1,0 +1,60 @@
+"""Command-line runs as benchmark jobs: each ``vaswani ARGS`` in a child process with its output in a
+log, started once the runs it needs have finished, a few at a time (one thread each is the caller's
+choice, through ``--threads 1`` in the arguments)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Job:
+    """One ``vaswani`` run: its name (its run directory and log under OUT), arguments, and the jobs
+    it needs finished first."""
+
+    name: str
+    args: list[str]
+    after: list[str] = field(default_factory=list)
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository, whose root the commands run from."""
+    return os.path.relpath(path.resolve(), ROOT)
+
+
+def run_job(job: Job, out: Path) -> None:
+    """``vaswani ARGS`` with this interpreter's package, from the repository root, its output in
+    ``out/NAME.log``."""
+    with open(out / f"{job.name}.log", "w", encoding="utf-8") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "vaswani.cli", *job.args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"{job.name} failed (exit {done.returncode}): see {shown(out / job.name)}.log")
+
+
+def run_all(jobs: list[Job], out: Path, workers: int) -> None:
+    """Each job once what it needs has finished, ``workers`` at a time, in the order given."""
+    finished: set[str] = set()
+    waiting = list(jobs)
+    running: dict[Future[None], Job] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        while waiting or running:
+            for job in [j for j in waiting if set(j.after) <= finished][: workers - len(running)]:
+                waiting.remove(job)
+                print(f"{datetime.datetime.now():%H:%M:%S} start {job.name}", flush=True)
+                running[pool.submit(run_job, job, out)] = job
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = running.pop(future)
+                future.result()
+                finished.add(job.name)
+                print(f"{datetime.datetime.now():%H:%M:%S} done {job.name}", flush=True)
