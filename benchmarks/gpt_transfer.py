@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         places = {str(out): shown(args.out) if args.out else "OUT", str(args.data): shown(args.data)}
         commands = []
         for job in jobs:
-            line = shlex.join(["vaswani", *job.args])
+            line = shlex.join(job.command())
             for place, name in places.items():
                 line = line.replace(place, name)
             commands.append(line)

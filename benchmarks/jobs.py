@@ -18,11 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class Job:
     """One ``vaswani`` run: its name (its run directory and log under OUT), arguments, and the jobs
-    it needs finished first."""
+    it needs finished first; ``program`` is what the interpreter runs the arguments with (a script
+    of its own where the job is not a ``vaswani`` command)."""
 
     name: str
     args: list[str]
     after: list[str] = field(default_factory=list)
+    program: list[str] = field(default_factory=lambda: ["-m", "vaswani.cli"])
+
+    def command(self) -> list[str]:
+        """The job as a command line to show: ``vaswani ARGS`` or ``python SCRIPT ARGS``."""
+        if self.program == ["-m", "vaswani.cli"]:
+            return ["vaswani", *self.args]
+        return ["python", *(shown(Path(p)) if Path(p).is_file() else p for p in self.program), *self.args]
 
 
 def shown(path: Path) -> str:
@@ -31,11 +39,11 @@ def shown(path: Path) -> str:
 
 
 def run_job(job: Job, out: Path) -> None:
-    """``vaswani ARGS`` with this interpreter's package, from the repository root, its output in
-    ``out/NAME.log``."""
+    """The job with this interpreter (``vaswani ARGS``: with this interpreter's package), from the
+    repository root, its output in ``out/NAME.log``."""
     with open(out / f"{job.name}.log", "w", encoding="utf-8") as log:
         done = subprocess.run(
-            [sys.executable, "-m", "vaswani.cli", *job.args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, *job.program, *job.args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
         )
     if done.returncode != 0:
         raise SystemExit(f"{job.name} failed (exit {done.returncode}): see {shown(out / job.name)}.log")
