@@ -1,0 +1,364 @@
+"""The translation results table: the autoregressive Transformer (greedy, beam 5), the same run
+fine-tuned with minimum risk training (against as many minutes more of the token-level loss), CMLM
+decoded by Mask-Predict with and without distillation, a deep-encoder shallow-decoder Transformer
+(6 + 1 layers, Kasai et al. 2021) and the LSTM encoder-decoder with attention, on Multi30k de→en
+and on the embedded en→zh corpus.
+
+Runs the documented commands through the command-line tool, ``--jobs`` (2) at a time with one
+thread each (``--threads 1``), every log in ``OUT/NAME.log`` (``benchmarks/jobs.py``):
+
+- Multi30k (``configs/multi30k.yaml``, ``../shared/data/multi30k``): every model for the same
+  ``--minutes`` of training steps (25) on one core; the fine-tunings of the autoregressive run for
+  ``--fine-tune-minutes`` (8) each, at a constant learning rate of 1e-4;
+- the embedded en→zh corpus: every model at the default job's budget (the translation recipe's 1,000
+  steps), the fine-tunings for ``--fine-tune-minutes`` / 4.
+
+Once a corpus's runs are done, a job of its own (``--score CORPUS``, one thread) scores them one at a
+time on their test split (test2016 for Multi30k): every decoding over the whole split at batch 64
+(sacreBLEU cased and lowercased, chrF, sentences/s), then the first ``--timed`` (100) test sentences
+one call each (batch 1); and BLEU by source length for the Transformer and the RNN (the long-distance
+claim). Each corpus's part is kept as ``OUT/CORPUS.md``; the table, with the commands, goes to
+``--results``.
+
+    python benchmarks/translation_results.py --out runs/translation_results      # about two hours
+    python benchmarks/translation_results.py --out runs/translation_results --report   # score again
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from jobs import ROOT, Job, run_all, shown
+from length_buckets import buckets, name_of, scored
+from timing import cpu_description
+
+from vaswani.data.config import ParallelData
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.mask_predict import MaskPredictConfig
+from vaswani.metrics import bleu, chrf
+from vaswani.rundir import RunDir
+from vaswani.tasks import translation
+from vaswani.tasks.nat_translator import NatData, NatTranslator
+from vaswani.tasks.translator import TASK, Translator
+
+RESULTS = ROOT / "benchmarks" / "results" / "translation.md"
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+FINE_TUNE = shlex.split("--lr 1e-4 --schedule constant --warmup 0 --max-steps 1000000 --batch-tokens 1000")
+DESD = shlex.split("--encoder-layers 6 --decoder-layers 1")
+ITERATIONS, LENGTH_BEAMS = (1, 4, 10), (1, 3, 5)
+
+
+def corpus_plan(prefix: str, base: list[str], budget: list[str], tune: list[str], out: Path) -> list[Job]:
+    """The seven runs of one corpus: ``base`` names the corpus and model settings, ``budget`` the
+    training budget of every model, ``tune`` the fine-tunings' settings."""
+    one = ["--threads", "1", "--quiet"]
+
+    def job(name: str, task: str, *args: str, after: Sequence[str] = ()) -> Job:
+        run = ["train", task, *args, *one, "--out", str(out / f"{prefix}-{name}")]
+        return Job(f"{prefix}-{name}", run, [f"{prefix}-{a}" for a in after])
+
+    ar = str(out / f"{prefix}-ar")
+    init = ["--init", ar, *tune]
+    return [
+        job("ar", "translation", *base, *budget),
+        job("desd", "translation", *base, *budget, *DESD),
+        job("cmlm-distill", "nat", *base, *budget, "--distill-from", ar, after=["ar"]),
+        job("mrt", "translation", *init, "--objective", "mrt", after=["ar"]),
+        job("tok", "translation", *init, "--objective", "token", after=["ar"]),
+        job("cmlm", "nat", *base, *budget),
+        job("rnn", "translation", *base, *budget, "--arch", "rnn"),
+    ]
+
+
+CORPORA = {"m30k": "Multi30k de→en, test2016", "zh": "The embedded en→zh corpus"}
+EDGES = {"m30k": [10, 15, 20], "zh": [4, 6, 8, 10]}  # the source-length buckets' last lengths
+
+
+def plan(out: Path, minutes: float, tune_minutes: float, timed: int) -> list[Job]:
+    """The Multi30k runs first (the longest), then the embedded corpus's; each corpus scored on one
+    thread once its runs are done (``--score``)."""
+    m30k = ["--config", "configs/multi30k.yaml"]
+    m30k_tune = [
+        *FINE_TUNE,
+        "--max-minutes",
+        f"{tune_minutes:g}",
+        "--precision",
+        "bf16",
+        "--eval-every",
+        "100",
+    ]
+    zh_tune = [*FINE_TUNE, "--max-minutes", f"{tune_minutes / 4:g}", "--eval-every", "100"]
+    jobs = []
+    for prefix, runs in (
+        ("m30k", corpus_plan("m30k", m30k, ["--max-minutes", f"{minutes:g}"], m30k_tune, out)),
+        ("zh", corpus_plan("zh", [], [], zh_tune, out)),
+    ):
+        score = ["--score", prefix, "--out", str(out), "--minutes", f"{minutes:g}", "--timed", str(timed)]
+        jobs += [
+            *runs,
+            Job(f"{prefix}-score", score, [r.name for r in runs], [str(Path(__file__).resolve())]),
+        ]
+    return jobs
+
+
+Translate = Callable[[Sequence[str], int], list[str]]
+
+
+def timed(translate: Translate, sources: Sequence[str], batch: int) -> tuple[list[str], float]:
+    """The translations of ``sources`` in calls of ``batch`` sentences, and sentences per second
+    (after one warm-up call of the first batch)."""
+    translate(sources[:batch], batch)
+    start, hyps = time.perf_counter(), []
+    for i in range(0, len(sources), batch):
+        hyps += translate(sources[i : i + batch], batch)
+    return hyps, len(sources) / (time.perf_counter() - start)
+
+
+def scores(hyps: list[str], refs: list[str], tokenize: str) -> tuple[str, list[str]]:
+    """BLEU cased | lowercased | chrF cells, and their sacreBLEU signatures."""
+    cased, lower = bleu(hyps, refs, tokenize), bleu(hyps, refs, tokenize, lowercase=True)
+    char = chrf(hyps, refs)
+    return f"{cased.value:.2f} | {lower.value:.2f} | {char.value:.2f}", [
+        cased.signature,
+        lower.signature,
+        char.signature,
+    ]
+
+
+def training(run: Path) -> str:
+    """A run's training cells: tokens/s, steps and minutes of steps."""
+    m = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    return f"{m['tokens_per_second']:,.0f} | {m['steps']:,} | {m['train_seconds'] / 60:.1f}"
+
+
+def is_nat(run: Path) -> bool:
+    return RunDir(run).read_config().task == "nat"
+
+
+def test_pairs(run: Path) -> list[tuple[str, str]]:
+    """The run's test split (its valid split where it has none)."""
+    task, section = ("nat", NatData) if is_nat(run) else (TASK, ParallelData)
+    data = translation.load_data(RunDir(run).read_config(task, section).data)  # type: ignore[arg-type]
+    return data.test or data.valid
+
+
+def decodings(run: Path) -> list[tuple[str, Translate, str]]:
+    """(name, translate, BLEU tokenizer) of each decoding a run's rows show."""
+    if is_nat(run):
+        nat = NatTranslator.load(run, "cpu")
+
+        def mask_predict(config: MaskPredictConfig) -> Translate:
+            return lambda sources, batch: nat.translate(sources, config, batch)
+
+        return [
+            (f"Mask-Predict T = {t}, l = {n}", mask_predict(MaskPredictConfig(t, n)), nat.bleu_tokenize)
+            for t in ITERATIONS
+            for n in LENGTH_BEAMS
+        ]
+    ar = Translator.load(run, "cpu")
+
+    def autoregressive(config: DecodingConfig) -> Translate:
+        return lambda sources, batch: ar.translate(sources, config, batch)
+
+    return [
+        ("greedy", autoregressive(GREEDY), ar.bleu_tokenize),
+        ("beam 5", autoregressive(DecodingConfig(beam=5)), ar.bleu_tokenize),
+    ]
+
+
+MODELS = {
+    "ar": "Transformer",
+    "mrt": "Transformer + MRT",
+    "tok": "Transformer + token loss",
+    "cmlm": "CMLM",
+    "cmlm-distill": "CMLM, distilled",
+    "desd": "Transformer 6 + 1",
+    "rnn": "LSTM + attention",
+}
+SAME_MODEL = ("mrt", "tok")  # the Transformer's shape: its speed is the ar rows'
+
+
+def corpus_rows(
+    out: Path, prefix: str, timed_sentences: int
+) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The table rows of one corpus, and the figures the targets are read from (BLEU and batch-1
+    sentences/s by run and decoding)."""
+    rows, figures = [], {}
+    for name, model in MODELS.items():
+        run = out / f"{prefix}-{name}"
+        pairs = test_pairs(run)
+        sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+        first = True
+        for decoding, translate, tokenize in decodings(run):
+            hyps, batch64 = timed(translate, sources, 64)
+            if name in SAME_MODEL:
+                speed = "as the Transformer | as the Transformer"
+            else:
+                batch1 = timed(translate, sources[:timed_sentences], 1)[1]
+                speed = f"{batch1:.1f} | {batch64:.1f}"
+                figures.setdefault(name, {})[f"{decoding} speed"] = batch1
+            figures.setdefault(name, {})[decoding] = bleu(hyps, refs, tokenize).value
+            train = training(run) if first else "| |"
+            scored_cells, signatures = scores(hyps, refs, tokenize)
+            cells = f"{decoding} | {scored_cells} | {speed} | {train}"
+            rows.append(f"| {model if first else ''} | {cells} |")
+            first = False
+            print(rows[-1], flush=True)
+    return rows, figures, signatures
+
+
+def targets(figures: dict[str, dict[str, float]]) -> list[str]:
+    """The issue's two targets, read from one corpus's figures."""
+    cmlm = figures["cmlm-distill"]
+    best = "Mask-Predict T = 10, l = 5"
+    behind = figures["ar"]["greedy"] - cmlm[best]
+    faster = cmlm[f"{best} speed"] / figures["ar"]["beam 5 speed"]
+    lines = [
+        f"- CMLM, distilled, T = 10, l = 5: {behind:.2f} BLEU below autoregressive greedy (target: at most "
+        f"1.0) and {faster:.2f}× the sentences/s of autoregressive beam 5 at batch 1 (target: at least 3×)."
+    ]
+    for decoding in ("greedy", "beam 5"):
+        gain = figures["mrt"][decoding] - figures["tok"][decoding]
+        lines.append(
+            f"- MRT against the same minutes of the token-level loss, {decoding}: {gain:+.2f} BLEU (target: "
+            "at least +0.5)."
+        )
+    return lines
+
+
+def length_table(out: Path, prefix: str, edges: list[int]) -> list[str]:
+    """BLEU / chrF (sentences) by source length of the corpus's Transformer and RNN (greedy)."""
+    lines = [
+        "| run | " + " | ".join(f"{name_of(b)} words" for b in buckets(edges)) + " |",
+        "|---" * (len(edges) + 2) + "|",
+    ]
+    for name in ("ar", "rnn"):
+        cells = scored(out / f"{prefix}-{name}", edges)[1]
+        lines.append(f"| {MODELS[name]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+HEADER = [
+    "| model | decoding | BLEU | BLEU (lowercased) | chrF | sentences/s, batch 1 | sentences/s, batch 64 "
+    "| training tokens/s | steps | training minutes |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+]
+
+
+def section(args: argparse.Namespace, out: Path, prefix: str) -> str:
+    """Score one corpus's runs: its part of the table, also kept as ``OUT/PREFIX.md``."""
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    rows, figures, signatures = corpus_rows(out, prefix, args.timed)
+    cased, lower, char = (f"`{s}`" for s in signatures)
+    budget = f"{args.minutes:g} minutes of training a model" if prefix == "m30k" else "1,000 steps a model"
+    lines = [
+        f"## {CORPORA[prefix]}: {budget}",
+        "",
+        f"Scored on {torch.get_num_threads()} thread(s), load average {os.getloadavg()[0]:.1f} at the start, "
+        f"{(time.perf_counter() - start) / 60:.1f} minutes, "
+        f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}.",
+        "",
+        *HEADER,
+        *rows,
+        "",
+        f"Signatures: BLEU {cased}, lowercased {lower}; chrF {char}.",
+        "",
+        *targets(figures),
+        "",
+        "BLEU / chrF (sentences) by source length in words, greedy:",
+        "",
+        *length_table(out, prefix, EDGES[prefix]),
+        "",
+    ]
+    text = "\n".join(lines)
+    (out / f"{prefix}.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def write_table(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
+    """The table: every corpus's part (``OUT/PREFIX.md``), with the commands that made the runs."""
+    parts = [(out / f"{p}.md").read_text(encoding="utf-8") for p in CORPORA if (out / f"{p}.md").is_file()]
+    commands = [shlex.join(job.command()).replace(str(out), "OUT") for job in jobs]
+    call = "python benchmarks/translation_results.py"
+    call += f" --minutes {args.minutes:g}" if args.minutes != 25 else ""
+    call += f" --fine-tune-minutes {args.fine_tune_minutes:g}" if args.fine_tune_minutes != 8 else ""
+    call += f" --out {shown(args.out)}" if args.out else ""
+    lines = [
+        "# Translation: autoregressive, non-autoregressive, minimum risk and the RNN",
+        "",
+        f"Written by `{call}` on {cpu_description()}, torch {torch.__version__}, python "
+        f"{platform.python_version()}. Training: {args.jobs} runs at a time, one thread each. Scoring: one "
+        "run at a time, each decoding over the whole test split at batch 64 (BLEU, chrF and its "
+        f"sentences/s, wall clock), then the first {args.timed} test sentences one call each (batch 1). "
+        "The MRT and token-loss rows fine-tune the Transformer's selected weights at a constant 1e-4 for "
+        f"{args.fine_tune_minutes:g} more minutes on Multi30k ({args.fine_tune_minutes / 4:g} on en→zh); "
+        "every run is scored with the weights `vaswani evaluate` uses (the best by validation BLEU).",
+        "",
+        *parts,
+        "The jobs (OUT: the `--out` folder):",
+        "",
+        "```bash",
+        *commands,
+        "```",
+    ]
+    table = "\n".join(lines) + "\n"
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(table, encoding="utf-8")
+    print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=25.0, help="Multi30k training minutes a model (25)")
+    parser.add_argument(
+        "--fine-tune-minutes", type=float, default=8.0, help="Multi30k fine-tuning minutes (8)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the scoring (1)")
+    parser.add_argument("--timed", type=int, default=100, help="test sentences timed at batch 1 (100)")
+    parser.add_argument(
+        "--out", type=Path, help="keep the run directories here (default: a temporary folder)"
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"the table (default {shown(RESULTS)})")
+    parser.add_argument(
+        "--report", action="store_true", help="train nothing: score the runs of an earlier --out"
+    )
+    parser.add_argument("--score", choices=CORPORA, help="only score this corpus's runs of --out (a job)")
+    args = parser.parse_args(argv)
+    if not (MULTI30K / "train.de").is_file():
+        print(f"skipped: no Multi30k in {shown(MULTI30K)}")
+        return
+    if (args.report or args.score) and args.out is None:
+        parser.error("--report and --score need --out, the folder of the earlier runs")
+    if args.score:
+        section(args, args.out.resolve(), args.score)
+        return
+    if args.out is not None and not args.report and args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"--out {args.out} exists and is not empty")
+    with tempfile.TemporaryDirectory() as scratch:
+        out = (args.out or Path(scratch)).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        jobs = plan(out, args.minutes, args.fine_tune_minutes, args.timed)
+        if args.report:
+            for prefix in CORPORA:
+                section(args, out, prefix)
+        else:
+            run_all(jobs, out, args.jobs)
+        write_table(args, out, jobs)
+
+
+if __name__ == "__main__":
+    main()
