@@ -21,6 +21,7 @@ claim). Each corpus's part is kept as ``OUT/CORPUS.md``; the table, with the com
 ``--results``.
 
     python benchmarks/translation_results.py --out runs/translation_results      # about two hours
+    (the same call again trains and scores only what an earlier one left undone)
     python benchmarks/translation_results.py --out runs/translation_results --report   # score again
 """
 
@@ -293,7 +294,12 @@ def section(args: argparse.Namespace, out: Path, prefix: str) -> str:
 
 def write_table(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
     """The table: every corpus's part (``OUT/PREFIX.md``), with the commands that made the runs."""
-    parts = [(out / f"{p}.md").read_text(encoding="utf-8") for p in CORPORA if (out / f"{p}.md").is_file()]
+    parts = [
+        (out / f"{p}.md").read_text(encoding="utf-8")
+        if (out / f"{p}.md").is_file()
+        else f"## {CORPORA[p]}: not scored yet (no OUT/{p}.md: `--score {p}` once its runs are trained)\n"
+        for p in CORPORA
+    ]
     commands = [shlex.join(job.command()).replace(str(out), "OUT") for job in jobs]
     call = "python benchmarks/translation_results.py"
     call += f" --minutes {args.minutes:g}" if args.minutes != 25 else ""
@@ -321,6 +327,29 @@ def write_table(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(table, encoding="utf-8")
     print(table)
+
+
+def pending(jobs: list[Job], out: Path) -> list[Job]:
+    """The jobs an earlier call with this ``--out`` left undone (a run without its ``metrics.json``, a
+    corpus without its ``OUT/CORPUS.md`` or with a run still to train), waiting only for each other;
+    a run begun and not finished is refused in one line (remove it to train it again)."""
+    finished = set()
+    for job in jobs:
+        prefix, _, name = job.name.partition("-")
+        if name == "score":
+            if (out / f"{prefix}.md").is_file() and set(job.after) <= finished:
+                finished.add(job.name)
+        elif (out / job.name / "metrics.json").is_file():
+            finished.add(job.name)
+        elif (out / job.name).exists():
+            raise SystemExit(
+                f"{shown(out / job.name)}: a run begun and not finished; remove it to train it again"
+            )
+    return [
+        Job(j.name, j.args, [a for a in j.after if a not in finished], j.program)
+        for j in jobs
+        if j.name not in finished
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -351,8 +380,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.score:
         section(args, args.out.resolve(), args.score)
         return
-    if args.out is not None and not args.report and args.out.exists() and any(args.out.iterdir()):
-        parser.error(f"--out {args.out} exists and is not empty")
     with tempfile.TemporaryDirectory() as scratch:
         out = (args.out or Path(scratch)).resolve()
         out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
             for prefix in CORPORA:
                 section(args, out, prefix)
         else:
-            run_all(jobs, out, args.jobs)
+            run_all(pending(jobs, out), out, args.jobs)
         write_table(args, out, jobs)
 
 
