@@ -61,7 +61,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from jobs import ROOT, Job, run_all, shown
+from jobs import ROOT, Job, run_all, shown, write_table
 
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 RESULTS = ROOT / "benchmarks" / "results" / "gpt_transfer.md"
@@ -235,10 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         *commands,
         "```",
     ]
-    table = "\n".join(lines) + "\n"
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(table, encoding="utf-8")
-    print(table)
+    write_table(args.results, lines)
 
 
 if __name__ == "__main__":

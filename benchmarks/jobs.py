@@ -66,3 +66,11 @@ def run_all(jobs: list[Job], out: Path, workers: int) -> None:
                 future.result()
                 finished.add(job.name)
                 print(f"{datetime.datetime.now():%H:%M:%S} done {job.name}", flush=True)
+
+
+def write_table(path: Path, lines: list[str]) -> None:
+    """A results table: ``lines`` into the markdown file ``path`` (its folder made), and on stdout."""
+    table = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(table, encoding="utf-8")
+    print(table)

@@ -39,6 +39,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jobs import write_table
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 RESULTS = ROOT / "benchmarks" / "results" / "sst2.md"
@@ -163,10 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         *commands,
         "```",
     ]
-    table = "\n".join(lines) + "\n"
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(table, encoding="utf-8")
-    print(table)
+    write_table(args.results, lines)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from jobs import ROOT, Job, run_all, shown
+from jobs import ROOT, Job, run_all, shown, write_table
 from length_buckets import buckets, name_of, scored
 from timing import cpu_description
 
@@ -292,7 +292,7 @@ def section(args: argparse.Namespace, out: Path, prefix: str) -> str:
     return text
 
 
-def write_table(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
+def write_results(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
     """The table: every corpus's part (``OUT/PREFIX.md``), with the commands that made the runs."""
     parts = [
         (out / f"{p}.md").read_text(encoding="utf-8")
@@ -323,10 +323,7 @@ def write_table(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
         *commands,
         "```",
     ]
-    table = "\n".join(lines) + "\n"
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(table, encoding="utf-8")
-    print(table)
+    write_table(args.results, lines)
 
 
 def pending(jobs: list[Job], out: Path) -> list[Job]:
@@ -389,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
                 section(args, out, prefix)
         else:
             run_all(pending(jobs, out), out, args.jobs)
-        write_table(args, out, jobs)
+        write_results(args, out, jobs)
 
 
 if __name__ == "__main__":
