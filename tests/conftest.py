@@ -28,3 +28,16 @@ def _sigint_not_ignored():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Every test's ``torch.compile`` graphs forgotten after it: dynamo keeps them per function for
+    the whole process, and the graphs of the tests' many tiny models would otherwise add up to its
+    recompile limit (a server holds the graphs of its own few models only). Only after a test that
+    compiled: a reset costs about 10 ms."""
+    frames = torch._dynamo.utils.counters["frames"]
+    before = frames["total"]
+    yield
+    if frames["total"] != before:
+        torch._dynamo.reset()

@@ -63,6 +63,7 @@ from tests.helpers import (
     write_reverse_task,
     write_sentiment,
 )
+from tests.serving import serving
 from vaswani.cli import main
 from vaswani.config import ModelConfig, TrainConfig
 from vaswani.data.labeled import read_labeled
@@ -73,6 +74,8 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
 from vaswani.layers.quantize import quantize_int8
 from vaswani.rundir import RunDir
+from vaswani.serve.app import create_app
+from vaswani.serve.settings import ServeSettings
 from vaswani.tasks import registry
 from vaswani.tasks.classify import TextClassifier
 from vaswani.tasks.encoder import SentenceEncoder
@@ -1172,6 +1175,24 @@ def compile_fails(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     assert lines == [COMPILE_FALLBACK + "RuntimeError: no kernels today); decoding without it"]
 
 
+def serve_compile_unavailable(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve --compile`` where a cheap check shows that compilation cannot work: one line at
+    start-up, and completions and translations answered eagerly, as without ``--compile``."""
+    settings = ServeSettings(device="cpu", compile=True)
+    with mock.patch.object(compiled_decoding, "compile_unsupported", lambda device, backend: "no compiler"):
+        app = create_app([x.paths.lm, x.paths.tr], settings)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vaswani:")]
+    assert said == [COMPILE_FALLBACK + "no compiler); decoding without it"] * 2  # one a run
+    name = {served.task: name for name, served in app.state.models.items()}
+    with serving(app) as client:
+        body = {"model": name["lm"], "prompt": "the", "max_tokens": 8}
+        completion = client.post("/v1/completions", json=body).json()
+        body = {"model": name["translation"], "input": ["a b c"]}
+        translation = client.post("/v1/translations", json=body).json()
+    assert completion["choices"][0]["text"] == x.lm.generate(["the"], DecodingConfig(max_new_tokens=8))[0]
+    assert translation["data"][0]["text"] == x.translator.translate(["a b c"])[0]
+
+
 def mixed_image_modes(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     """One picture as L, RGB, RGBA, 16-bit, palette and a 3x larger JPEG: each read as the run's one grey
     channel and resized (:mod:`vaswani.data.images`), so that all but the resized JPEG get the exact
@@ -1210,6 +1231,9 @@ DOCUMENTED = [
     Documented("lm", "an empty prompt: generation from the start", empty_prompt),
     Documented("lm", "--compile where compilation cannot work: one line, eager output", compile_unavailable),
     Documented("translation", "--compile where compilation fails: one line, eager output", compile_fails),
+    Documented(
+        "serve", "--compile where compilation cannot work: one line, eager answers", serve_compile_unavailable
+    ),
 ]
 
 

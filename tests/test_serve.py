@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from tests.serving import events, metric, serving
 from vaswani.cli import main
 from vaswani.data import grammar
+from vaswani.generation import compiled as compiled_decoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.serve.app import create_app
 from vaswani.serve.settings import ServeSettings
@@ -388,3 +390,31 @@ def test_attention_of_a_prompt_labels_its_byte_level_tokens(client, app):
     assert self_attention["name"] == "self-attention" and len(self_attention["queries"]) == n
     weights = self_attention["weights"][0][0]
     assert all(w == 0 for row, i in zip(weights, range(n), strict=True) for w in row[i + 1 :])  # causal
+
+
+def test_serve_compile_steps_both_engines_through_the_compiled_graphs(runs, client, monkeypatch):
+    """``serve --compile``: completions and translations (greedy and seeded sampling, several at
+    once) step through the compiled graphs on static caches (dynamo's "eager" backend here), with
+    the texts of the server without it."""
+    monkeypatch.setattr(compiled_decoding, "BACKEND", "eager")
+    sentences = ["Tom chases Jerry", "The birds are not running in the park now"]
+    bodies = [
+        ("/v1/translations", {"model": "zh", "input": sentences}),
+        ("/v1/translations", {"model": "zh", "input": sentences[1:], "temperature": 1.2, "seed": 5}),
+        ("/v1/completions", {"model": "lm", "prompt": PROMPT, "max_tokens": 30}),
+        ("/v1/completions", {"model": "lm", "prompt": PROMPT, "max_tokens": 20, "temperature": 1.5, "seed": 3,
+                             "n": 3}),
+    ]  # fmt: skip
+
+    def texts(http) -> list[list[str]]:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            answers = list(pool.map(lambda b: http.post(b[0], json=b[1]).json(), bodies))
+        return [[row["text"] for row in a.get("data", a.get("choices"))] for a in answers]
+
+    app = create_app(list(runs), dataclasses.replace(CAPS, compile=True))
+    with serving(app) as compiled_client:
+        found = texts(compiled_client)
+    assert found == texts(client) and len(found[3]) == 3
+    for name in ("zh", "lm"):
+        compiled = app.state.models[name].wrapper.compiled
+        assert compiled is not None and compiled.failure is None and compiled.buckets, name

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_device_flag, add_weights_flags
+from vaswani.cli.decoding import add_compile_flag
 
 
 def add_parser(commands: Any) -> None:
@@ -45,6 +46,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--max-wait-ms", type=float, default=caps.max_wait_ms,
                    help=f"how long a batch waits for more requests (default {caps.max_wait_ms})")  # fmt: skip
     add_device_flag(p)
+    add_compile_flag(p)
     add_weights_flags(p)
     p.set_defaults(handler=cmd_serve)
 
@@ -58,6 +60,7 @@ def settings_of(args: argparse.Namespace) -> Any:
         cors_origins=tuple(args.cors_origin), max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
         max_tokens=args.max_tokens, max_input_chars=args.max_input_chars, queue_size=args.queue_size,
         max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, device=args.device, debug=args.debug,
+        compile=args.compile,
         quantize=args.quantize, dtype=args.dtype,
     )  # fmt: skip
 

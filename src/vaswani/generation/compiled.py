@@ -40,8 +40,9 @@ BACKEND: CompileBackend = "inductor"
 """What ``--compile`` compiles decoding steps with."""
 SMALLEST_BUFFER = 64
 """The fewest columns of a static cache: short generations share the graph of 64."""
-RECOMPILE_LIMIT = 64
-"""Graphs dynamo keeps per step function (its default of 8 would be reached by a server's buckets)."""
+RECOMPILE_LIMIT = 256
+"""Graphs dynamo keeps per step function: its default of 8 would be reached by a server's buckets
+(rows × columns, and a translator's source columns: up to about a hundred for one model)."""
 
 
 def bucket(n: int, smallest: int = 1) -> int:
@@ -57,9 +58,12 @@ def _lm_step(model: GPT, tokens: Tensor, mask: Tensor, cache: list[Any]) -> Tens
     return model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1]
 
 
-def _seq2seq_step(model: Transformer, tokens: Tensor, source: EncodedSource) -> Tensor:
-    """An encoder-decoder's next-token logits (rows, vocab) after ``tokens`` (rows, 1)."""
-    return model.decode(tokens, source, last_only=True)[0][:, -1]
+def _seq2seq_step(
+    model: Transformer, tokens: Tensor, source: EncodedSource, target_mask: Tensor | None = None
+) -> Tensor:
+    """An encoder-decoder's next-token logits (rows, vocab) after ``tokens`` (rows, 1); with
+    ``target_mask`` (rows, columns), left-padded decoder rows (continuous batching)."""
+    return model.decode(tokens, source, last_only=True, target_mask=target_mask)[0][:, -1]
 
 
 class CompiledDecoding:
@@ -74,7 +78,6 @@ class CompiledDecoding:
         self.failure: str | None = None
         self.compile_seconds = 0.0
         self.buckets: set[tuple[Any, ...]] = set()
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self._steps: dict[Callable[..., Tensor], Callable[..., Tensor]] = {}
 
     @classmethod
@@ -95,12 +98,14 @@ class CompiledDecoding:
         if self.failure is not None:
             return step(*args)
         compiled = self._steps.get(step)
+        if first := key not in self.buckets:  # dynamo's settings are per thread: a server steps in its own
+            config = torch._dynamo.config
+            config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
         if compiled is None:
             compiled = torch.compile(
                 step, backend=self.backend, mode=self.mode, dynamic=False, fullgraph=True
             )
             self._steps[step] = compiled
-        first = key not in self.buckets
         started = time.perf_counter()
         try:
             out = compiled(*args)
@@ -205,3 +210,39 @@ def seq2seq_compiled_next_logits(
         return compiled.run(_seq2seq_step, key, model, step_input, source)[:batch]
 
     return next_logits
+
+
+def lm_batch_logits(
+    compiled: CompiledDecoding, model: GPT, tokens: Tensor, mask: Tensor, cache: list[Any]
+) -> Tensor:
+    """A continuous batch's step (:class:`~vaswani.generation.continuous.ContinuousEngine` with
+    ``compiled``): the logits (rows, vocab) after each row's newest token ``tokens`` (rows, 1), on
+    static caches of ``mask.shape`` (padded rows, columns: :func:`static_mask`). The graph is the
+    one :func:`lm_compiled_next_logits` runs for those shapes."""
+    padded, columns = mask.shape
+    step_input = _pad_rows(tokens, padded, 0)
+    return compiled.run(_lm_step, ("lm", padded, columns), model, step_input, mask, cache)[: tokens.shape[0]]
+
+
+def seq2seq_batch_logits(
+    compiled: CompiledDecoding, model: Transformer, tokens: Tensor, source: EncodedSource, mask: Tensor
+) -> Tensor:
+    """A continuous batch's step of an encoder-decoder (:class:`~vaswani.generation.
+    continuous_seq2seq.Seq2SeqEngine` with ``compiled``): the logits (rows, vocab) after ``tokens``
+    (rows, 1), the decoder's self-attention on static caches of ``mask.shape`` (padded rows,
+    columns: :func:`static_mask`), ``source`` padded to those rows and a bucket of columns."""
+    padded, columns = mask.shape
+    step_input = _pad_rows(tokens, padded, model.config.pad_id)
+    key = ("seq2seq-batch", padded, source.memory.shape[1], columns)
+    return compiled.run(_seq2seq_step, key, model, step_input, source, mask)[: tokens.shape[0]]
+
+
+def static_mask(cached: list[int], width: int, columns: int, padded: int, device: torch.device) -> Tensor:
+    """The key mask (``padded``, ``columns``) of a continuous batch on static caches: row i holds its
+    ``cached[i]`` tokens in the columns before ``width`` (right-aligned), and the columns from
+    ``width`` on are the steps to come, True (the causal mask hides those not yet written); the
+    rows of padding after them are True throughout (never read). It stays the same from step to
+    step, as every row's tokens and the cache's position advance together."""
+    starts = [width - n for n in cached] + [0] * (padded - len(cached))
+    start = torch.tensor(starts, dtype=torch.long, device=device)
+    return torch.arange(columns, device=device) >= start[:, None]

@@ -34,12 +34,19 @@ import torch
 from torch import Tensor
 
 from vaswani.errors import DataError, InputError, VaswaniError
+from vaswani.generation.batch_cache import advance, fill, kept_rows, parts, suffix_mask
+from vaswani.generation.compiled import (
+    SMALLEST_BUFFER,
+    CompiledDecoding,
+    bucket,
+    lm_batch_logits,
+    static_mask,
+)
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import lm_budget
 from vaswani.generation.request import Decode, Request
 from vaswani.generation.sampling import choose_next
 from vaswani.layers.blocks import LayerCache
-from vaswani.layers.cache import AttentionCache, RollingKVCache
 from vaswani.models.gpt import GPT
 
 State = TypeVar("State")
@@ -69,15 +76,18 @@ class BatchEngine(Generic[State]):
 
     def __init__(
         self, device: torch.device, eos_id: int, decode: Decode, max_batch: int, max_pending: int | None,
-        on_step: Callable[[int], None] | None,
+        on_step: Callable[[int], None] | None, compiled: CompiledDecoding | None,
     ) -> None:  # fmt: skip
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.device, self.eos_id, self.decode = device, eos_id, decode
         self.max_batch, self.max_pending, self.on_step = max_batch, max_pending, on_step
+        self.compiled = compiled
         self.rows: list[Request] = []
         self.cache: list[LayerCache] | None = None
         self.width = 0
+        self.columns = 0  # of the static caches (compiled steps)
+        self.static_mask: Tensor | None = None  # their key mask (static_mask)
         self.steps, self.tokens_generated = 0, 0  # counts, for a server's metrics
         self._pending: deque[Request] = deque()
         self._lock = threading.Condition()
@@ -120,6 +130,8 @@ class BatchEngine(Generic[State]):
         if leaving or full:
             self._regroup([r for r in self.rows if id(r) not in leaving and r not in full], [])
         stepped = list(self.rows)
+        if stepped:
+            self._grow()
         tokens = self._decode_batch() if stepped else []
         joining = full + self._admit(self.max_batch - len(stepped) - len(full))
         prefilled: list[tuple[Request, State]] = []
@@ -173,6 +185,28 @@ class BatchEngine(Generic[State]):
     def _clear(self) -> None:
         """No running rows: the batch's state dropped."""
         self.rows, self.cache, self.width = [], None, 0
+        self.columns, self.static_mask = 0, None
+
+    def _static_shape(self, rows: int, width: int, context: int) -> tuple[int, int] | None:
+        """The padded rows and the columns of a compiled batch of ``rows`` rows holding at most
+        ``width`` tokens: powers of two, the columns leaving room for the steps to come, within the
+        model's ``context`` (which a step never outgrows: a row restarts its view or ends first).
+        None when the batch decodes eagerly."""
+        if self.compiled is None:
+            return None
+        return bucket(rows), min(bucket(width + 1, SMALLEST_BUFFER), context)
+
+    def _grow(self) -> None:
+        """A compiled batch whose static caches are full regrouped into twice the columns."""
+        if self.compiled is not None and self.width + 1 > self.columns:
+            self._rebuild(self.rows, [], self.rows)
+
+    def _placed(self, rows: list[Request], width: int, shape: tuple[int, int] | None) -> None:
+        """The batch state of ``rows`` (on caches of ``shape``: padded rows, columns, when compiled)."""
+        self.rows, self.width = rows, width
+        if shape is not None:
+            self.columns = shape[1]
+            self.static_mask = static_mask([r.cached for r in rows], width, shape[1], shape[0], self.device)
 
     def _admit(self, free: int) -> list[Request]:
         """Up to ``free`` waiting requests, oldest first (cancelled ones end here)."""
@@ -259,8 +293,10 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
     def __init__(
         self, model: GPT, eos_id: int, decode: Decode, vocab_size: int | None = None,
         max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+        compiled: CompiledDecoding | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(next(model.parameters()).device, eos_id, decode, max_batch, max_pending, on_step)
+        device = next(model.parameters()).device
+        super().__init__(device, eos_id, decode, max_batch, max_pending, on_step, compiled)
         self.model = model.eval()
         self.vocab_size = vocab_size
         self.max_len = model.config.max_len
@@ -292,7 +328,11 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
         return full
 
     def _logits(self, tokens: Tensor, mask: Tensor | None, cache: list[LayerCache]) -> Tensor:
-        logits = self.model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1].float()
+        return self._in_vocab(self.model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1])
+
+    def _in_vocab(self, logits: Tensor) -> Tensor:
+        """``logits`` in float32, those of ids >= ``vocab_size`` -inf."""
+        logits = logits.float()
         if self.vocab_size is not None and self.vocab_size < logits.shape[-1]:
             logits[:, self.vocab_size :] = -math.inf
         return logits
@@ -308,10 +348,17 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
 
     def _decode_batch(self) -> list[int]:
         """One step of the running batch: each row's newest token, fed with the key mask of the
-        rows' tokens (left out when no row is padded: positions then follow the cache)."""
+        rows' tokens (left out when no row is padded: positions then follow the cache), or through
+        the compiled step on the static caches."""
         assert self.cache is not None
         newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
-        tokens = self._choose(self._logits(newest, self._self_attention_mask(), self.cache), self.rows)
+        if self.compiled is None:
+            logits = self._logits(newest, self._self_attention_mask(), self.cache)
+        else:
+            assert self.static_mask is not None
+            step = lm_batch_logits(self.compiled, self.model, newest, self.static_mask, self.cache)
+            logits = self._in_vocab(step)
+        tokens = self._choose(logits, self.rows)
         self.width += 1
         for row in self.rows:
             row.cached += 1
@@ -321,58 +368,16 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
         self, keep: list[Request], joining: list[tuple[Request, list[LayerCache]]], rows: list[Request]
     ) -> None:
         """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
-        own cache): one cache per layer, the rows right-aligned on the most tokens any holds."""
+        own cache): one cache per layer, the rows right-aligned on the most tokens any holds (static
+        caches of padded rows and a bucket of columns when the steps are compiled)."""
         width = max(r.cached for r in rows)
         index = self._kept(keep)
-        cache = self.model.new_cache()
+        shape = self._static_shape(len(rows), width, self.max_len)
+        cache = self.model.new_cache(None if shape is None else shape[1])
         for layer, target in enumerate(cache):
             running = self.cache[layer].self_attn if self.cache else None
             own = parts([c[layer].self_attn for _, c in joining])
-            fill(target.self_attn, kept_rows(running, index) + own, width)
-        self.rows, self.cache, self.width = rows, cache, width
-
-
-def kept_rows(cache: AttentionCache | None, index: Tensor) -> list[tuple[Tensor, Tensor]]:
-    """The keys and values of the rows ``index`` of ``cache``: one part of :func:`fill` ([] when no
-    row is kept)."""
-    if cache is None or not index.numel():
-        return []
-    return parts([cache], index)
-
-
-def parts(caches: list[AttentionCache], index: Tensor | None = None) -> list[tuple[Tensor, Tensor]]:
-    """The keys and values each of ``caches`` holds (its rows ``index`` if given), parts of :func:`fill`."""
-    found = []
-    for cache in caches:
-        key, value = cache.key, cache.value
-        assert key is not None and value is not None
-        if index is not None:
-            key, value = key.index_select(0, index), value.index_select(0, index)
-        found.append((key, value))
-    return found
-
-
-def suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
-    """(rows, width) True on the newest ``lengths[i]`` columns of row i: its tokens."""
-    starts = torch.tensor([width - n for n in lengths], dtype=torch.long, device=device)
-    return torch.arange(width, device=device) >= starts[:, None]
-
-
-def fill(target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int) -> None:
-    """Fill an empty cache with the rows of ``parts`` ((rows, heads, kept, d_head) keys and values,
-    the newest last), right-aligned on ``width`` columns, the columns before a row's zeros (masked).
-    A rolling cache keeps at most its window (and no more than ``width``) and counts ``width``."""
-    kept = width
-    if isinstance(target, RollingKVCache):
-        kept = min(width, max(key.shape[2] for key, _ in parts))
-    (first_key, first_value), rows = parts[0], sum(key.shape[0] for key, _ in parts)
-    key = first_key.new_zeros(rows, first_key.shape[1], kept, first_key.shape[3])
-    value = first_value.new_zeros(rows, first_value.shape[1], kept, first_value.shape[3])
-    row = 0
-    for part_key, part_value in parts:
-        n, have = part_key.shape[0], min(part_key.shape[2], kept)
-        key[row : row + n, :, kept - have :] = part_key[:, :, part_key.shape[2] - have :]
-        value[row : row + n, :, kept - have :] = part_value[:, :, part_value.shape[2] - have :]
-        row += n
-    target.append(key, value)
-    target.length = width
+            fill(target.self_attn, kept_rows(running, index) + own, width, shape and shape[0])
+        advance(cache, width)
+        self.cache = cache
+        self._placed(rows, width, shape)

@@ -26,8 +26,10 @@ import torch
 from torch import Tensor
 
 from vaswani.errors import ConfigError, DataError, InputError
+from vaswani.generation.batch_cache import advance, fill, kept_rows, parts, right_aligned
+from vaswani.generation.compiled import CompiledDecoding, bucket, seq2seq_batch_logits
 from vaswani.generation.config import GREEDY, DecodingConfig
-from vaswani.generation.continuous import BatchEngine, fill, kept_rows, parts
+from vaswani.generation.continuous import BatchEngine
 from vaswani.generation.request import Decode, Request
 from vaswani.models.transformer import EncodedSource, Transformer
 
@@ -47,8 +49,10 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
     def __init__(
         self, model: Transformer, bos_id: int, eos_id: int, decode: Decode, suppress: Sequence[int] = (),
         max_batch: int = 8, max_pending: int | None = None, on_step: Callable[[int], None] | None = None,
+        compiled: CompiledDecoding | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(next(model.parameters()).device, eos_id, decode, max_batch, max_pending, on_step)
+        device = next(model.parameters()).device
+        super().__init__(device, eos_id, decode, max_batch, max_pending, on_step, compiled)
         self.model = model.eval()
         self.bos_id = bos_id
         self.suppress = torch.tensor(list(suppress), dtype=torch.long, device=self.device)
@@ -84,8 +88,12 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         return self._enqueue(request)
 
     def _logits(self, tokens: Tensor, source: EncodedSource, target_mask: Tensor | None) -> Tensor:
-        logits, _ = self.model.decode(tokens, source, last_only=True, target_mask=target_mask)
-        logits = logits[:, -1].float()
+        if source.cache is self.cache and self.compiled is not None:
+            assert target_mask is not None
+            logits = seq2seq_batch_logits(self.compiled, self.model, tokens, source, target_mask)
+        else:
+            logits = self.model.decode(tokens, source, last_only=True, target_mask=target_mask)[0][:, -1]
+        logits = logits.float()
         if self.suppress.numel():
             logits.index_fill_(-1, self.suppress, -math.inf)
         return logits
@@ -102,11 +110,13 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
 
     def _decode_batch(self) -> list[int]:
         """One step of the running batch: each row's newest token, with the target key mask of the
-        rows' tokens (left out when no row is padded) and the memory mask of their sources."""
+        rows' tokens (left out when no row is padded; through the compiled step, the static caches'
+        mask) and the memory mask of their sources."""
         assert self.memory is not None and self.memory_mask is not None
         source = EncodedSource(self.memory, self.memory_mask[:, None, None, :], self.cache)
         newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
-        tokens = self._choose(self._logits(newest, source, self._self_attention_mask()), self.rows)
+        mask = self._self_attention_mask() if self.compiled is None else self.static_mask
+        tokens = self._choose(self._logits(newest, source, mask), self.rows)
         self.width += 1
         for row in self.rows:
             row.cached += 1
@@ -118,9 +128,13 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         """The batch of the rows ``keep`` (running, in their order) and ``joining`` (each with its
         encoded source and caches): one cache per layer, the self-attention rows right-aligned on
         the most tokens any holds, the sources (cross-attention caches, encoder output, mask)
-        right-aligned on the longest."""
+        right-aligned on the longest. When the steps are compiled, the self-attention caches are
+        static, the rows padded and the sources' columns a power of two (at least 8)."""
         width = max(r.cached for r in rows)
         columns = max(len(r.prompt) for r in rows)
+        shape = self._static_shape(len(rows), width, self.model.config.max_len)
+        padded = None if shape is None else shape[0]
+        columns = columns if shape is None else bucket(columns, 8)
         index = self._kept(keep)
         joined = [s.cache for _, s in joining]
         memory, mask = [s.memory for _, s in joining], [s.mask[:, 0, 0] for _, s in joining]
@@ -128,31 +142,23 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
             assert self.memory is not None and self.memory_mask is not None
             memory.insert(0, self.memory.index_select(0, index))
             mask.insert(0, self.memory_mask.index_select(0, index))
-        cache = self.model.decoder.new_cache()
+        cache = self.model.decoder.new_cache(None if shape is None else shape[1])
         for layer, target in enumerate(cache):
             running = self.cache[layer] if self.cache else None
             own = [c[layer] for c in joined if c is not None]  # every prefilled source has its caches
             held = kept_rows(None if running is None else running.self_attn, index)
-            fill(target.self_attn, held + parts([c.self_attn for c in own]), width)
+            fill(target.self_attn, held + parts([c.self_attn for c in own]), width, padded)
             held = kept_rows(None if running is None else running.cross_attn, index)
-            fill(target.cross_attn, held + parts([c.cross_attn for c in own]), columns)
-        self.memory, self.memory_mask = right_aligned(memory, columns), right_aligned(mask, columns)
-        self.rows, self.cache, self.width = rows, cache, width
+            fill(target.cross_attn, held + parts([c.cross_attn for c in own]), columns, padded)
+        advance(cache, width)
+        self.memory, self.memory_mask = (
+            right_aligned(memory, columns, padded),
+            right_aligned(mask, columns, padded),
+        )
+        self.memory_mask[len(rows) :] = True  # rows of padding read zeros, not nothing
+        self.cache = cache
+        self._placed(rows, width, shape)
 
     def _clear(self) -> None:
         super()._clear()
         self.memory = self.memory_mask = None
-
-
-def right_aligned(pieces: list[Tensor], columns: int) -> Tensor:
-    """The rows of ``pieces`` ((rows, length, ...) each, length <= ``columns``, or more, whose
-    newest ``columns`` are kept) stacked, each right-aligned on ``columns`` columns after zeros
-    (False for a mask)."""
-    rows = sum(p.shape[0] for p in pieces)
-    out = pieces[0].new_zeros(rows, columns, *pieces[0].shape[2:])
-    row = 0
-    for piece in pieces:
-        have = min(piece.shape[1], columns)
-        out[row : row + piece.shape[0], columns - have :] = piece[:, piece.shape[1] - have :]
-        row += piece.shape[0]
-    return out

@@ -34,7 +34,7 @@ from vaswani.serve.work import runner
 def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = None) -> FastAPI:
     """The server of the runs ``run_dirs`` (see the module docstring)."""
     settings = settings or ServeSettings()
-    models = load_models(run_dirs, settings.device, settings.quantize, settings.dtype)
+    models = load_models(run_dirs, settings.device, settings.quantize, settings.dtype, settings.compile)
     metrics = ServeMetrics()
     app = FastAPI(title="vaswani", summary="every trained vaswani run behind one HTTP API", version="1")
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics

@@ -48,9 +48,13 @@ def load_models(
     device: str = "auto",
     quantize: str | None = None,
     dtype: str | None = None,
+    compile: bool = False,
 ) -> dict[str, ServedModel]:
     """Every run of ``run_dirs`` loaded on ``device``, its weights as ``quantize`` and ``dtype`` say
-    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line."""
+    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line.
+    With ``compile`` (``serve --compile``) the lm and translation wrappers compile their decoding
+    steps (``compile_decoding``): their continuous-batching engines (completions, greedy and sampled
+    translations) then step on static caches through one graph per bucket; beam search stays eager."""
     if not run_dirs:
         raise RunDirError("vaswani serve needs at least one run directory")
     models: dict[str, ServedModel] = {}
@@ -61,6 +65,8 @@ def load_models(
             wrapper = spec.load(run_dir, device=device)
             if quantize is not None or dtype is not None:
                 prepare_inference(wrapper.model, quantize, dtype)
+            if compile and hasattr(wrapper, "compile_decoding"):
+                wrapper.compile_decoding()
         except VaswaniError as exc:
             message = str(exc)
             raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None

@@ -27,7 +27,8 @@ class ServeSettings:
     of one-shot requests (at most ``max_batch`` requests in one call of the model, collected for
     at most ``max_wait_ms`` after the first). ``device``: where the models run. ``debug``: log the
     traceback of a failed request (never sent to the client). ``quantize``, ``dtype``: the weights of
-    the lm and translation runs (``--quantize int8``, ``--dtype bf16``; None: as saved)."""
+    the lm and translation runs (``--quantize int8``, ``--dtype bf16``; None: as saved). ``compile``:
+    the engines' decoding steps through ``torch.compile`` on static KV caches (``--compile``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -44,6 +45,7 @@ class ServeSettings:
     debug: bool = False
     quantize: str | None = None
     dtype: str | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
