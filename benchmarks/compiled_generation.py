@@ -14,6 +14,11 @@ tokens of the three are compared.
     python benchmarks/compiled_generation.py --quick     # a tiny model, a smoke run
     python benchmarks/compiled_generation.py --threads 1 --clock cpu   # steadiest on a busy machine
     python benchmarks/compiled_generation.py --backend aot_eager --reps 5 --threads 2
+    python benchmarks/compiled_generation.py --threads 1 --profile     # and where the time goes
+
+``--profile`` then runs each side once more under ``torch.profiler`` and prints, per generated
+token, the operators called, the self CPU time and its share in matrix products (what fp32 weights
+bound), and the operators that take the most of it: what limits each side.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -55,6 +61,31 @@ def ours(model: GPT, prompt: Tensor, new_tokens: int, compiled: CompiledDecoding
     return generate(next_logits, prompt, new_tokens, NEVER_EOS, 0).tokens
 
 
+MATRIX_PRODUCTS = ("addmm", "aten::mm", "bmm", "linear", "matmul", "mkldnn", "onednn", "int8pack")
+"""Operator names (substrings) of the matrix products, whose share of the time is the weights' part."""
+
+
+def profiled(sides: dict[str, Callable[[], Tensor]], new_tokens: int) -> None:
+    """Each side once under ``torch.profiler``: its operators and self CPU time per token."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, run in sides.items():
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            run()
+        events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+        total = sum(e.self_cpu_time_total for e in events)
+        products = sum(e.self_cpu_time_total for e in events if any(k in e.key for k in MATRIX_PRODUCTS))
+        calls = sum(e.count for e in events) / new_tokens
+        print(
+            f"\nprofile, {name}: {calls:,.0f} operator calls and {total / 1e3 / new_tokens:.2f} ms of "
+            f"self CPU time a token (the profiler's own cost included), {products / total:.0%} of it in "
+            "matrix products; the most:"
+        )
+        for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]:
+            share = e.self_cpu_time_total / total
+            print(f"  {share:6.1%}  {e.count / new_tokens:6.1f} calls a token  {e.key}")
+
+
 def main(argv: list[str] | None = None) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
@@ -64,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
     parser.add_argument("--mode", help="torch.compile mode (reduce-overhead: CUDA graphs)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument("--profile", action="store_true", help="then each side under torch.profiler")
     add_clock_flag(parser)
     args = parser.parse_args(argv)
     device = bench_device(args.device, args.clock, "compiled_generation.py")
@@ -122,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         f"same tokens as HF: eager {same['eager']}, compiled {same['compiled']}; "
         f"{prompt_len} + {new_tokens} tokens, {args.reps} timed rounds"
     )
+    if args.profile:
+        profiled(sides, new_tokens)
 
 
 if __name__ == "__main__":

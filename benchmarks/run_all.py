@@ -59,7 +59,7 @@ JOBS = (
     Job("translation bf16", "translation_speed.py", ("--bf16",)),
     Job("beam search vs Marian", "marian_speed.py", ("--bf16",)),
     Job("gpt", "gpt_speed.py", device=True),
-    Job("compiled generation", "compiled_generation.py", device=True),
+    Job("compiled generation", "compiled_generation.py", ("--profile",), device=True),
     Job("bert", "bert_speed.py"),
     Job("vit fp32", "vit_speed.py", ("--fp32",), device=True),
     Job("vit bf16", "vit_speed.py", ("--bf16",), device=True),

@@ -10,8 +10,9 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
 - Projections: oneDNN's linear with a fused activation, ``torch.ops.mkldnn._linear_pointwise``,
   or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
-  ``F.linear`` from then on; inside ``torch.compile`` (compiled decoding) always ``F.linear``,
-  whose GEMM inductor chooses and fuses itself.
+  ``F.linear`` from then on. Inside ``torch.compile`` (compiled decoding) ``F.linear``, whose GEMM
+  inductor chooses itself, except where MKL skips AVX-512: there oneDNN's product as one custom op
+  (:func:`onednn_compiles`).
 - Training's projections: the same oneDNN linear for the forward product and both backward ones,
   or ``F.linear`` and its autograd (MKL's GEMM) (:func:`onednn_trains`, :func:`onednn_train_linear`),
   where MKL runs its AVX2 kernels on a CPU with AVX-512 (one not made by Intel).
@@ -194,6 +195,27 @@ def onednn_trains(x: Tensor, weight: Tensor) -> bool:
         and x.dtype == weight.dtype == torch.float32
         and torch.is_grad_enabled()
         and (x.requires_grad or weight.requires_grad)
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def onednn_compiles(x: Tensor, weight: Tensor) -> bool:
+    """Whether a projection traced by ``torch.compile`` without gradients (compiled decoding) should
+    call oneDNN's linear as one custom op (:func:`onednn_train_linear`), opaque to inductor, rather
+    than ``F.linear``, which inductor lowers to MKL's ``addmm``: float32 on the CPU, no autocast,
+    where MKL runs its AVX2 kernels on a CPU with AVX-512 (:data:`MKL_SKIPS_AVX512`).
+
+    Measured on an AMD EPYC, 2 threads, torch 2.13, greedy batch-1 decoding of
+    ``benchmarks/compiled_generation.py``'s GPT (6 × 384, ``--profile``): in the compiled step,
+    inductor's ``addmm`` took 3.75 ms a token where the eager step's oneDNN linear took 2.54 for the
+    same products, and the compiled step went from 1.09x to 1.31x Hugging Face's ``generate`` with
+    the custom op. On an Intel CPU MKL runs its AVX-512 kernels: inductor keeps its own choice there."""
+    return (
+        ONEDNN_TRAINING is not None
+        and MKL_SKIPS_AVX512
+        and torch.compiler.is_compiling()
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
     )
 

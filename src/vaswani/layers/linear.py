@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from vaswani.layers.kernels import (
     HAS_ONEDNN,
     onednn_applies,
+    onednn_compiles,
     onednn_linear,
     onednn_train_linear,
     onednn_trains,
@@ -33,7 +34,9 @@ class Linear(nn.Linear):
     :func:`~vaswani.layers.kernels.onednn_trains` chooses it, every product of the forward and the
     backward pass by oneDNN's linear (:func:`~vaswani.layers.kernels.onednn_train_linear`), then
     the activation. Inference in float32 on the CPU runs oneDNN's linear kernel with the
-    activation fused into it where :mod:`vaswani.layers.kernels` chooses it. Both are the same
+    activation fused into it where :mod:`vaswani.layers.kernels` chooses it, and inside
+    ``torch.compile`` its product as one custom op where
+    :func:`~vaswani.layers.kernels.onednn_compiles` chooses it. All are the same
     float32 arithmetic in another order (results differ at rounding level), faster at our
     models' shapes.
     """
@@ -43,6 +46,6 @@ class Linear(nn.Linear):
             out = onednn_linear(x, self.weight, self.bias, activation)
             if out is not None:
                 return out
-        if onednn_trains(x, self.weight):
+        if onednn_trains(x, self.weight) or onednn_compiles(x, self.weight):
             return ACTIVATIONS[activation](onednn_train_linear(x, self.weight, self.bias))
         return ACTIVATIONS[activation](F.linear(x, self.weight, self.bias))
