@@ -9,8 +9,8 @@ weights and ours loaded from it through ``vaswani.interop.gpt2.state_from_hf``:
    fp32 and bf16 autocast; each step of one model is timed next to one of the other, in
    A B B A order, so that a busy neighbour hits both alike;
 2. the model FLOPs utilisation of those steps against the matmul peak measured in the same
-   run (``torch.mm`` at the model's own shapes, best of several), with PaLM's count of
-   6·N + 12·L·d·T FLOPs per trained token;
+   run (``torch.mm`` or, in float32 on the CPU, oneDNN's linear, at the model's own shapes, best
+   of several: ``timing.matmul_peak``), with PaLM's 6·N + 12·L·d·T FLOPs per trained token;
 3. peak memory of training: each model trains a few steps in a fresh (spawned) process, which
    reports its peak resident set size (``VmHWM``) and the growth over its size before the
    first step (the model built); on a GPU, in this process, the CUDA allocator's peak
@@ -88,9 +88,9 @@ TRAIN_BF16_TARGET = 1.5  # ours / HF training tokens/s, bf16
 MFU_TARGET = 0.50  # ours, fp32
 GENERATE_TARGET = 2.0  # ours / HF generated tokens/s
 FLOPS_FORMULA = (
-    "FLOPs per trained token = 6·N + 12·L·d·T (PaLM, appendix B): N = parameters without the position "
-    "embedding (the tied token embedding counted once, as the LM head's matrix), L layers, d = d_model, "
-    "T = context; MFU = FLOPs per token × tokens/s / matmul peak (torch.mm, same run, same precision)"
+    "FLOPs per trained token = 6·N + 12·L·d·T (PaLM, appendix B): N = parameters but the position embedding "
+    "(the tied token embedding counted once), L layers, d = d_model, T = context; MFU = FLOPs per token × "
+    "tokens/s / matmul peak (torch.mm or oneDNN's linear, same run and precision)"
 )
 
 
@@ -305,7 +305,7 @@ def bench_generation(setup: Setup, reps: int, dtype: torch.dtype) -> tuple[Row, 
 def mfu_row(train: Row, flops: float, peak: float) -> Row:
     """The model FLOPs utilisation (%) of each timed training step of ``train``."""
     return Row(
-        f"MFU of training, % of the torch.mm peak ({peak / 1e9:,.0f} GFLOP/s)", train.precision,
+        f"MFU of training, % of the matmul peak ({peak / 1e9:,.0f} GFLOP/s)", train.precision,
         [100 * flops * rate / peak for rate in train.ours], [100 * flops * rate / peak for rate in train.hf],
         f"ours >= {MFU_TARGET:.0%}" if train.precision == "fp32" else "",
     )  # fmt: skip
@@ -333,7 +333,7 @@ def markdown_table(
     lines.append(
         f"\ntorch {torch.__version__}, transformers {transformers.__version__}, {threads} threads, "
         f"{clock_name} clock, {cpu}{gpu}, python {platform.python_version()}, {now}; "
-        f"torch.mm peak: {peak_text}\n\n{FLOPS_FORMULA}"
+        f"matmul peak: {peak_text}\n\n{FLOPS_FORMULA}"
     )
     return "\n".join(lines)
 

@@ -52,6 +52,7 @@ class Job:
     args: tuple[str, ...] = ()
     quick: tuple[str, ...] = ("--quick",)
     device: bool = False  # the script takes --device (others run on the CPU only)
+    threads: int | None = None  # its own torch threads, whatever --threads says
 
 
 JOBS = (
@@ -65,7 +66,7 @@ JOBS = (
     Job("vit bf16", "vit_speed.py", ("--bf16",), device=True),
     Job("local attention", "long_context.py"),
     Job("windowed generation", "window_generation.py", device=True),
-    Job("server vs direct", "serve_load.py"),
+    Job("server vs direct", "serve_load.py", threads=1),  # a server and its clients: one thread each
 )
 
 
@@ -80,7 +81,7 @@ class Outcome:
 
 def run_job(job: Job, quick: bool, threads: int, device: str) -> Outcome:
     """Run ``job`` in its own process; its results, exit status, wall time and peak memory."""
-    command = [sys.executable, str(HERE / job.script), *job.args, "--threads", str(threads)]
+    command = [sys.executable, str(HERE / job.script), *job.args, "--threads", str(job.threads or threads)]
     command += list(job.quick) if quick else []
     command += ["--device", device] if job.device and device != "cpu" else []
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,10 +148,11 @@ def result_rows(outcomes: list[Outcome]) -> list[str]:
     return lines
 
 
-def job_rows(outcomes: list[Outcome]) -> list[str]:
-    lines = ["| job | exit status | wall s | peak RSS MiB |", "|---|---:|---:|---:|"]
+def job_rows(outcomes: list[Outcome], threads: int) -> list[str]:
+    lines = ["| job | threads | exit status | wall s | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
     for o in outcomes:
-        lines.append(f"| {o.job.name} | {o.status} | {o.seconds:,.0f} | {o.peak_mib:,.0f} |")
+        own = o.job.threads or threads
+        lines.append(f"| {o.job.name} | {own} | {o.status} | {o.seconds:,.0f} | {o.peak_mib:,.0f} |")
     return lines
 
 
@@ -170,11 +172,12 @@ def section(outcomes: list[Outcome], heading: str, threads: int, quick: bool) ->
         hf = "not installed"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     about = (
-        f"torch {torch.__version__}, transformers {hf}, {threads} threads, {os.cpu_count()} cores, {when}; "
+        f"torch {torch.__version__}, transformers {hf}, {threads} threads (a job may set its own), "
+        f"{os.cpu_count()} cores, {when}; "
         f"`python benchmarks/run_all.py{' --quick' if quick else ''}`"
         f"{' (smoke runs: tiny models, few repetitions)' if quick else ''}"
     )
-    body = [f"## {heading}", "", about, "", *result_rows(outcomes), "", *job_rows(outcomes), ""]
+    body = [f"## {heading}", "", about, "", *result_rows(outcomes), "", *job_rows(outcomes, threads), ""]
     return "\n".join(body)
 
 
@@ -182,9 +185,8 @@ def merged(existing: str, heading: str, new_section: str) -> str:
     """``existing`` (the file) with the section under ``heading`` replaced by ``new_section``, or it
     appended; the other machines' sections kept in their order."""
     parts = re.split(r"(?m)^(?=## )", existing)
-    intro = (
-        parts[0] if parts and not parts[0].startswith("## ") else f"{TITLE}\n\n{__doc__.splitlines()[0]}\n\n"
-    )
+    fresh = f"{TITLE}\n\n{__doc__.splitlines()[0]}\n\n"
+    intro = parts[0] if parts[0].strip() and not parts[0].startswith("## ") else fresh
     sections = [p for p in parts if p.startswith("## ")]
     kept = [p if p.splitlines()[0] != f"## {heading}" else new_section + "\n" for p in sections]
     if not any(p.splitlines()[0] == f"## {heading}" for p in sections):

@@ -42,5 +42,15 @@ def test_one_job_into_a_table_that_keeps_other_machines(tmp_path: Path) -> None:
         expected = other_value / ours_value if "lower is better" in row[1] else ours_value / other_value
         assert abs(ratio - expected) <= 0.01 * expected + 0.01
         assert row[7] == ">= 4" and row[8] == ("yes" if ratio >= 4 else "**no**")
-    job = next(cells(x) for x in text.splitlines() if x.startswith("| local attention | 0 |"))
-    assert number(job[3]) > 0  # peak RSS in MiB
+    job = next(cells(x) for x in text.splitlines() if x.startswith("| local attention | 1 | 0 |"))
+    assert number(job[4]) > 0  # peak RSS in MiB
+
+
+def test_a_new_table_gets_the_title_and_a_known_one_keeps_its_intro(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # run_all imports timing as its script does
+    from benchmarks.run_all import TITLE, merged
+
+    section = "## CPU: X\n\nrows\n"
+    fresh = merged("", "CPU: X", section)
+    assert fresh.startswith(f"{TITLE}\n\n") and fresh.endswith(section + "\n")
+    assert merged(fresh, "CPU: X", "## CPU: X\n\nnew rows\n") == fresh.replace("rows", "new rows")

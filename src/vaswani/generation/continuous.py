@@ -373,11 +373,12 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
         width = max(r.cached for r in rows)
         index = self._kept(keep)
         shape = self._static_shape(len(rows), width, self.max_len)
-        cache = self.model.new_cache(None if shape is None else shape[1])
+        padded, columns = (None, None) if shape is None else shape
+        cache = self.model.new_cache(columns)
         for layer, target in enumerate(cache):
             running = self.cache[layer].self_attn if self.cache else None
             own = parts([c[layer].self_attn for _, c in joining])
-            fill(target.self_attn, kept_rows(running, index) + own, width, shape and shape[0])
+            fill(target.self_attn, kept_rows(running, index) + own, width, padded)
         advance(cache, width)
         self.cache = cache
         self._placed(rows, width, shape)

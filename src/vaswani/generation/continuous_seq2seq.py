@@ -88,11 +88,11 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         return self._enqueue(request)
 
     def _logits(self, tokens: Tensor, source: EncodedSource, target_mask: Tensor | None) -> Tensor:
-        if source.cache is self.cache and self.compiled is not None:
-            assert target_mask is not None
-            logits = seq2seq_batch_logits(self.compiled, self.model, tokens, source, target_mask)
-        else:
-            logits = self.model.decode(tokens, source, last_only=True, target_mask=target_mask)[0][:, -1]
+        logits = self.model.decode(tokens, source, last_only=True, target_mask=target_mask)[0][:, -1]
+        return self._suppressed(logits)
+
+    def _suppressed(self, logits: Tensor) -> Tensor:
+        """``logits`` in float32, those of the ids in ``suppress`` -inf."""
         logits = logits.float()
         if self.suppress.numel():
             logits.index_fill_(-1, self.suppress, -math.inf)
@@ -115,8 +115,13 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         assert self.memory is not None and self.memory_mask is not None
         source = EncodedSource(self.memory, self.memory_mask[:, None, None, :], self.cache)
         newest = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.device)
-        mask = self._self_attention_mask() if self.compiled is None else self.static_mask
-        tokens = self._choose(self._logits(newest, source, mask), self.rows)
+        if self.compiled is None:
+            logits = self._logits(newest, source, self._self_attention_mask())
+        else:
+            assert self.static_mask is not None
+            step = seq2seq_batch_logits(self.compiled, self.model, newest, source, self.static_mask)
+            logits = self._suppressed(step)
+        tokens = self._choose(logits, self.rows)
         self.width += 1
         for row in self.rows:
             row.cached += 1
@@ -133,7 +138,7 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         width = max(r.cached for r in rows)
         columns = max(len(r.prompt) for r in rows)
         shape = self._static_shape(len(rows), width, self.model.config.max_len)
-        padded = None if shape is None else shape[0]
+        padded, static = (None, None) if shape is None else shape
         columns = columns if shape is None else bucket(columns, 8)
         index = self._kept(keep)
         joined = [s.cache for _, s in joining]
@@ -142,7 +147,7 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
             assert self.memory is not None and self.memory_mask is not None
             memory.insert(0, self.memory.index_select(0, index))
             mask.insert(0, self.memory_mask.index_select(0, index))
-        cache = self.model.decoder.new_cache(None if shape is None else shape[1])
+        cache = self.model.decoder.new_cache(static)
         for layer, target in enumerate(cache):
             running = self.cache[layer] if self.cache else None
             own = [c[layer] for c in joined if c is not None]  # every prefilled source has its caches
