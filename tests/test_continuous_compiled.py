@@ -27,7 +27,7 @@ def _compiled() -> tuple[CompiledDecoding, CompileCounterWithBackend]:
 
 @pytest.mark.parametrize("position", ["learned", "relative", "rope", "alibi"])
 @pytest.mark.parametrize("window", [None, 3], ids=["full", "window3"])
-def test_compiled_lm_rows_joining_leaving_and_restarting_equal_each_alone(position, window):
+def test_compiled_lm_rows_joining_leaving_and_restarting_equal_each_alone(position, window, capsys):
     model = position_gpt(position, max_len=12, window=window)
     compiled, counter = _compiled()
     engine = ContinuousEngine(
@@ -39,6 +39,10 @@ def test_compiled_lm_rows_joining_leaving_and_restarting_equal_each_alone(positi
         assert ids == lm_case._alone(model, prompt, n)
     assert compiled.failure is None and compiled.buckets <= {("lm", r, 12) for r in (1, 2, 4)}
     assert counter.frame_count == len(compiled.buckets) >= 2  # one graph a bucket, every length in it
+    said = capsys.readouterr().err.splitlines()  # a line as each bucket's graph is compiled
+    assert [line.split(" compiled in ")[0] for line in said] == [
+        f"vaswani: --compile: {n} decoding step{'s' * (n > 1)}" for n in range(1, len(compiled.buckets) + 1)
+    ]
     assert engine.cache is None and engine.static_mask is None
 
 

@@ -25,6 +25,7 @@ choice of each row's token); :class:`ContinuousEngine` is the decoder-only model
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -132,7 +133,10 @@ class BatchEngine(Generic[State]):
         stepped = list(self.rows)
         if stepped:
             self._grow()
+        graphs = len(self.compiled.buckets) if self.compiled else 0
         tokens = self._decode_batch() if stepped else []
+        if self.compiled and len(self.compiled.buckets) != graphs:  # a new bucket's graph: its time said
+            print(self.compiled.report(), file=sys.stderr)
         joining = full + self._admit(self.max_batch - len(stepped) - len(full))
         prefilled: list[tuple[Request, State]] = []
         for row in joining:
