@@ -48,6 +48,16 @@ def suffix_mask(lengths: list[int], width: int, device: torch.device) -> Tensor:
     return torch.arange(width, device=device) >= starts[:, None]
 
 
+def static_mask(cached: list[int], width: int, columns: int, padded: int, device: torch.device) -> Tensor:
+    """The key mask (``padded``, ``columns``) of a continuous batch on static caches: row i holds its
+    ``cached[i]`` tokens in the columns before ``width`` (right-aligned), and the columns from
+    ``width`` on are the steps to come, True (the causal mask hides those not yet written); the
+    rows of padding after them are True throughout (never read). It stays the same from step to
+    step, as every row's tokens and the cache's position advance together."""
+    to_come = columns - width
+    return suffix_mask([n + to_come for n in cached] + [columns] * (padded - len(cached)), columns, device)
+
+
 def fill(
     target: AttentionCache, parts: list[tuple[Tensor, Tensor]], width: int, rows: int | None = None
 ) -> None:

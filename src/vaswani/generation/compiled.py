@@ -217,8 +217,9 @@ def lm_batch_logits(
 ) -> Tensor:
     """A continuous batch's step (:class:`~vaswani.generation.continuous.ContinuousEngine` with
     ``compiled``): the logits (rows, vocab) after each row's newest token ``tokens`` (rows, 1), on
-    static caches of ``mask.shape`` (padded rows, columns: :func:`static_mask`). The graph is the
-    one :func:`lm_compiled_next_logits` runs for those shapes."""
+    static caches of ``mask.shape`` (padded rows, columns:
+    :func:`~vaswani.generation.batch_cache.static_mask`). The graph is the one
+    :func:`lm_compiled_next_logits` runs for those shapes."""
     padded, columns = mask.shape
     step_input = _pad_rows(tokens, padded, 0)
     return compiled.run(_lm_step, ("lm", padded, columns), model, step_input, mask, cache)[: tokens.shape[0]]
@@ -230,19 +231,9 @@ def seq2seq_batch_logits(
     """A continuous batch's step of an encoder-decoder (:class:`~vaswani.generation.
     continuous_seq2seq.Seq2SeqEngine` with ``compiled``): the logits (rows, vocab) after ``tokens``
     (rows, 1), the decoder's self-attention on static caches of ``mask.shape`` (padded rows,
-    columns: :func:`static_mask`), ``source`` padded to those rows and a bucket of columns."""
+    columns: :func:`~vaswani.generation.batch_cache.static_mask`), ``source`` padded to those rows
+    and a bucket of columns."""
     padded, columns = mask.shape
     step_input = _pad_rows(tokens, padded, model.config.pad_id)
     key = ("seq2seq-batch", padded, source.memory.shape[1], columns)
     return compiled.run(_seq2seq_step, key, model, step_input, source, mask)[: tokens.shape[0]]
-
-
-def static_mask(cached: list[int], width: int, columns: int, padded: int, device: torch.device) -> Tensor:
-    """The key mask (``padded``, ``columns``) of a continuous batch on static caches: row i holds its
-    ``cached[i]`` tokens in the columns before ``width`` (right-aligned), and the columns from
-    ``width`` on are the steps to come, True (the causal mask hides those not yet written); the
-    rows of padding after them are True throughout (never read). It stays the same from step to
-    step, as every row's tokens and the cache's position advance together."""
-    starts = [width - n for n in cached] + [0] * (padded - len(cached))
-    start = torch.tensor(starts, dtype=torch.long, device=device)
-    return torch.arange(columns, device=device) >= start[:, None]

@@ -35,13 +35,12 @@ import torch
 from torch import Tensor
 
 from vaswani.errors import DataError, InputError, VaswaniError
-from vaswani.generation.batch_cache import advance, fill, kept_rows, parts, suffix_mask
+from vaswani.generation.batch_cache import advance, fill, kept_rows, parts, static_mask, suffix_mask
 from vaswani.generation.compiled import (
     SMALLEST_BUFFER,
     CompiledDecoding,
     bucket,
     lm_batch_logits,
-    static_mask,
 )
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import lm_budget
