@@ -104,9 +104,9 @@ def unigram_loss(tokenizer: Any, train: list[str], valid: list[str]) -> float:
 def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     """Train one variant in ``out / variant.name``; its row of the table."""
     from vaswani.errors import VaswaniError
+    from vaswani.pipelines.translation import Translator
     from vaswani.plots import read_train_log
     from vaswani.tasks.translation import evaluate_split, load_data
-    from vaswani.tasks.translator import Translator
 
     run_dir = out / variant.name
     started = time.perf_counter()

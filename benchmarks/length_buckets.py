@@ -16,9 +16,9 @@ from pathlib import Path
 
 from vaswani.data.config import ParallelData
 from vaswani.metrics import bleu, chrf
+from vaswani.pipelines.translation import TASK, Translator
 from vaswani.rundir import RunDir
 from vaswani.tasks.translation import load_data
-from vaswani.tasks.translator import TASK, Translator
 
 
 def buckets(edges: list[int]) -> list[tuple[int, int | None]]:

@@ -164,8 +164,8 @@ def trained_pair(run_dir: Path, folder: Path) -> tuple[Transformer, Any, TextTok
     """A trained translation run and the ``MarianMTModel`` it exports to (``vaswani export-hf``
     into ``folder``), with the run's source and target tokenizers."""
     from vaswani.interop.marian_folder import export_run
+    from vaswani.pipelines.translation import Translator
     from vaswani.rundir import RunDir
-    from vaswani.tasks.translator import Translator
 
     translator = Translator.load(run_dir)
     export_run(run_dir, RunDir(run_dir).read_config(), folder)

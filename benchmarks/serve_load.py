@@ -44,8 +44,8 @@ from timing import cpu_description, record
 
 from vaswani.data.grammar import generate_pairs
 from vaswani.generation.config import DecodingConfig
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
 
 HOST = "127.0.0.1"
 ENV = dict(os.environ)  # of every process started: OMP_NUM_THREADS set by --threads

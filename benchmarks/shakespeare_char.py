@@ -33,10 +33,11 @@ from vaswani.config import RunConfig
 from vaswani.data.text import split_documents
 from vaswani.errors import VaswaniError
 from vaswani.generation.config import DecodingConfig
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.lm_text import encode_documents, load_documents, stream_loss
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.lm import LanguageModel, train_lm
-from vaswani.tasks.lm_text import encode_documents, load_documents, stream_loss
+from vaswani.tasks.lm import train_lm
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"

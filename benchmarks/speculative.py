@@ -28,7 +28,7 @@ from timing import add_clock_flag, clock, cpu_description, use_clock
 
 from vaswani.generation.config import DecodingConfig
 from vaswani.layers.quantize import quantize_int8
-from vaswani.tasks.lm import LanguageModel
+from vaswani.pipelines.lm import LanguageModel
 
 Generation = Callable[[str, list[int]], list[int]]
 """A prompt and a tally (accepted, proposed draft tokens) → the generated ids."""

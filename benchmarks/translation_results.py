@@ -43,14 +43,14 @@ from jobs import ROOT, Job, run_all, shown, write_table
 from length_buckets import buckets, name_of, scored
 from timing import cpu_description
 
-from vaswani.data.config import ParallelData
+from vaswani.data.config import NatData, ParallelData
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig
 from vaswani.metrics import bleu, chrf
+from vaswani.pipelines.nat import NatTranslator
+from vaswani.pipelines.translation import TASK, Translator
 from vaswani.rundir import RunDir
 from vaswani.tasks import translation
-from vaswani.tasks.nat_translator import NatData, NatTranslator
-from vaswani.tasks.translator import TASK, Translator
 
 RESULTS = ROOT / "benchmarks" / "results" / "translation.md"
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"

@@ -20,12 +20,13 @@ import torch
 from timing import cpu_description
 
 from vaswani.data.config import ParallelData, TextData
+from vaswani.layers.quantize import prepare_weights
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.lm_text import encode_documents, load_documents, stream_loss
+from vaswani.pipelines.translation import Translator
 from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import prepare_inference
-from vaswani.tasks.lm import LanguageModel, split_documents
-from vaswani.tasks.lm_text import encode_documents, load_documents, stream_loss
+from vaswani.tasks.lm import split_documents
 from vaswani.tasks.translation import evaluate_split, load_data
-from vaswani.tasks.translator import Translator
 
 WEIGHTS = {"fp32": (None, None), "bf16": (None, "bf16"), "int8": ("int8", None)}
 """Each row's (--quantize, --dtype)."""
@@ -40,7 +41,7 @@ def lm_perplexities(run_dir: Path) -> dict[str, float]:
     ids = encode_documents(lm.tokenizer, valid)
     found = {}
     for name, (quantize, dtype) in WEIGHTS.items():
-        model = prepare_inference(copy.deepcopy(lm.model), quantize, dtype)
+        model = prepare_weights(copy.deepcopy(lm.model), quantize, dtype)
         found[name] = math.exp(stream_loss(model, ids, vocab_size=lm.tokenizer.vocab_size))
     print(f"lm {run_dir}: {len(ids):,} validation tokens")
     return found
@@ -53,7 +54,7 @@ def translation_bleus(run_dir: Path) -> dict[str, float]:
     pairs = data.test or data.valid
     found = {}
     for name, (quantize, dtype) in WEIGHTS.items():
-        model = prepare_inference(copy.deepcopy(translator.model), quantize, dtype)
+        model = prepare_weights(copy.deepcopy(translator.model), quantize, dtype)
         prepared = Translator(model, translator.src_tok, translator.tgt_tok, translator.bleu_tokenize)
         found[name] = evaluate_split(prepared, pairs)["bleu"]
     print(f"translation {run_dir}: {len(pairs)} test sentences")

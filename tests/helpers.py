@@ -21,13 +21,14 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import VaswaniError
+from vaswani.io import WEIGHTS, load_weights, model_bytes
 from vaswani.layers.linear import ACTIVATIONS, Linear
 from vaswani.models.bert import Bert
 from vaswani.models.gpt import GPT
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training import trainer as trainer_module
-from vaswani.training.checkpoint import MANIFEST
+from vaswani.training.checkpoint import MANIFEST, read_checkpoint, rng_state, set_rng_state, write_checkpoint
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -360,3 +361,26 @@ def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     for i, p in enumerate(prompts):
         ids[i, longest - len(p) :], mask[i, longest - len(p) :] = torch.tensor(p), True
     return ids, mask
+
+
+def save_checkpoint(
+    run_dir: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int,
+) -> Path:
+    """Write ``checkpoints/step_N`` of a model and optimizer in this process, with this process's
+    RNG states (see :func:`write_checkpoint`)."""
+    extra = {"optimizer": optimizer.state_dict(), "rng": rng_state()}
+    return write_checkpoint(run_dir, model_bytes(model), extra, state, keep)
+
+
+
+def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore weights, optimizer and RNG states in this process; return the trainer state."""
+    load_weights(model, path / WEIGHTS)
+    extra, state = read_checkpoint(path)
+    optimizer.load_state_dict(extra["optimizer"])
+    set_rng_state(extra["rng"])
+    return state

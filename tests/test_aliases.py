@@ -179,7 +179,7 @@ def test_a_merge_of_sources_lets_a_later_old_name_replace_an_earlier_field():
 def configured(argv: list[str]) -> ModelConfig:
     """The model config that ``vaswani train ...`` would train (nothing trained)."""
     args = parse(build_parser(), argv)
-    return registry.configure(args.task, flags_of(args), config=args.config).model
+    return registry.configure(args.task, flags_of(args, registry.get(args.task)), config=args.config).model
 
 
 def test_a_config_file_with_a_gpts_old_names_is_read(tmp_path):
@@ -210,7 +210,7 @@ def test_flags_set_the_depth_of_every_stack_or_of_one(tmp_path):
 
 def test_the_model_vocabulary_has_no_flag_and_vocab_size_stays_the_tokenizers():
     args = parse(build_parser(), ["train", "lm", "--vocab-size", "300"])
-    assert flags_of(args) == {"model": {}, "train": {}, "data": {"vocab_size": 300}}
+    assert flags_of(args, registry.get(args.task)) == {"model": {}, "train": {}, "data": {"vocab_size": 300}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_norm_flags_and_config_files_old_and_new(tmp_path, flags, expected):
     old.write_text("model:\n  norm: pre_rmsnorm\n", encoding="utf-8")
     argv = [flag.replace("{old}", str(old)) for flag in flags]
     args = build_parser().parse_args(["train", "lm", *argv])
-    run = registry.configure("lm", flags_of(args), config=args.config)
+    run = registry.configure("lm", flags_of(args, registry.get(args.task)), config=args.config)
     assert (run.model.norm, run.model.norm_placement) == expected
 
 

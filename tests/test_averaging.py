@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from tests.helpers import tiny_args, write_reverse_task
+from tests.helpers import save_checkpoint, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
 from vaswani.generation.config import DecodingConfig
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.translation import Translator
 from vaswani.training.averaging import BACKUP, average_checkpoints
-from vaswani.training.checkpoint import list_checkpoints, save_checkpoint
+from vaswani.training.checkpoint import list_checkpoints
 
 CHECKPOINT_FLAGS = ("--checkpoint-every", "2", "--keep-checkpoints", "3")  # steps 2, 4 and 6 of 6
 

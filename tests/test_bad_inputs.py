@@ -73,16 +73,16 @@ from vaswani.generation import compiled as compiled_decoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
 from vaswani.layers.quantize import quantize_int8
+from vaswani.pipelines.classify import TextClassifier
+from vaswani.pipelines.encoder import SentenceEncoder
+from vaswani.pipelines.image import ImageClassifier
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.mlm import MaskedLanguageModel
+from vaswani.pipelines.translation import Translator
 from vaswani.rundir import RunDir
 from vaswani.serve.app import create_app
 from vaswani.serve.settings import ServeSettings
-from vaswani.tasks import registry
-from vaswani.tasks.classify import TextClassifier
-from vaswani.tasks.encoder import SentenceEncoder
-from vaswani.tasks.image import ImageClassifier
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.mlm import MaskedLanguageModel
-from vaswani.tasks.translator import Translator
+from vaswani.tasks import lifecycle
 from vaswani.training.averaging import average_checkpoints, newest_checkpoints
 from vaswani.training.checkpoint import list_checkpoints
 
@@ -968,7 +968,7 @@ API = [
     Api("translation", "beam search and sampling",
         lambda x: x.translator.translate(["a"], DecodingConfig(beam=2, temperature=1.0)),
         ConfigError, ["beam search and sampling"]),
-    Api("translation", "resume a checkpoint of a newer vaswani", lambda x: registry.resume(x.paths.future),
+    Api("translation", "resume a checkpoint of a newer vaswani", lambda x: lifecycle.resume(x.paths.future),
         RunDirError, ["trainer_state.json", "unknown field 'ema_decay'"]),
     Api("translation", "load an lm run", lambda x: Translator.load(x.paths.lm), RunDirError,
         ["'lm'", "'translation'"]),

@@ -29,9 +29,9 @@ from vaswani.config import ModelConfig
 from vaswani.data.labeled import read_labeled, sort_labels
 from vaswani.errors import DataError
 from vaswani.models.bert import BertClassifier
-from vaswani.tasks.bert import encode_texts, text_batch
-from vaswani.tasks.classify import TextClassifier
-from vaswani.tasks.encoder import SentenceEncoder
+from vaswani.pipelines.bert import encode_texts, text_batch
+from vaswani.pipelines.classify import TextClassifier
+from vaswani.pipelines.encoder import SentenceEncoder
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.generation.continuous import ContinuousEngine, EngineClosed, QueueFull
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
-from vaswani.tasks.lm import LanguageModel
+from vaswani.pipelines.lm import LanguageModel
 
 NEVER = 99  # an EOS id that the tiny GPTs never produce: every step is compared
 VOCAB = 24

@@ -18,7 +18,7 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.generation.continuous_seq2seq import Seq2SeqEngine
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.translation import Translator
 
 BOS, PAD, VOCAB = 1, 0, 24
 NEVER = 99  # an EOS id that the tiny models never produce: every step is compared

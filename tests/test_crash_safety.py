@@ -24,19 +24,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import LineTask, tiny_args, write_reverse_task
+from tests.helpers import LineTask, load_checkpoint, save_checkpoint, tiny_args, write_reverse_task
 from vaswani.config import TrainConfig
 from vaswani.errors import ConfigError, RunDirError, VaswaniError
 from vaswani.io import load_weights
 from vaswani.runtime import seed_everything
 from vaswani.training import checkpoint
-from vaswani.training.checkpoint import (
-    checkpoint_problem,
-    list_checkpoints,
-    load_checkpoint,
-    newest_intact_checkpoint,
-    save_checkpoint,
-)
+from vaswani.training.checkpoint import checkpoint_problem, list_checkpoints, newest_intact_checkpoint
 from vaswani.training.optimizer import make_optimizer
 from vaswani.training.trainer import Trainer, TrainingInterrupted
 

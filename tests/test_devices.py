@@ -21,9 +21,9 @@ from vaswani.models.bert import Bert, BertClassifier, MaskedLM
 from vaswani.models.gpt import GPT
 from vaswani.models.tagger import BertTagger
 from vaswani.models.transformer import Transformer
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
 from vaswani.runtime import resolve_device
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translator import Translator
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 VOCAB, PAD = 24, 0
@@ -124,7 +124,7 @@ def test_embed_on_the_cpu_gives_the_vectors_of_before(tmp_path):
 @pytest.mark.parametrize("task", ["translation", "lm", "mlm", "classify", "encoder"])
 def test_load_puts_the_model_on_the_device(task):
     wrapper = vaswani.load(FIXTURES / task, device="cpu")
-    model = wrapper.bert if task == "encoder" else wrapper.model
+    model = wrapper.model
     assert {p.device for p in model.parameters()} == {torch.device("cpu")}
 
 
@@ -166,7 +166,7 @@ def test_seeded_sampling_on_cuda_repeats():
 @pytest.mark.parametrize("task", ["translation", "lm", "mlm", "classify", "encoder"])
 def test_a_run_loads_on_cuda(task):
     wrapper = vaswani.load(FIXTURES / task, device="cuda")
-    model = wrapper.bert if task == "encoder" else wrapper.model
+    model = wrapper.model
     assert {p.device.type for p in model.parameters()} == {"cuda"}
 
 

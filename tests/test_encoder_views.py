@@ -15,10 +15,10 @@ from tests.test_plots import assert_png, panels
 from tests.test_tag import tiny_tag_args, write_tagged
 from vaswani.cli import main
 from vaswani.errors import ConfigError, DataError
+from vaswani.inspect.attention import ATTENTION, bert_attention, encoder_of, translation_attention
+from vaswani.pipelines.encoder import SentenceEncoder, word_pieces
 from vaswani.plots import attention_figure
 from vaswani.tasks import registry
-from vaswani.tasks.attention import bert_attention, encoder_of, translation_attention
-from vaswani.tasks.encoder import SentenceEncoder, word_pieces
 
 BERT_TASKS = ("mlm", "classify", "encoder", "tag")
 
@@ -54,7 +54,7 @@ def test_bert_attention_is_the_model_s_own_weights(runs, task, tmp_path):
     bert = encoder_of(wrapper)
     assert bert.config.norm_placement == "post"
     text = "the cat sees a dog" if task == "tag" else "one two three four"
-    maps, title = registry.get(task).attention(wrapper, text, None)
+    maps, title = ATTENTION[task](wrapper, text, None)
     (drawn,) = maps
     ids, segments = wrapper.tokenizer.encode_segments(text)
     assert drawn.keys[0] == "[CLS]" and drawn.keys[-1] == "[SEP]" and len(drawn.keys) == len(ids)
@@ -76,7 +76,7 @@ def test_a_sentence_pair_reads_with_its_segments(runs):
     with pytest.raises(DataError, match="the text is empty"):
         bert_attention(encoder_of(wrapper), wrapper.tokenizer, "one\t ")
     with pytest.raises(ConfigError, match="--part cross: a BERT run draws self"):
-        registry.get("classify").attention(wrapper, "one", "cross")
+        ATTENTION["classify"](wrapper, "one", "cross")
 
 
 def test_the_translation_encoder_s_self_attention(runs, tmp_path):
@@ -110,7 +110,7 @@ def test_embed_word_is_the_cosine_of_its_pieces_vectors(runs, capsys):
     for text in texts:
         ids, segments = encoder.tokenizer.encode_segments(text)
         with torch.no_grad():
-            hidden = encoder.bert(torch.tensor([ids]), torch.tensor([segments]))[0]
+            hidden = encoder.model(torch.tensor([ids]), torch.tensor([segments]))[0]
         at = encoder.tokenizer.tokenizer.encode(text).tokens.index("two")  # the first occurrence
         direct.append(hidden[at])
     torch.testing.assert_close(vectors, torch.stack(direct))

@@ -25,7 +25,7 @@ from vaswani.layers.linear import ACTIVATIONS
 from vaswani.models.bert import MaskedLM
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
-from vaswani.tasks.lm import LanguageModel
+from vaswani.pipelines.lm import LanguageModel
 
 TINY = {"d_model": 16, "n_heads": 2, "d_ff": 24, "n_layers": 2, "dropout": 0.0, "max_len": 16}
 

@@ -23,7 +23,8 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.generation.config import DecodingConfig
-from vaswani.tasks.lm import LanguageModel, train_lm
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.tasks.lm import train_lm
 
 pytestmark = pytest.mark.slow  # both tests read a model that trains for 10-20 s
 

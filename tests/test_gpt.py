@@ -375,6 +375,6 @@ def test_padded_vocabulary_ids_are_never_generated(sampling):
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
     from tests.helpers import tiny_lm_run
-    from vaswani.tasks.lm import LanguageModel
+    from vaswani.pipelines.lm import LanguageModel
 
     return LanguageModel.load(tiny_lm_run(tmp_path_factory.mktemp("gpt")))

@@ -24,9 +24,9 @@ from tests.helpers import (
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.models.gpt_classifier import GPTClassifier
-from vaswani.tasks.classify import TextClassifier
-from vaswani.tasks.gpt_classify import cut_pair, encode_gpt_texts, gpt_batch, gpt_classifier_loss
-from vaswani.tasks.lm_text import next_token_loss
+from vaswani.pipelines.classify import TextClassifier, cut_pair, encode_gpt_texts, gpt_batch
+from vaswani.pipelines.lm_text import next_token_loss
+from vaswani.tasks.gpt_classify import gpt_classifier_loss
 from vaswani.tokenizer import LMTokenizer
 
 VOCAB = 40

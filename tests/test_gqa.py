@@ -22,7 +22,7 @@ from vaswani.interop import bert, gpt2, marian
 from vaswani.layers import attention as attention_module
 from vaswani.layers.attention import KVCache, MultiHeadAttention
 from vaswani.models.gpt import GPT
-from vaswani.tasks.translation import Translator
+from vaswani.pipelines.translation import Translator
 
 D_MODEL = 32
 GROUPINGS = [(4, 1), (4, 2), (8, 1), (8, 2)]

@@ -16,13 +16,14 @@ from safetensors.torch import load_file
 from tests.helpers import assert_resumed_like_whole
 from vaswani.cli import main
 from vaswani.config import ModelConfig
+from vaswani.data.config import ImageData
+from vaswani.data.image_sets import digit_images, held_out, load_images
 from vaswani.data.images import ImageProcessing, image_tensor, read_image
+from vaswani.inspect.attention import ATTENTION, attention_rollout, image_attention
 from vaswani.models.vit import ViT
+from vaswani.pipelines.image import ImageClassifier
 from vaswani.plots import DPI
 from vaswani.tasks import registry
-from vaswani.tasks.attention import attention_rollout, image_attention
-from vaswani.tasks.image import ImageClassifier
-from vaswani.tasks.image_data import ImageData, digit_images, held_out, load_images
 
 pytestmark = pytest.mark.slow
 
@@ -231,4 +232,4 @@ def test_skip_bad_images_trains_on_the_rest_and_counts_them(folder, tmp_path, ca
 
 def test_the_registry_knows_the_image_task():
     spec = registry.get("image")
-    assert spec.data is ImageData and spec.attention is image_attention and spec in registry.trainable()
+    assert spec.data is ImageData and ATTENTION["image"] is image_attention and spec in registry.trainable()

@@ -27,9 +27,9 @@ from vaswani.interop.bert import config_from_hf, config_to_hf
 from vaswani.interop.bert_folder import state_from_hf, state_to_hf
 from vaswani.io import load_weights
 from vaswani.models.bert import Bert, MaskedLM, mean_pool
+from vaswani.pipelines.bert import ENCODER_TASK, MLM_TASK
+from vaswani.pipelines.bert import model_of as model_for_run
 from vaswani.rundir import RunDir
-from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
-from vaswani.tasks.bert import model_of as model_for_run
 from vaswani.tokenizer import WordPieceTokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -21,7 +21,7 @@ from vaswani.interop import export_hf, import_hf
 from vaswani.interop.bert import config_from_hf
 from vaswani.interop.bert_folder import state_from_hf, state_to_hf
 from vaswani.models.bert import MaskedLM
-from vaswani.tasks.bert import MLM_TASK
+from vaswani.pipelines.bert import MLM_TASK
 
 transformers = pytest.importorskip("transformers")
 __all__ = ["wordpiece"]  # the tokenizer fixture, shared with test_interop_bert.py

@@ -22,8 +22,8 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.gpt2 import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.models.gpt import GPT
+from vaswani.pipelines.lm import LanguageModel
 from vaswani.rundir import RunDir
-from vaswani.tasks.lm import LanguageModel
 from vaswani.tokenizer import END_OF_TEXT, LMTokenizer
 
 transformers = pytest.importorskip("transformers")

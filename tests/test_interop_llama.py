@@ -18,7 +18,7 @@ from vaswani.errors import ConfigError
 from vaswani.interop import export_hf, import_hf
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.models.gpt import GPT
-from vaswani.tasks.lm import LanguageModel
+from vaswani.pipelines.lm import LanguageModel
 from vaswani.tokenizer import LMTokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -22,7 +22,8 @@ from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.interop import export_hf, import_hf
-from vaswani.tasks.lm import LanguageModel, train_lm
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.tasks.lm import train_lm
 
 transformers = pytest.importorskip("transformers")
 

@@ -34,7 +34,7 @@ from vaswani.interop.marian import config_from_hf, config_to_hf
 from vaswani.interop.marian_folder import state_from_hf, state_to_hf
 from vaswani.layers.positions import sinusoidal_table
 from vaswani.models.transformer import Transformer
-from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator
+from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator
 from vaswani.tokenizer import TextTokenizer
 
 transformers = pytest.importorskip("transformers")

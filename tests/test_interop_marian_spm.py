@@ -21,7 +21,7 @@ from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.interop import export_hf, import_hf
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.translation import Translator
 
 spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")

@@ -30,8 +30,8 @@ from vaswani.interop.vit import (
     state_to_hf,
 )
 from vaswani.models.vit import ViT
+from vaswani.pipelines.image import ImageClassifier
 from vaswani.rundir import RunDir
-from vaswani.tasks.image import ImageClassifier
 
 transformers = pytest.importorskip("transformers")
 

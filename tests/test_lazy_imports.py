@@ -30,7 +30,7 @@ def test_the_core_imports_without_the_tasks_libraries():
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, check=True)
     found = json.loads(done.stdout)
     assert found["loaded"] == []
-    assert found["translator"] == "vaswani.tasks.translator"
+    assert found["translator"] == "vaswani.pipelines.translation"
 
 
 def test_every_public_name_comes_from_its_module():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from tests.helpers import position_gpt
 from vaswani.models.gpt import GPT
-from vaswani.tasks.lm_text import stream_loss
+from vaswani.pipelines.lm_text import stream_loss
 
 VOCAB = 24  # position_gpt's vocabulary
 PARAMETER_FREE = ["sinusoidal", "rope", "rope_interleaved", "alibi"]

@@ -24,8 +24,9 @@ from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.models.gpt import GPT
-from vaswani.tasks.lm import LanguageModel, LMTask
-from vaswani.tasks.lm_text import next_token_loss, stream_loss, windows
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.lm_text import next_token_loss, stream_loss, windows
+from vaswani.tasks.lm import LMTask
 from vaswani.tokenizer import LMTokenizer
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def test_stop_with_the_api_in_a_batch(run):
 
 def _scripted(monkeypatch, tok: LMTokenizer, script: list[int]) -> LanguageModel:
     """A language model that produces ``script`` (token ids), then ``<|endoftext|>``."""
-    import vaswani.tasks.lm as lm_module
+    import vaswani.pipelines.lm as lm_module
 
     def scripted_next_logits(model, mask, use_cache=True, vocab_size=None):
         def next_logits(tokens):

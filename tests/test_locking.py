@@ -24,7 +24,7 @@ from tests.helpers import tiny_lm_args, tiny_lm_run, write_lm_text
 from vaswani.cli import main
 from vaswani.errors import RunDirError, VaswaniError
 from vaswani.rundir import RunDir
-from vaswani.tasks import registry
+from vaswani.tasks import lifecycle, registry
 from vaswani.training.checkpoint import list_checkpoints
 
 HOLD = """
@@ -205,10 +205,10 @@ def test_two_new_runs_racing_for_one_folder_leave_one_whole_run(tmp_path):
 
 def test_a_new_run_that_fails_before_its_first_checkpoint_is_removed(tmp_path, capsys):
     out = tmp_path / "run"
-    with pytest.raises(VaswaniError, match="no data yet"), registry.new_run(out, "lm", "cpu"):
+    with pytest.raises(VaswaniError, match="no data yet"), lifecycle.new_run(out, "lm", "cpu"):
         raise VaswaniError("no data yet")  # before training began: removed without a word
     assert not out.exists() and capsys.readouterr().err == ""
-    with pytest.raises(VaswaniError) as info, registry.new_run(out, "lm", "cpu") as run_dir:
+    with pytest.raises(VaswaniError) as info, lifecycle.new_run(out, "lm", "cpu") as run_dir:
         (run_dir / "config.json").write_text("{}")
         raise VaswaniError("diverged")
     assert not out.exists()
@@ -218,7 +218,7 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_is_removed(tmp_path, c
 
 def test_a_new_run_that_fails_after_a_checkpoint_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(RunDirError) as info, registry.new_run(out, "lm", "cpu") as run_dir:
+    with pytest.raises(RunDirError) as info, lifecycle.new_run(out, "lm", "cpu") as run_dir:
         (run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
         raise RunDirError("diverged")
     assert (out / "checkpoints" / "step_00000002").is_dir() and not (out / ".lock").exists()

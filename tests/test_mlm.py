@@ -22,16 +22,9 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import TrainingInterrupted
 from vaswani.models.bert import MaskedLM
-from vaswani.tasks import registry
-from vaswani.tasks.mlm import (
-    MaskedLanguageModel,
-    Masker,
-    MLMTask,
-    filled,
-    masked_lm_loss,
-    text_windows,
-    train_mlm,
-)
+from vaswani.pipelines.mlm import MaskedLanguageModel, Masker, filled, text_windows
+from vaswani.tasks import lifecycle
+from vaswani.tasks.mlm import MLMTask, masked_lm_loss, train_mlm
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +205,7 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(tmp_path, monke
     assert (
         json.loads((parts / "checkpoints" / "step_00000010" / "trainer_state.json").read_text())["step"] == 10
     )
-    registry.resume(parts, quiet=True)
+    lifecycle.resume(parts, quiet=True)
     assert_resumed_like_whole(whole, parts, first_leg, 15)
 
 

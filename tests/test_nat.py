@@ -12,13 +12,14 @@ from safetensors.torch import load_file
 
 from tests.helpers import WORDS, assert_resumed_like_whole, write_reverse_task
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.config import NatData
 from vaswani.errors import ConfigError
 from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict, remasked
 from vaswani.models.cmlm import CMLM
+from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.rundir import RunDir
-from vaswani.tasks import registry, translation
+from vaswani.tasks import lifecycle, registry, translation
 from vaswani.tasks.nat import TEACHER_BEAM, NatTask, mask_targets, train_nat
-from vaswani.tasks.nat_translator import NatData, NatTranslator, with_mask
 from vaswani.tasks.translation import TranslationData
 
 MASK_ID, PAD = 7, 0
@@ -176,7 +177,7 @@ def test_a_resumed_nat_run_ends_with_the_same_weights(tmp_path):
     parts = tmp_path / "parts"
     train_nat(nat_run(tmp_path, "parts", 5), parts, quiet=True)
     first_leg = load_file(parts / "model.safetensors")
-    registry.resume(parts, quiet=True, max_steps=10)
+    lifecycle.resume(parts, quiet=True, max_steps=10)
     assert_resumed_like_whole(whole, parts, first_leg, 10)
 
 
@@ -195,7 +196,7 @@ def test_distillation_trains_on_the_teachers_beam_translations(tmp_path, monkeyp
     teacher = tmp_path / "teacher"
     flags = {"model": {"preset": "tiny", "max_len": 24}, "train": {"max_steps": 3, "batch_tokens": 300}}
     files = {"src": str(src), "tgt": str(tgt), "vocab_size": 60}
-    registry.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
+    lifecycle.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
     seen: list[TranslationData] = []
     monkeypatch.setattr(
         NatTask, "__init__", lambda self, run, s, t, data, m: seen.append(data) or exit_early()

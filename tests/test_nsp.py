@@ -22,10 +22,11 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import DataError, TrainingInterrupted
 from vaswani.models.bert import IS_NEXT, NOT_NEXT, MaskedLM
-from vaswani.tasks import registry
-from vaswani.tasks.bert import encode_texts, text_batch
-from vaswani.tasks.mlm import MaskedLanguageModel, Masker, train_mlm
-from vaswani.tasks.nsp import NSPTask, documents_of, draw_pairs, pair_row, tokenized_documents
+from vaswani.pipelines.bert import encode_texts, text_batch
+from vaswani.pipelines.mlm import MaskedLanguageModel, Masker
+from vaswani.pipelines.nsp import documents_of, draw_pairs, pair_row, tokenized_documents
+from vaswani.tasks import lifecycle
+from vaswani.tasks.mlm import NSPTask, train_mlm
 from vaswani.tokenizer import WordPieceTokenizer
 
 WORDS = ["one", "two", "three", "four", "red", "green", "blue", "black"]
@@ -250,5 +251,5 @@ def test_an_interrupted_nsp_run_resumes_to_the_same_weights(tmp_path, monkeypatc
         train_mlm(_run(text, 8), parts, quiet=True)
     monkeypatch.undo()
     first_leg = load_file(parts / "model.safetensors")
-    registry.resume(parts, quiet=True)
+    lifecycle.resume(parts, quiet=True)
     assert_resumed_like_whole(whole, parts, first_leg, 8)

@@ -18,12 +18,12 @@ from tests.helpers import tiny_args, tiny_lm_run, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.inspect.attention import AttentionMap, lm_attention, token_labels, translation_attention
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
 from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs
-from vaswani.tasks.attention import AttentionMap, lm_attention, token_labels, translation_attention
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translator import Translator
 from vaswani.tokenizer import LMTokenizer, TextTokenizer
 
 EN_ZH = [

@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 from tests.helpers import FIXTURES
 from vaswani.cli import main
 from vaswani.errors import RunDirError
+from vaswani.inspect.positions import position_profile, profile, rotary_profile, spearman
 from vaswani.layers.positions import RotaryPositions, sinusoidal_table
 from vaswani.plots import DPI
 from vaswani.plots.positions import positions_figure
-from vaswani.tasks.positions import position_profile, profile, rotary_profile, spearman
 
 
 def test_the_sinusoidal_profile_is_the_sum_of_cosines():

@@ -132,7 +132,7 @@ def _configured(*flags: str, config: Path | None = None) -> str:
 
     args = build_parser().parse_args(["train", "lm", "--text", "x.txt", *flags])
     args.argv_flags = list(flags)
-    return registry.configure("lm", flags_of(args), config=config).train.precision
+    return registry.configure("lm", flags_of(args, registry.get(args.task)), config=config).train.precision
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from vaswani.layers.linear import Linear
 from vaswani.layers.quantize import Int8Linear, prepare_weights, quantize_int8, quantize_weight
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.lm_text import stream_loss
 from vaswani.serve.loading import load_models
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.lm_text import stream_loss
 
 
 def test_weights_are_per_row_symmetric_int8_within_half_a_step():

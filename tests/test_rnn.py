@@ -19,7 +19,7 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.io import safetensors_metadata
 from vaswani.models.rnn import RNNTranslator
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.translation import Translator
 
 DT = torch.float64
 VOCAB, PAD, BOS, EOS = 12, 0, 1, 2

@@ -13,7 +13,7 @@ from vaswani.cli import main
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
-from vaswani.tasks.lm import LanguageModel
+from vaswani.pipelines.lm import LanguageModel
 
 DT = torch.float64
 SCHEMES = ["rope", "rope_interleaved", "alibi"]

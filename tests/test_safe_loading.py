@@ -16,13 +16,13 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models
 
-from tests.helpers import resign, tiny_args, write_reverse_task
+from tests.helpers import load_checkpoint, resign, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.checkpoint import list_checkpoints, load_checkpoint
+from vaswani.training.checkpoint import list_checkpoints
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 from tests.helpers import tiny_lm_run
 from tests.serving import serving
 from vaswani.generation.config import DecodingConfig
+from vaswani.pipelines.lm import LanguageModel
 from vaswani.serve.app import create_app
 from vaswani.serve.settings import ServeSettings
-from vaswani.tasks.lm import LanguageModel
 
 PROMPTS = ["the cat sat on the", "a", "dog ran to the red hat and", "", "birds sang while the"]
 

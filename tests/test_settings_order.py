@@ -95,7 +95,7 @@ def test_a_flag_beats_the_config_file(tmp_path, task, section, name, in_file, in
     file_value = list(in_file) if isinstance(in_file, tuple) else in_file
     config.write_text(yaml.safe_dump({section: {name: file_value}}), encoding="utf-8")
     args = parse(build_parser(), ["train", task, *flag_argv(task, section, name, in_flag)])
-    flags = flags_of(args)
+    flags = flags_of(args, registry.get(args.task))
     seen: dict[str, Sections] = {}
 
     def capture(sections: Sections, user: Sections, source: str) -> None:

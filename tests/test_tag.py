@@ -22,8 +22,9 @@ from vaswani.data.conll import Sentence
 from vaswani.data.conll import read_tagged as read_conllu
 from vaswani.errors import DataError
 from vaswani.models.tagger import BertTagger
+from vaswani.pipelines.tag import Span, Tagger, encode_words, tag_batch
 from vaswani.tasks import registry
-from vaswani.tasks.tag import Span, Tagger, TagTask, encode_words, tag_batch, tagging_loss
+from vaswani.tasks.tag import TagTask, tagging_loss
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------

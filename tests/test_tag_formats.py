@@ -18,11 +18,13 @@ from tests.helpers import write
 from tests.test_tag import UD_SAMPLE, word_line
 from vaswani.cli import main
 from vaswani.config import ModelConfig
+from vaswani.data.config import TagData
 from vaswani.data.conll import Sentence, read_tagged
 from vaswani.errors import ConfigError, DataError
 from vaswani.metrics import accuracy_and_macro_f1, bio_spans, class_f1, is_bio, span_f1
 from vaswani.models.tagger import BertTagger
-from vaswani.tasks.tag import TagData, Tagger, encode_words, tag_batch, tagging_loss
+from vaswani.pipelines.tag import Tagger, encode_words, tag_batch
+from vaswani.tasks.tag import tagging_loss
 from vaswani.tokenizer import WordPieceTokenizer
 
 # ---------------------------------------------------------------------------------------------

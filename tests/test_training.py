@@ -18,7 +18,7 @@ from vaswani.data.config import ParallelData
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
-from vaswani.tasks import registry
+from vaswani.tasks import lifecycle
 from vaswani.tasks.translation import train_translation
 from vaswani.training.checkpoint import list_checkpoints
 from vaswani.training.losses import label_smoothed_nll
@@ -43,7 +43,7 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     parts = tmp_path / "parts"
     train_translation(_run(tmp_path, "parts", 10, data), parts, quiet=True)
     first_leg = load_file(parts / "model.safetensors")
-    registry.resume(parts, quiet=True, max_steps=15)
+    lifecycle.resume(parts, quiet=True, max_steps=15)
 
     assert_resumed_like_whole(whole, parts, first_leg, 15)
 

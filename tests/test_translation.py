@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.generation.config import DecodingConfig
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.translation import Translator
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_translate_output_budget_and_early_stopping_are_the_apis(trained, capsys
     """``--max-new-tokens`` and ``--early-stopping`` reach the translator: it receives the
     DecodingConfig of those fields, and the printed lines are the Python API's with it."""
     from vaswani.generation.config import DecodingConfig
-    from vaswani.tasks.translator import Translator
+    from vaswani.pipelines.translation import Translator
 
     texts = ["a b c d e f", "d e"]
     expected = {

@@ -14,14 +14,12 @@ import pytest
 
 import vaswani.tasks.registry  # noqa: F401  (imports every task, and so every task's data config)
 from vaswani.config import ModelConfig, TrainConfig
-from vaswani.data.config import LabeledData, ParallelData, TextData
+from vaswani.data.config import LabeledData, NatData, ParallelData, TagData, TextData
 from vaswani.data.images import ImageProcessing
 from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.schema import INT64_MAX, Config, Range, range_problem
 from vaswani.tasks.image import ImageData
-from vaswani.tasks.nat_translator import NatData
-from vaswani.tasks.tag import TagData
 
 VALID = {
     ParallelData: {"src": "a.src", "tgt": "a.tgt"},

@@ -12,12 +12,13 @@ from safetensors.torch import load_file
 
 from tests.test_interop_vit import HF_CONFIGS, hf_folder, hf_vit, pixels
 from vaswani.cli import main
+from vaswani.data.config import ImageData
 from vaswani.data.images import ImageProcessing
 from vaswani.interop import export_hf, import_hf
 from vaswani.models.vit import ViT
+from vaswani.pipelines.image import TASK, model_of
 from vaswani.rundir import RunDir
-from vaswani.tasks.image import TASK, model_of, with_pretrained
-from vaswani.tasks.image_data import ImageData
+from vaswani.tasks.image import with_pretrained
 
 transformers = pytest.importorskip("transformers")
 

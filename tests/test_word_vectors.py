@@ -23,9 +23,9 @@ from tests.test_tag import tiny_tag_args, write_tagged
 from vaswani.cli import main
 from vaswani.data.vectors import detect_format, read_word_vectors
 from vaswani.data.words import train_bert_words, train_source_words, word_vocabulary
-from vaswani.tasks.classify import TextClassifier
-from vaswani.tasks.tag import Tagger
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.classify import TextClassifier
+from vaswani.pipelines.tag import Tagger
+from vaswani.pipelines.translation import Translator
 from vaswani.tokenizer import TextTokenizer, WordPieceTokenizer
 
 WORDS = ["great", "good", "lovely", "awful", "bad", "movie", "naïve", "the"]

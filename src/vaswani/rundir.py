@@ -54,12 +54,38 @@ SECTIONS = ("format_version", "task", "model", "train", "data")
 # ignored; any other unknown field is refused.
 SHARED_DATA_FIELDS = frozenset(
     (
-        "source", "seed", "n_train", "n_valid", "n_test", "src", "tgt", "valid_src", "valid_tgt",
-        "test_src", "test_tgt", "pairs", "columns", "vocab_size", "shared_vocab", "bleu_tokenize", "text",
-        "tokenizer", "valid_fraction", "mask_prob", "mask_random", "mask_keep", "train_file", "dev_file",
-        "file_format", "text_columns", "label_column", "labels", "init", "pool",
+        "source",
+        "seed",
+        "n_train",
+        "n_valid",
+        "n_test",
+        "src",
+        "tgt",
+        "valid_src",
+        "valid_tgt",
+        "test_src",
+        "test_tgt",
+        "pairs",
+        "columns",
+        "vocab_size",
+        "shared_vocab",
+        "bleu_tokenize",
+        "text",
+        "tokenizer",
+        "valid_fraction",
+        "mask_prob",
+        "mask_random",
+        "mask_keep",
+        "train_file",
+        "dev_file",
+        "file_format",
+        "text_columns",
+        "label_column",
+        "labels",
+        "init",
+        "pool",
     )
-)  # fmt: skip
+)
 
 
 def this_command() -> str:

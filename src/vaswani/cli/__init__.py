@@ -40,8 +40,9 @@ from vaswani.training.distributed import stop, world
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Score a run with its task's evaluate hook (see :mod:`vaswani.tasks.registry`)."""
+    from vaswani.pipelines.common import check_inference_weights
     from vaswani.plots import confusion_figure
-    from vaswani.tasks.evaluation import Evaluation, check_inference_weights
+    from vaswani.tasks.evaluation import Evaluation
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -58,13 +59,26 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise RunDirError(f"{args.run_dir}: {spec.cannot_evaluate}")
     check_inference_weights(spec.name, args.run_dir, args.quantize, args.dtype)
     request = Evaluation(
-        src=args.src, ref=args.ref, out=args.out, text=args.text or (), labeled=args.labeled,
-        images=args.data, file_format=args.format, batch_size=args.batch_size,
-        decoding=decoding.decoding_from_args(args), device=args.device, confusion_figure=confusion_figure,
-        quantize=args.quantize, dtype=args.dtype,
-    )  # fmt: skip
-    for line in spec.evaluate(args.run_dir, request):
+        src=args.src,
+        ref=args.ref,
+        out=args.out,
+        text=args.text or (),
+        labeled=args.labeled,
+        images=args.data,
+        file_format=args.format,
+        batch_size=args.batch_size,
+        decoding=decoding.decoding_from_args(args),
+        device=args.device,
+        quantize=args.quantize,
+        dtype=args.dtype,
+    )
+    report = spec.evaluate(args.run_dir, request)
+    for line in report.lines:
         print(line)
+    if report.confusion is not None:
+        c = report.confusion
+        confusion_figure(c.predicted, c.gold, c.classes, c.out, c.title)
+        print(f"confusion matrix: {c.out}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from vaswani.errors import ConfigError, DataError
 if TYPE_CHECKING:  # the task modules import torch: loaded when a command runs, not to parse flags
     from torch import Tensor
 
-    from vaswani.tasks.encoder import SentenceEncoder
+    from vaswani.pipelines.encoder import SentenceEncoder
     from vaswani.tokenizer import WordPieceTokenizer
 
 EMBED_FORMATS = (".npy", ".safetensors")
@@ -105,8 +105,7 @@ def warn_of_cuts(lengths: Sequence[int], max_len: int) -> None:
 
 
 def cmd_classify(args: argparse.Namespace) -> None:
-    from vaswani.tasks.classify import TextClassifier
-    from vaswani.tasks.gpt_classify import uncut_lengths
+    from vaswani.pipelines.classify import TextClassifier, uncut_lengths
     from vaswani.tokenizer import LMTokenizer
 
     if args.batch_size < 1:
@@ -147,7 +146,7 @@ def write_vectors(path: Path, vectors: Tensor) -> None:
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
-    from vaswani.tasks.encoder import SentenceEncoder
+    from vaswani.pipelines.encoder import SentenceEncoder
 
     if args.out is not None and args.out.suffix not in EMBED_FORMATS:
         raise ConfigError(f"--out {args.out}: write .npy or .safetensors")
@@ -197,7 +196,7 @@ def print_similarities(vectors: Tensor, caption: str) -> None:
 
 def print_token_vectors(encoder: SentenceEncoder, texts: Sequence[str], dims: int) -> None:
     """Each text, then a line per token: its position, label and contextual vector."""
-    from vaswani.tasks.attention import token_labels
+    from vaswani.inspect.attention import token_labels
 
     for number, text in enumerate(texts, start=1):
         ids, hidden = encoder.token_vectors(text)

@@ -110,10 +110,3 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     return out
 
 
-def flag_of(section: str, name: str, classes: dict[str, type]) -> str:
-    """The main spelling of the flag of ``section.name``, for error messages."""
-    for f in dataclasses.fields(classes[section]):
-        if f.name == name:
-            names = flag_names(f)
-            return names[-1] if len(names) > 1 else names[0]
-    raise ConfigError(f"no flag for config field '{section}.{name}'")

@@ -59,8 +59,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     """Generate: one streamed completion, or the batch of every prompt's ``--num-samples``, decoded
     in chunks of :func:`vaswani.resources.decode_rows` rows (chunk k seeded with ``--seed`` + k, so
     that a batch of one chunk is what it always was) and printed chunk by chunk."""
-    from vaswani.tasks.evaluation import model_device, prepare_inference
-    from vaswani.tasks.lm import LanguageModel
+    from vaswani.layers.quantize import prepare_weights
+    from vaswani.pipelines.common import model_device
+    from vaswani.pipelines.lm import LanguageModel
 
     if args.prompt_file is not None and args.prompt:
         raise ConfigError("give the prompt as arguments or as --prompt-file, not both")
@@ -72,7 +73,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     else:
         prompts = list(args.prompt) or [""]
     lm = LanguageModel.load(args.run_dir, args.device)
-    prepare_inference(lm.model, args.quantize, args.dtype)
+    prepare_weights(lm.model, args.quantize, args.dtype)
     if args.compile:
         lm.compile_decoding()
     batch = [p for p in prompts for _ in range(args.num_samples)]
@@ -115,8 +116,9 @@ def load_draft(args: argparse.Namespace, lm: Any, decoding: DecodingConfig, rows
     ``--quantize`` and ``--dtype``; refused in one line with sampling, with several prompts or
     samples, or when its tokenizer is not the model's."""
     from vaswani.generation.speculative import check_speculative, is_greedy
-    from vaswani.tasks.evaluation import model_device, prepare_inference
-    from vaswani.tasks.lm import LanguageModel
+    from vaswani.layers.quantize import prepare_weights
+    from vaswani.pipelines.common import model_device
+    from vaswani.pipelines.lm import LanguageModel
 
     if args.draft is None:
         if args.draft_tokens is not None:
@@ -135,4 +137,4 @@ def load_draft(args: argparse.Namespace, lm: Any, decoding: DecodingConfig, rows
             "(speculative decoding needs the same vocabulary)"
         )
     check_speculative(lm.model, draft.model)
-    return prepare_inference(draft.model, args.quantize, args.dtype)
+    return prepare_weights(draft.model, args.quantize, args.dtype)

@@ -26,7 +26,7 @@ def add_fill_mask_parser(commands: Any) -> None:
 
 
 def cmd_fill_mask(args: argparse.Namespace) -> None:
-    from vaswani.tasks.mlm import MaskedLanguageModel, fill_mask_lines
+    from vaswani.pipelines.mlm import MaskedLanguageModel, fill_mask_lines
 
     if args.top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")

@@ -79,19 +79,17 @@ def parse_indices(text: str | None, flag: str) -> list[int] | None:
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
-    """Draw the maps of the run's task's attention hook (see :mod:`vaswani.tasks.registry`)."""
+    """Draw the maps of the run's kind (:data:`vaswani.inspect.attention.ATTENTION`)."""
+    from vaswani.inspect.attention import ATTENTION, ImageAttention
     from vaswani.plots import attention_figure, image_attention_figure, image_kind
     from vaswani.tasks import registry
-    from vaswani.tasks.attention import ImageAttention
 
     image_kind(args.out)
     check_output(args.out, "--out", {"SENTENCE": Path(args.sentence)}, own_run=args.run_dir, force=args.force)
     layers = parse_indices(args.layers, "--layers")
     heads = parse_indices(args.heads, "--heads")
-    with_maps = [spec.name for spec in registry.TASKS.values() if spec.attention is not None]
-    spec = registry.spec_of(args.run_dir, with_maps, "vaswani attention")
-    assert spec.attention is not None
-    maps, title = spec.attention(spec.load(args.run_dir, device=args.device), args.sentence, args.part)
+    spec = registry.spec_of(args.run_dir, list(ATTENTION), "vaswani attention")
+    maps, title = ATTENTION[spec.name](spec.load(args.run_dir, device=args.device), args.sentence, args.part)
     if isinstance(maps, ImageAttention):  # an image run: the [CLS] token's attention over the image
         image_attention_figure(maps, title, out=args.out)
     else:
@@ -106,10 +104,10 @@ def shorten(text: str, limit: int = 120) -> str:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
+    from vaswani.inspect.positions import position_profile
     from vaswani.plots import image_kind, loss_curves_figure
     from vaswani.plots.positions import positions_figure
     from vaswani.tasks import registry
-    from vaswani.tasks.positions import position_profile
 
     if len(args.what) == 1:
         kind, run_dir = "loss", Path(args.what[0])

@@ -31,8 +31,13 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--host", default=caps.host, help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=caps.port)
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
-    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                   help="allow this origin by CORS (repeatable; default: CORS off)")  # fmt: skip
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow this origin by CORS (repeatable; default: CORS off)",
+    )
     for name, help_text in (
         ("max_body_bytes", "the largest request body"),
         ("max_inputs", "the most texts (or n completions) in one request"),
@@ -41,10 +46,18 @@ def add_parser(commands: Any) -> None:
         ("queue_size", "the most requests waiting or running per model before a 503"),
         ("max_batch", "the most one-shot requests in one call of a model"),
     ):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(caps, name),
-                       help=f"{help_text} (default {getattr(caps, name)})")  # fmt: skip
-    p.add_argument("--max-wait-ms", type=float, default=caps.max_wait_ms,
-                   help=f"how long a batch waits for more requests (default {caps.max_wait_ms})")  # fmt: skip
+        p.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=getattr(caps, name),
+            help=f"{help_text} (default {getattr(caps, name)})",
+        )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=caps.max_wait_ms,
+        help=f"how long a batch waits for more requests (default {caps.max_wait_ms})",
+    )
     add_device_flag(p)
     add_compile_flag(p)
     add_weights_flags(p)
@@ -56,13 +69,23 @@ def settings_of(args: argparse.Namespace) -> Any:
     from vaswani.serve.settings import API_KEY_ENV, ServeSettings
 
     return ServeSettings(
-        host=args.host, port=args.port, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
-        cors_origins=tuple(args.cors_origin), max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
-        max_tokens=args.max_tokens, max_input_chars=args.max_input_chars, queue_size=args.queue_size,
-        max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, device=args.device, debug=args.debug,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        cors_origins=tuple(args.cors_origin),
+        max_body_bytes=args.max_body_bytes,
+        max_inputs=args.max_inputs,
+        max_tokens=args.max_tokens,
+        max_input_chars=args.max_input_chars,
+        queue_size=args.queue_size,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        device=args.device,
+        debug=args.debug,
         compile=args.compile,
-        quantize=args.quantize, dtype=args.dtype,
-    )  # fmt: skip
+        quantize=args.quantize,
+        dtype=args.dtype,
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

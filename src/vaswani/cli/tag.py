@@ -29,7 +29,7 @@ def add_parser(commands: Any) -> None:
 
 
 def cmd_tag(args: argparse.Namespace) -> None:
-    from vaswani.tasks.tag import Tagger
+    from vaswani.pipelines.tag import Tagger
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -24,7 +24,7 @@ from vaswani.cli.outputs import check_new_run
 from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
-from vaswani.tasks import registry
+from vaswani.tasks import lifecycle, registry
 from vaswani.training import distributed
 
 RESUME_CHANGES = ("max_steps", "max_minutes", "device", "compile", "grad_checkpointing", "fsdp")
@@ -54,16 +54,18 @@ def add_parsers(commands: Any) -> None:
         training = p.add_argument_group("training")
         add_fields(training, TrainConfig)
         training.add_argument(
-            "--bf16", action=argparse.BooleanOptionalAction, dest="train.bf16", default=None,
+            "--bf16",
+            action=argparse.BooleanOptionalAction,
+            dest="train.bf16",
+            default=None,
             help="the old spelling of --precision bf16 (--no-bf16: --precision fp32)",
-        )  # fmt: skip
+        )
         add_fields(p.add_argument_group("data"), spec.data)
         p.set_defaults(handler=cmd_train)
 
 
-def flags_of(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+def flags_of(args: argparse.Namespace, spec: registry.TaskSpec) -> dict[str, dict[str, Any]]:
     """What the flags set, by section (``--preset`` under model, as the recipe loader reads it)."""
-    spec = registry.get(args.task)
     flags = {
         "model": given(args, ModelConfig), "train": given(args, TrainConfig), "data": given(args, spec.data)
     }  # fmt: skip
@@ -74,7 +76,9 @@ def flags_of(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return flags
 
 
-def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def resume_changes(
+    args: argparse.Namespace, spec: registry.TaskSpec, flags: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """The training settings a resume may extend (``--max-steps``, ``--max-minutes``). Any other
     setting given with ``--resume`` is refused: a resumed run keeps the settings it was started
     with (its ``config.json``)."""
@@ -85,7 +89,7 @@ def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -
         if (s, n) not in (("train", c) for c in RESUME_CHANGES)
     ]
     if others or args.config is not None:
-        flag = "--config" if not others else spelling(args, *others[0])
+        flag = "--config" if not others else spelling(args, spec, *others[0])
         raise ConfigError(
             f"{flag}: a resumed run keeps its own settings; only --max-steps, --max-minutes and how it "
             "runs (--device, --compile, --grad-checkpointing, --fsdp, --nproc) may change"
@@ -93,22 +97,23 @@ def resume_changes(args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -
     return dict(flags["train"])
 
 
-def spelling(args: argparse.Namespace, section: str, name: str) -> str:
+def spelling(args: argparse.Namespace, spec: registry.TaskSpec, section: str, name: str) -> str:
     """The flag the user typed for ``section.name`` (its first spelling when unknown)."""
     if name in ("preset", "bf16"):
         return f"--{name}"
-    spec = registry.get(args.task)
     cls = {"model": ModelConfig, "train": TrainConfig, "data": spec.data}[section]
     names = next(flag_names(f) for f in cls.__dataclass_fields__.values() if f.name == name)  # type: ignore[attr-defined]
     typed = [n for n in names if n in args.argv_flags]
     return typed[0] if typed else names[-1]
 
 
-def named_flag(exc: ConfigError, args: argparse.Namespace, flags: dict[str, dict[str, Any]]) -> ConfigError:
+def named_flag(
+    exc: ConfigError, args: argparse.Namespace, spec: registry.TaskSpec, flags: dict[str, dict[str, Any]]
+) -> ConfigError:
     """``exc``, led by the flag that set the field it names when a flag set it."""
     found = re.search(r"config field '(model|train|data)\.(\w+)'", str(exc))
     if found and found.group(2) in flags.get(found.group(1), {}):
-        return ConfigError(f"{spelling(args, found.group(1), found.group(2))}: {exc}")
+        return ConfigError(f"{spelling(args, spec, found.group(1), found.group(2))}: {exc}")
     return exc
 
 
@@ -116,15 +121,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     spec = registry.get(args.task)
     assert spec.train is not None
     started = time.perf_counter()
-    flags = flags_of(args)
+    flags = flags_of(args, spec)
     if args.nproc is not None and args.nproc < 1:
         raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
     if args.resume:
-        changes = resume_changes(args, flags)
+        changes = resume_changes(args, spec, flags)
         if launch.wanted(args.nproc):
             RunDir(args.resume).read_config(spec.name)  # a bad run directory: one line, before launching
             return launch.launch(args.argv, args.nproc)
-        with registry.resumed_run(args.resume, spec.name, **changes) as (_, resumed):
+        with lifecycle.resumed_run(args.resume, spec.name, **changes) as (_, resumed):
             result = spec.train(resumed, Path(args.resume), resume=True, quiet=args.quiet)
             finish(spec, result, Path(args.resume), started, args.quiet)
         return 0
@@ -132,13 +137,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         run = registry.configure(spec.name, flags, config=args.config)
     except ConfigError as exc:
-        raise named_flag(exc, args, flags) from None
+        raise named_flag(exc, args, spec, flags) from None
     if run.train.fsdp and not launch.wanted(args.nproc) and not distributed.world().many:
         raise ConfigError("--fsdp shards a model across processes: start several (--nproc N or torchrun)")
     if launch.wanted(args.nproc):
         RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
         return launch.launch(args.argv, args.nproc)
-    with registry.new_run(args.out, spec.name, run.train.device) as run_dir:
+    with lifecycle.new_run(args.out, spec.name, run.train.device) as run_dir:
         result = spec.train(run, run_dir, resume=False, quiet=args.quiet)
         finish(spec, result, run_dir, started, args.quiet)
     return 0

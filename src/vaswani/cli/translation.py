@@ -63,9 +63,9 @@ def add_translate_parser(commands: Any) -> None:
 
 def cmd_translate(args: argparse.Namespace) -> None:
     from vaswani.generation.config import DecodingConfig
+    from vaswani.layers.quantize import prepare_weights
+    from vaswani.pipelines.translation import Translator
     from vaswani.rundir import RunDir
-    from vaswani.tasks.evaluation import prepare_inference
-    from vaswani.tasks.translator import Translator
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -86,7 +86,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
             f"--iterations and --length-beam decode a nat run; {args.run_dir} is autoregressive"
         )
     translator = Translator.load(args.run_dir, args.device)
-    prepare_inference(translator.model, args.quantize, args.dtype)
+    prepare_weights(translator.model, args.quantize, args.dtype)
     if args.compile:
         translator.compile_decoding()
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
@@ -116,7 +116,7 @@ def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
 
 def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None:
     """Print Mask-Predict's translation of each sentence of a nat run."""
-    from vaswani.tasks.nat_translator import NatTranslator
+    from vaswani.pipelines.nat import NatTranslator
 
     translator = NatTranslator.load(args.run_dir, args.device)
     flag_errors(lambda: translator.check(decoding))

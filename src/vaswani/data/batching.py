@@ -87,3 +87,13 @@ def epoch_order(n_batches: int, seed: int, epoch: int) -> tuple[int, ...]:
     order = list(range(n_batches))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return tuple(order)
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Batches of ``batch_size`` examples of similar length (little padding): the examples are
+    shuffled by ``seed``, sorted by length (a stable sort keeps the shuffle among equals) and
+    cut in order; the trainer shuffles the batches."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vaswani.data.conll import column_problem
 from vaswani.schema import Config, flag, no_flag
 
 BLEU_TOKENIZERS = (
@@ -38,9 +39,10 @@ class WordVectorsData(DataConfig):
     tokenizer's words; ``freeze_embeddings`` keeps the word table fixed during training."""
 
     word_vectors: str | None = flag(
-        None, "pretrained word vectors for the embedding (word2vec text or binary, GloVe; needs --tokenizer "
-        "word)", metavar="FILE",
-    )  # fmt: skip
+        None,
+        "pretrained word vectors for the embedding (word2vec text or binary, GloVe; needs --tokenizer word)",
+        metavar="FILE",
+    )
     word_vectors_format: str | None = flag(
         None, "format of --word-vectors (default: detected)", choices=VECTOR_FORMATS
     )
@@ -68,9 +70,11 @@ class EncoderData(WordVectorsData):
 
     init: str | None = flag(None, "start from this mlm or encoder run", metavar="RUN_DIR")
     text_tokenizer: str = flag(
-        "wordpiece", "tokenizer from scratch: wordpiece (default) or word", flag="--tokenizer",
+        "wordpiece",
+        "tokenizer from scratch: wordpiece (default) or word",
+        flag="--tokenizer",
         choices=TEXT_TOKENIZERS,
-    )  # fmt: skip
+    )
 
     def _check(self) -> None:
         super()._check()
@@ -136,9 +140,10 @@ class ParallelData(WordVectorsData):
         None, "start from this translation run's weights and tokenizers (its model)", metavar="RUN_DIR"
     )
     objective: str = flag(
-        "token", "token (label-smoothed cross-entropy) or mrt: minimum risk training (needs --init)",
+        "token",
+        "token (label-smoothed cross-entropy) or mrt: minimum risk training (needs --init)",
         choices=OBJECTIVES,
-    )  # fmt: skip
+    )
     mrt_candidates: int = flag(4, "minimum risk training: candidates per source", range="[1, inf)")
     mrt_search: str = flag("beam", "how the candidates are found: beam or sample", choices=MRT_SEARCHES)
     mrt_cost: str = flag("bleu", "the cost: 1 - sentence BLEU, or 1 - sentence chrF", choices=MRT_COSTS)
@@ -185,7 +190,7 @@ class TextData(DataConfig):
     cuts the text into windows of up to ``max_len`` tokens; in each, a fraction ``mask_prob`` of
     the tokens is chosen for prediction, and of those a fraction ``mask_random`` is replaced by a
     random token, ``mask_keep`` is left as it is and the rest become [MASK] (BERT's 15%, 10%,
-    10%, 80%). With ``nsp`` it also learns next-sentence prediction (:mod:`vaswani.tasks.nsp`): its
+    10%, 80%). With ``nsp`` it also learns next-sentence prediction (:mod:`vaswani.pipelines.nsp`): its
     examples are sentence pairs of the text's documents (blank-line-separated blocks, one sentence
     a line) instead of windows.
     """
@@ -201,9 +206,10 @@ class TextData(DataConfig):
     )
     mask_keep: float = flag(0.1, "of those, the fraction left as it is (mlm, 0.1)", range="[0, 1]")
     nsp: bool = flag(
-        False, "next-sentence prediction beside masked LM: sentence pairs of the documents (blank-line-"
+        False,
+        "next-sentence prediction beside masked LM: sentence pairs of the documents (blank-line-"
         "separated blocks, one sentence a line), half IsNext, half NotNext (mlm)",
-    )  # fmt: skip
+    )
     eos_token: str = no_flag("<|endoftext|>")  # lm: ends documents and generation (a Llama's </s>)
     bos_token: str | None = no_flag(None)  # lm: starts every text (an imported Llama's <s>)
 
@@ -225,9 +231,10 @@ class LMData(TextData):
     ``text``."""
 
     init: str | None = flag(
-        None, "continue from this lm run (one trained here, or imported from GPT-2 or Llama) on --text",
+        None,
+        "continue from this lm run (one trained here, or imported from GPT-2 or Llama) on --text",
         metavar="RUN_DIR",
-    )  # fmt: skip
+    )
 
     def _check(self) -> None:
         if self.init is not None and (self.source != "text" or not self.text):
@@ -271,13 +278,15 @@ class LabeledData(EncoderData):
     label_column: str | None = flag(None, "the column of the label (default: label, ... or the last)")
     labels: tuple[str, ...] | None = no_flag(None)
     pool: str = flag(
-        "cls", "the text's vector: pooled [CLS] (default) or mean of tokens; a GPT's: last (default) or mean",
+        "cls",
+        "the text's vector: pooled [CLS] (default) or mean of tokens; a GPT's: last (default) or mean",
         choices=CLASSIFIER_POOLS,
-    )  # fmt: skip
+    )
     lm_weight: float = flag(
-        0.5, "a GPT classifier's weight of the language-modelling loss beside the labels' (0.5, GPT-1's; 0: "
-        "none)", range="[0, inf)",
-    )  # fmt: skip
+        0.5,
+        "a GPT classifier's weight of the language-modelling loss beside the labels' (0.5, GPT-1's; 0: none)",
+        range="[0, inf)",
+    )
     eos_token: str | None = no_flag(None)  # a GPT classifier's: its --init run's (text pairs' separator)
     bos_token: str | None = no_flag(None)  # a GPT classifier's: its --init run's
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
@@ -294,3 +303,99 @@ class LabeledData(EncoderData):
             self._fail("labels", f"two or more distinct labels, got {list(self.labels)}")
         if self.train_file is None or self.dev_file is None:
             self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file'")
+
+
+DIGITS = 1797  # images in scikit-learn's digits
+
+
+@dataclass(frozen=True)
+class ImageData(DataConfig):
+    """Images for a classifier: scikit-learn's digits (``source="digits"``) or the folder
+    ``data_dir`` (``source="folder"``); ``source="imported"`` is a run imported from a checkpoint,
+    with no images of its own. ``classes`` are the class names in order (the digits' 0-9, or the
+    folder's subfolders, sorted); none (``()``) is an imported ``ViTModel``: an encoder without a
+    classifier, which ``--init`` fine-tunes. ``init`` is the image run whose ViT a new run starts from
+    (its model, weights and preprocessing; the classifier is new, for the data's classes)."""
+
+    source: str = no_flag("digits")
+    data_dir: str | None = flag(
+        None, "a folder of one subfolder of images per class (default: scikit-learn's digits)", flag="--data"
+    )
+    seed: int = flag(0, "seed of the held-out splits", flags=("--data-seed",), range="[0, 4294967296)")
+    valid_fraction: float = flag(0.1, "images held out for validation (default 0.1)", range="(0, 0.5)")
+    test_fraction: float = flag(
+        0.2, "digits held out for the test after training (default 0.2)", range="(0, 0.5)"
+    )
+    crop_scale: float | None = flag(
+        None,
+        "random resized crops of at least this fraction of the area (default: none)",
+        flag="--random-crop",
+        metavar="MIN",
+        range="(0, 1]",
+    )
+    flip: bool = flag(False, "mirror training images left-right at random")
+    skip_bad_images: bool = flag(False, "skip (and count) unreadable image files")
+    init: str | None = flag(
+        None,
+        "start from this image run's ViT (e.g. one imported with import-hf), with a new classifier",
+        metavar="RUN_DIR",
+    )
+    classes: tuple[str, ...] | None = no_flag(None)
+
+    def _check(self) -> None:
+        self._one_of("source", ("digits", "folder", "imported"))
+        if self.source == "folder" and self.data_dir is None:
+            self._fail("data_dir", "source 'folder' needs the image folder (--data DIR)")
+        if self.source == "imported" and (self.data_dir is not None or self.init is not None):
+            self._fail("source", "an imported run has no data folder and no --init of its own")
+        headless = self.classes == () and self.source == "imported"  # an imported ViTModel
+        if (
+            self.classes is not None
+            and not headless
+            and (len(self.classes) < 2 or len(set(self.classes)) < len(self.classes))
+        ):
+            self._fail("classes", f"two or more distinct classes, got {list(self.classes)}")
+
+
+@dataclass(frozen=True)
+class NatData(ParallelData):
+    """A translation run's data (:class:`~vaswani.data.config.ParallelData`), and ``distill_from``: an
+    autoregressive translation run whose beam-5 translations of the training sources replace the
+    training targets (sequence-level knowledge distillation, Kim and Rush 2016); its tokenizers must
+    be the ones this run trains on the same data."""
+
+    distill_from: str | None = flag(
+        None, "train on this translation run's beam-5 translations of the training sources", metavar="RUN_DIR"
+    )
+
+
+@dataclass(frozen=True)
+class TagData(EncoderData):
+    """Tagged sentences for a tagger (CoNLL-U or column files, :mod:`vaswani.data.conll`):
+    ``train_file`` and ``dev_file``, their tags in ``column`` (null: UPOS, or a column file's last
+    field); ``tags`` is the tag set of the training file (sorted), the classes in order. The
+    encoder starts from the run ``init`` (null: from scratch, with a WordPiece or word-level
+    vocabulary of ``vocab_size``: see :class:`~vaswani.data.config.EncoderData`)."""
+
+    train_file: str | None = flag(
+        None, "training sentences: CoNLL-U, or a word and its tag a line (CoNLL-2003 style)", flag="--train"
+    )
+    dev_file: str | None = flag(None, "sentences to score on (the same format)", flag="--dev")
+    column: str | None = flag(
+        None,
+        "the tags' column: a CoNLL-U field (UPOS, the default; XPOS, DEPREL...) or a column number "
+        "from 1 (default for a column file: its last)",
+        metavar="COLUMN",
+    )
+    tags: tuple[str, ...] | None = no_flag(None)
+    vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
+
+    def _check(self) -> None:
+        super()._check()
+        problem = None if self.column is None else column_problem(self.column)
+        if problem is not None:
+            self._fail("column", f"--column must be {problem}")
+        if self.tags is not None and (len(self.tags) < 2 or len(set(self.tags)) < len(self.tags)):
+            self._fail("tags", f"two or more distinct tags, got {list(self.tags)}")
+        if self.train_file is None or self.dev_file is None:
+            self._fail("train_file", "a tagger needs 'train_file' and 'dev_file'")

@@ -246,9 +246,10 @@ def scan_folder(root: str | Path, classes: Sequence[str] | None = None) -> Image
         if folder.name not in known:
             raise DataError(f"{folder}: class '{folder.name}' is not one of the model's {len(known)} classes")
         images = sorted(
-            p for p in folder.rglob("*")
+            p
+            for p in folder.rglob("*")
             if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not p.name.startswith(".")
-        )  # fmt: skip
+        )
         if not images:
             raise DataError(f"{folder}: empty class folder (no {', '.join(IMAGE_SUFFIXES)} files)")
         files += images
@@ -290,8 +291,10 @@ def load_folder(
             continue
         pixels.append(image_tensor(processing.resize(image)))
         if pixels[-1].shape != pixels[0].shape:
-            raise DataError(f"{path}: {tuple(pixels[-1].shape[1:])} pixels, not {tuple(pixels[0].shape[1:])} "
-                            "like the others, and the preprocessing does not resize")  # fmt: skip
+            raise DataError(
+                f"{path}: {tuple(pixels[-1].shape[1:])} pixels, not {tuple(pixels[0].shape[1:])} "
+                "like the others, and the preprocessing does not resize"
+            )
         labels.append(label)
     missing = sorted(set(folder.labels) - set(labels))
     if missing:

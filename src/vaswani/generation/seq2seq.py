@@ -73,10 +73,17 @@ def translate_ids(
         most = int(budget.max())  # read once, before decoding: the static cache's columns
         next_logits = seq2seq_compiled_next_logits(model, src, most, compiled)
     return generate(
-        next_logits, prefix, budget, eos_id, model.config.pad_id,
-        decoding, generator or decoding.generator(src.device), keep_logits=keep_logits, on_step=on_step,
+        next_logits,
+        prefix,
+        budget,
+        eos_id,
+        model.config.pad_id,
+        decoding,
+        generator or decoding.generator(src.device),
+        keep_logits=keep_logits,
+        on_step=on_step,
         suppress=suppress,
-    )  # fmt: skip
+    )
 
 
 def translate_beam_ids(

@@ -68,7 +68,7 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.interop.common import KeyMap, check_sizes, hf_field, refuse_grouped_heads
 from vaswani.models.bert import POOLER_KEYS
-from vaswani.tasks.bert import ENCODER_TASK, MLM_TASK
+from vaswani.pipelines.bert import ENCODER_TASK, MLM_TASK
 
 MODEL_TYPE = "bert"
 PREFIX = "bert."

@@ -45,8 +45,8 @@ from vaswani.interop.common import (
     write_safetensors,
 )
 from vaswani.io import read_json, write_file
+from vaswani.pipelines.bert import MLM_TASK, TOKENIZER, model_of
 from vaswani.rundir import RunDir
-from vaswani.tasks.bert import MLM_TASK, TOKENIZER, model_of
 from vaswani.tokenizer import WordPieceTokenizer
 
 

@@ -35,10 +35,10 @@ from vaswani.io import (
     write_file,
 )
 from vaswani.models.gpt import GPT
+from vaswani.pipelines.lm import TASK as LM_TASK
+from vaswani.pipelines.lm import TOKENIZER as LM_TOKENIZER
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.lm import TASK as LM_TASK
-from vaswani.tasks.lm import TOKENIZER as LM_TOKENIZER
 from vaswani.tokenizer import LMTokenizer
 
 PICKLED = "pytorch_model.bin"

@@ -60,8 +60,8 @@ from vaswani.interop.common import (
 )
 from vaswani.io import first_line, write_file
 from vaswani.models.gpt import GPT
+from vaswani.pipelines.lm import TOKENIZER
 from vaswani.rundir import RunDir
-from vaswani.tasks.lm import TOKENIZER
 from vaswani.tokenizer import END_OF_TEXT, LM_UNK, LMTokenizer
 
 MODEL_TYPE = "gpt2"

@@ -22,9 +22,9 @@ from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop.common import write_json, write_lm_folder, write_lm_run
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line
+from vaswani.pipelines.lm import TASK, TOKENIZER
+from vaswani.pipelines.lm_text import run_tokenizer
 from vaswani.rundir import RunDir
-from vaswani.tasks.lm import TASK, TOKENIZER
-from vaswani.tasks.lm_text import run_tokenizer
 from vaswani.tokenizer import LM_UNK, LMTokenizer
 
 # LlamaConfig's special ids, for a config.json that leaves them out.

@@ -58,9 +58,9 @@ from vaswani.interop.sentencepiece import (
 from vaswani.io import first_line, write_file
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
+from vaswani.pipelines.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER
 from vaswani.tokenizer import TextTokenizer
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.config import ModelConfig, RunConfig
+from vaswani.data.config import ImageData
 from vaswani.data.images import PREPROCESSOR, ImageProcessing
 from vaswani.errors import ConfigError, DataError
 from vaswani.interop.common import read_hf_weights, write_json, write_safetensors
@@ -31,10 +32,9 @@ from vaswani.interop.vit import (
     state_from_hf,
     state_to_hf,
 )
+from vaswani.pipelines.image import TASK, model_of
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
-from vaswani.tasks.image import TASK, model_of
-from vaswani.tasks.image_data import ImageData
 
 
 def read_processing(src: Path, cfg: ModelConfig) -> ImageProcessing:

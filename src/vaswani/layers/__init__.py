@@ -1,4 +1,19 @@
-"""The core, written once and composed into every model."""
+"""The core, written once and composed into every model.
+
+- :mod:`~vaswani.layers.attention`: multi-head and grouped-query attention (project, mask and bias,
+  attend), each layer's kind of KV cache (:mod:`~vaswani.layers.cache`: growing, rolling for a
+  window, static for compiled decoding);
+- :mod:`~vaswani.layers.local`: windowed self-attention in blocks, O(L · w), and the window
+  convention |i − j| <= w; :mod:`~vaswani.layers.masks`: the one mask convention (True = may attend);
+- :mod:`~vaswani.layers.positions`: the one home of positions (absolute tables, score schemes,
+  rotary); :mod:`~vaswani.layers.norms`: kinds, placements, the final norm;
+- :mod:`~vaswani.layers.feedforward` (plain or gated), :mod:`~vaswani.layers.blocks` (``Block``,
+  ``BlockStack``, checkpointing, drop-path), :mod:`~vaswani.layers.embedding`,
+  :mod:`~vaswani.layers.linear`, :mod:`~vaswani.layers.cross_entropy` (the LM head and its loss in
+  one chunked pass);
+- :mod:`~vaswani.layers.quantize` (int8 and bf16 inference weights) and
+  :mod:`~vaswani.layers.kernels` (every machine-tuned choice, with what was measured).
+"""
 
 from vaswani.layers.attention import MultiHeadAttention
 from vaswani.layers.blocks import Block, BlockStack, Decoder, Encoder, LayerCache

@@ -35,9 +35,15 @@ ELEMENTS = 2**22  # logits of one chunk: its rows are ELEMENTS // V (16 MB of fl
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, n_classes: int,
-        ignore_index: int, chunk: int,
-    ) -> Tensor:  # fmt: skip
+        ctx: Any,
+        h: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        n_classes: int,
+        ignore_index: int,
+        chunk: int,
+    ) -> Tensor:
         w = weight[:n_classes]
         b = None if bias is None else bias[:n_classes]
         wide = torch.promote_types(weight.dtype, torch.float32)  # float32, or float64 for float64 inputs
@@ -105,5 +111,6 @@ def linear_cross_entropy(
     (...) of ids below ``n_classes`` (default V) or ``ignore_index``; a 0-dim float32 sum. ``chunk`` rows
     at a time (default: as many as make :data:`ELEMENTS` logits)."""
     n = weight.shape[0] if n_classes is None else n_classes
-    return _LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]), weight, bias, targets.reshape(-1), n,
-                                     ignore_index, chunk)  # fmt: skip
+    return _LinearCrossEntropy.apply(
+        h.reshape(-1, h.shape[-1]), weight, bias, targets.reshape(-1), n, ignore_index, chunk
+    )

@@ -82,10 +82,15 @@ class Bert(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            cfg.vocab_size,
+            d,
+            embedding_positions(cfg),
+            cfg.dropout,
+            cfg.scale_embeddings,
             n_segments=cfg.type_vocab_size,
-            norm=make_norm(cfg), word_dim=cfg.word_dim,
-        )  # fmt: skip
+            norm=make_norm(cfg),
+            word_dim=cfg.word_dim,
+        )
         self.blocks = BlockStack(cfg, cfg.n_layers, causal=False, cross=False)
         self.pooler = Pooler(d, cfg.bias) if cfg.pooler else None
         self.apply(init_bert_weights)

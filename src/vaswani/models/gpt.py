@@ -33,8 +33,12 @@ class GPT(nn.Module):
         self.config = cfg
         d = cfg.d_model
         self.embed = Embeddings(
-            cfg.vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
-        )  # fmt: skip
+            cfg.vocab_size,
+            d,
+            embedding_positions(cfg),
+            cfg.dropout,
+            cfg.scale_embeddings,
+        )
         self.blocks = BlockStack(cfg, cfg.n_layers, causal=True, cross=False)
         self.output = Linear(d, cfg.vocab_size, bias=cfg.output_bias)
         self.reset_parameters()

@@ -60,14 +60,22 @@ class Transformer(nn.Module):
         if cfg.word_dim is not None and cfg.tie_embeddings == "all":
             raise ValueError("a projected source word table (word_dim) cannot be shared with the target's")
         self.src_embed = Embeddings(
-            cfg.src_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            cfg.src_vocab_size,
+            d,
+            embedding_positions(cfg),
+            cfg.dropout,
+            cfg.scale_embeddings,
             word_dim=cfg.word_dim,
-        )  # fmt: skip
+        )
         shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
         self.tgt_embed = Embeddings(
-            cfg.tgt_vocab_size, d, embedding_positions(cfg), cfg.dropout, cfg.scale_embeddings,
+            cfg.tgt_vocab_size,
+            d,
+            embedding_positions(cfg),
+            cfg.dropout,
+            cfg.scale_embeddings,
             token=shared,
-        )  # fmt: skip
+        )
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.output = Linear(d, cfg.tgt_vocab_size, bias=cfg.output_bias)
@@ -119,9 +127,14 @@ class Transformer(nn.Module):
         new, offset = new_positions(first, positions, tgt_in.shape[1])
         y = self.tgt_embed(tgt_in, positions=new, offset=offset)
         h, weights = self.decoder(
-            y, mask=key_mask, memory=source.memory, memory_mask=source.mask, cache=source.cache,
-            need_weights=need_weights, positions=positions,
-        )  # fmt: skip
+            y,
+            mask=key_mask,
+            memory=source.memory,
+            memory_mask=source.mask,
+            cache=source.cache,
+            need_weights=need_weights,
+            positions=positions,
+        )
         return self.output(h[:, -1:] if last_only else h), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:

@@ -29,8 +29,8 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.ticker import LogFormatter
 
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.inspect.attention import AttentionMap, ImageAttention
 from vaswani.io import atomic_write
-from vaswani.tasks.attention import AttentionMap, ImageAttention
 
 # Fonts with CJK ideographs, most common first: the installed one that draws the most missing glyphs wins.
 CJK_FAMILIES = (
@@ -204,9 +204,13 @@ def attention_figure(
                 for c, head in enumerate(head_ids):
                     ax = axes[r, c]
                     ax.imshow(
-                        m.weights[layer, head].detach().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0,
-                        aspect="auto", interpolation="nearest",
-                    )  # fmt: skip
+                        m.weights[layer, head].detach().cpu().numpy(),
+                        cmap="viridis",
+                        vmin=0.0,
+                        vmax=1.0,
+                        aspect="auto",
+                        interpolation="nearest",
+                    )
                     ax.set_title(f"layer {layer} · head {head}", fontsize=8)
                     _set_ticks(ax, m.keys, "x", show=r == len(layer_ids) - 1)
                     _set_ticks(ax, m.queries, "y", show=c == 0)
@@ -239,9 +243,14 @@ def image_attention_figure(attention: ImageAttention, title: str, out: str | Pat
         ax.set_xticks([]), ax.set_yticks([])
     for ax, grid, name in zip(axes[1:n], grids, names, strict=True):
         shown = ax.imshow(
-            (grid / grid.max().clamp(min=1e-12)).numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=1.0,
-            interpolation="nearest", extent=(-0.5, width - 0.5, height - 0.5, -0.5),
-        )  # fmt: skip
+            (grid / grid.max().clamp(min=1e-12)).numpy(),
+            cmap="inferno",
+            alpha=0.6,
+            vmin=0.0,
+            vmax=1.0,
+            interpolation="nearest",
+            extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+        )
         ax.set_title(name, fontsize=8)
     axes[0].set_title("image (as the model reads it)", fontsize=8)
     fig.colorbar(shown, ax=axes[1], shrink=0.8, label="relative attention")

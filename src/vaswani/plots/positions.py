@@ -1,4 +1,4 @@
-"""The picture of a run's position scheme (:mod:`vaswani.tasks.positions`): its table as a heatmap,
+"""The picture of a run's position scheme (:mod:`vaswani.inspect.positions`): its table as a heatmap,
 the mean dot product of position vectors against their distance, and a few rows p·q against q − p;
 the title says whether the dot product is symmetric and falls with distance."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from vaswani.inspect.positions import PositionProfile
 from vaswani.plots import DPI, _finish
-from vaswani.tasks.positions import PositionProfile
 
 
 def positions_figure(profile: PositionProfile, title: str, out: str | Path | None = None) -> Figure:

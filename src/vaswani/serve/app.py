@@ -43,9 +43,11 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
     install_handlers(app)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
-        )  # fmt: skip
+        )
     app.add_middleware(Guard, max_body_bytes=settings.max_body_bytes, metrics=metrics, debug=settings.debug)
 
     @app.get("/health", response_model=Health, tags=["server"])
@@ -77,7 +79,10 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
 def queue_of(served: ServedModel, settings: ServeSettings, metrics: ServeMetrics) -> BatchQueue:
     """The batching queue of one served model, its batch sizes counted in ``metrics``."""
     return BatchQueue(
-        runner(served), settings.max_batch, settings.max_wait_ms / 1000, settings.queue_size,
+        runner(served),
+        settings.max_batch,
+        settings.max_wait_ms / 1000,
+        settings.queue_size,
         on_batch=metrics.batch.labels(served.name).observe,
         on_cancel=metrics.cancelled.labels(served.name).inc,
-    )  # fmt: skip
+    )

@@ -56,10 +56,16 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         )
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     sampled = bool(body.temperature) or body.top_p is not None or body.top_k is not None
-    decoding = decoding_of({
-        "temperature": body.temperature if sampled else None, "top_p": body.top_p, "top_k": body.top_k,
-        "seed": body.seed, "max_new_tokens": body.max_tokens, "stop": stop,
-    })  # fmt: skip
+    decoding = decoding_of(
+        {
+            "temperature": body.temperature if sampled else None,
+            "top_p": body.top_p,
+            "top_k": body.top_k,
+            "seed": body.seed,
+            "max_new_tokens": body.max_tokens,
+            "stop": stop,
+        }
+    )
     rows = [p for p in prompts for _ in range(body.n)]
     ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": ident, "object": "text_completion", "created": created, "model": served.name}
@@ -83,8 +89,11 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     ]
     prompt_tokens = sum(g.input_tokens for g in done[:: body.n])
     completion_tokens = sum(g.tokens for g in done)
-    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                  total_tokens=prompt_tokens + completion_tokens)  # fmt: skip
+    usage = Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
     return CompletionResponse(**head, choices=choices, usage=usage)
 
 
@@ -107,8 +116,13 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
             raise ApiError(422, "stream: streaming serves greedy or sampled decoding of one input", "stream")
 
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
-            return {"object": "translation.chunk", "model": served.name, "index": 0, "text": text,
-                    "finish_reason": finish}  # fmt: skip
+            return {
+                "object": "translation.chunk",
+                "model": served.name,
+                "index": 0,
+                "text": text,
+                "finish_reason": finish,
+            }
 
         return stream_completion(request, served, queue, inputs[0], decoding, chunk)
     if decoding.strategy != "beam":

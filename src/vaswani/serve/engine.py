@@ -60,15 +60,26 @@ def engines_of(
         if served.task == "lm":
             tok = served.wrapper.tokenizer
             engines[name] = ContinuousEngine(
-                served.wrapper.model, tok.eos_id, tok.decode, tok.vocab_size, settings.max_batch,
-                on_step=observe, compiled=served.wrapper.compiled,
-            ).start()  # fmt: skip
+                served.wrapper.model,
+                tok.eos_id,
+                tok.decode,
+                tok.vocab_size,
+                settings.max_batch,
+                on_step=observe,
+                compiled=served.wrapper.compiled,
+            ).start()
         elif served.task == "translation":
             translator, tok = served.wrapper, served.wrapper.tgt_tok
             engines[name] = Seq2SeqEngine(
-                translator.model, tok.bos_id, tok.eos_id, tok.decode, translator.suppressed,
-                settings.max_batch, on_step=observe, compiled=translator.compiled,
-            ).start()  # fmt: skip
+                translator.model,
+                tok.bos_id,
+                tok.eos_id,
+                tok.decode,
+                translator.suppressed,
+                settings.max_batch,
+                on_step=observe,
+                compiled=translator.compiled,
+            ).start()
     return engines
 
 

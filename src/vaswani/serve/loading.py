@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vaswani.errors import RunDirError, VaswaniError
+from vaswani.layers.quantize import prepare_weights
+from vaswani.pipelines.common import Pipeline, check_inference_weights
 from vaswani.tasks import registry
-from vaswani.tasks.evaluation import check_inference_weights, prepare_inference
 
 # The endpoints that serve each task's runs (besides /v1/models and /health).
 ENDPOINTS: dict[str, tuple[str, ...]] = {
@@ -35,7 +35,7 @@ class ServedModel:
 
     name: str
     task: str
-    wrapper: Any
+    wrapper: Pipeline
     run_dir: Path
 
     @property
@@ -51,7 +51,7 @@ def load_models(
     compile: bool = False,
 ) -> dict[str, ServedModel]:
     """Every run of ``run_dirs`` loaded on ``device``, its weights as ``quantize`` and ``dtype`` say
-    (:func:`~vaswani.tasks.evaluation.prepare_inference`); the first that fails raises its one line.
+    (:func:`~vaswani.layers.quantize.prepare_weights`); the first that fails raises its one line.
     With ``compile`` (``serve --compile``) the lm and translation wrappers compile their decoding
     steps (``compile_decoding``): their continuous-batching engines (completions, greedy and sampled
     translations) then step on static caches through one graph per bucket; beam search stays eager."""
@@ -64,7 +64,7 @@ def load_models(
             check_inference_weights(spec.name, run_dir, quantize, dtype)
             wrapper = spec.load(run_dir, device=device)
             if quantize is not None or dtype is not None:
-                prepare_inference(wrapper.model, quantize, dtype)
+                prepare_weights(wrapper.model, quantize, dtype)
             if compile and hasattr(wrapper, "compile_decoding"):
                 wrapper.compile_decoding()
         except VaswaniError as exc:

@@ -28,10 +28,12 @@ class ServeMetrics:
             "vaswani_requests", "HTTP requests", ["endpoint", "status"], registry=self.registry
         )
         self.latency = Histogram(
-            "vaswani_request_seconds", "request latency (to the last byte of a stream)", ["endpoint"],
+            "vaswani_request_seconds",
+            "request latency (to the last byte of a stream)",
+            ["endpoint"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=self.registry,
-        )  # fmt: skip
+        )
         self.tokens = Counter(
             "vaswani_tokens_generated", "tokens generated", ["model"], registry=self.registry
         )
@@ -39,13 +41,18 @@ class ServeMetrics:
             "vaswani_queue_length", "requests waiting or running", ["model"], registry=self.registry
         )
         self.batch = Histogram(
-            "vaswani_batch_size", "requests per call of a model", ["model"],
-            buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry,
-        )  # fmt: skip
-        self.cancelled = Counter(
-            "vaswani_generations_cancelled", "generations stopped because the client went away", ["model"],
+            "vaswani_batch_size",
+            "requests per call of a model",
+            ["model"],
+            buckets=(1, 2, 4, 8, 16, 32, 64),
             registry=self.registry,
-        )  # fmt: skip
+        )
+        self.cancelled = Counter(
+            "vaswani_generations_cancelled",
+            "generations stopped because the client went away",
+            ["model"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         """The metrics in Prometheus' text format."""

@@ -62,9 +62,11 @@ def texts(
         if not count_only and len(text) > settings.max_input_chars:
             where = field if isinstance(value, str) else f"{field}.{i}"
             raise ApiError(
-                422, f"{where}: {len(text)} characters exceed the server's --max-input-chars "
-                f"{settings.max_input_chars}", field,
-            )  # fmt: skip
+                422,
+                f"{where}: {len(text)} characters exceed the server's --max-input-chars "
+                f"{settings.max_input_chars}",
+                field,
+            )
     return items
 
 

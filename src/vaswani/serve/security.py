@@ -83,7 +83,7 @@ async def reply(send: Send, status: int, message: str, param: str | None = None)
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
         }
     )
-    await send({"type": "http.response.body", "body": body.encode()})  # fmt: skip
+    await send({"type": "http.response.body", "body": body.encode()})
 
 
 def require_key(request: Request) -> None:
@@ -93,5 +93,9 @@ def require_key(request: Request) -> None:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), key.encode()):
-        raise ApiError(401, "a valid API key is needed: Authorization: Bearer KEY", "authorization",
-                       {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise ApiError(
+            401,
+            "a valid API key is needed: Authorization: Bearer KEY",
+            "authorization",
+            {"WWW-Authenticate": "Bearer"},
+        )

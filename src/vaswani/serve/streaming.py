@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vaswani.tasks.lm import cut_at_stop, held_back
+from vaswani.generation.lm import cut_at_stop, held_back
 
 DONE = "data: [DONE]\n\n"
 

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
 from vaswani.errors import DataError
+from vaswani.inspect.attention import AttentionMap, titled_lm_attention, translation_attention
 from vaswani.serve.errors import ApiError, validation_message
 from vaswani.serve.requests import served_model, texts
 from vaswani.serve.schemas import (
@@ -41,7 +42,6 @@ from vaswani.serve.schemas import (
     Usage,
 )
 from vaswani.serve.security import require_key
-from vaswani.tasks.attention import AttentionMap, titled_lm_attention, translation_attention
 
 router = APIRouter(dependencies=[Depends(require_key)])
 MAX_TOP_K = 100
@@ -152,9 +152,13 @@ async def attention(body: AttentionRequest, request: Request) -> Any:
 
 def map_body(found: AttentionMap) -> AttentionMapBody:
     return AttentionMapBody(
-        name=found.name, query_axis=found.query_axis, key_axis=found.key_axis, queries=found.queries,
-        keys=found.keys, weights=found.weights.tolist(),
-    )  # fmt: skip
+        name=found.name,
+        query_axis=found.query_axis,
+        key_axis=found.key_axis,
+        queries=found.queries,
+        keys=found.keys,
+        weights=found.weights.tolist(),
+    )
 
 
 def labels(choices: list[tuple[str, float]]) -> list[Label]:

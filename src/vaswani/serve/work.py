@@ -16,6 +16,13 @@ from typing import Any
 
 from torch import Tensor
 
+from vaswani.generation.config import DecodingConfig
+from vaswani.pipelines.classify import TextClassifier
+from vaswani.pipelines.encoder import SentenceEncoder
+from vaswani.pipelines.image import ImageClassifier
+from vaswani.pipelines.mlm import MaskedLanguageModel
+from vaswani.pipelines.tag import Tagger
+from vaswani.pipelines.translation import Translator
 from vaswani.serve.batching import Cancelled, Job
 from vaswani.serve.loading import ServedModel
 
@@ -33,7 +40,7 @@ def joined(payloads: list[list[Any]], run: Callable[[list[Any]], Sequence[Any]])
 
 
 def translate_batch(
-    translator: Any, decoding: Any, payloads: list[Any], gone: Callable[[], bool]
+    translator: Translator, decoding: DecodingConfig, payloads: list[Any], gone: Callable[[], bool]
 ) -> list[Any]:
     """The n-best translations (beam search) of the jobs' texts in one call; the search stops at a
     step boundary (by :class:`~vaswani.serve.batching.Cancelled`) once ``gone()`` says every
@@ -47,23 +54,23 @@ def translate_batch(
     return joined(payloads, lambda texts: translator.translate_n_best(texts, decoding, on_step=watch))
 
 
-def _embed(encoder: Any, options: Any, payloads: list[Any]) -> list[Any]:
+def _embed(encoder: SentenceEncoder, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, lambda texts: encoder.embed(texts).tolist())
 
 
-def _classify(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+def _classify(classifier: TextClassifier, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, lambda texts: classifier.predict([(text,) for text in texts]))
 
 
-def _tag(tagger: Any, options: Any, payloads: list[Any]) -> list[Any]:
+def _tag(tagger: Tagger, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, tagger.tag)
 
 
-def _fill_mask(mlm: Any, options: Any, payloads: list[Any]) -> list[Any]:
+def _fill_mask(mlm: MaskedLanguageModel, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, lambda texts: [mlm.fill_mask(text, *options) for text in texts])
 
 
-def _images(classifier: Any, options: Any, payloads: list[Any]) -> list[Any]:
+def _images(classifier: ImageClassifier, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, lambda paths: classifier.predict(paths, *options))
 
 

@@ -20,7 +20,7 @@ token's state, an auxiliary language-modelling loss; :mod:`vaswani.tasks.gpt_cla
 the init run's task and, afterwards, by the run's decoder-only model; it is used, evaluated and
 resumed as a BERT classifier is.
 
-Sentence embeddings of any BERT run are :mod:`vaswani.tasks.encoder`'s.
+Sentence embeddings of any BERT run are :mod:`vaswani.pipelines.encoder`'s.
 """
 
 from __future__ import annotations
@@ -31,55 +31,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
+from vaswani.data.batching import length_batches
 from vaswani.data.config import LabeledData
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
-from vaswani.metrics import accuracy_and_macro_f1
 from vaswani.models.bert import BertClassifier
 from vaswani.models.gpt_classifier import GPTClassifier
-from vaswani.recipes import Sections
-from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device
-from vaswani.tasks.bert import (
+from vaswani.pipelines.bert import (
     TOKENIZER,
     TextBatch,
     TextReader,
     bert_reader,
     check_tokenizer,
-    read_bert_run,
     save_tokenizer,
 )
-from vaswani.tasks.evaluation import Evaluation, on_model_device
+from vaswani.pipelines.classify import (
+    TASK,
+    TextClassifier,
+    classification_metrics,
+    classifier_tokenizer,
+    gpt_reader,
+    model_of,
+)
+from vaswani.pipelines.lm import check_vocab
+from vaswani.recipes import Sections
+from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import (
     encoder_builder,
     epoch_settings,
     fine_tuning_rules,
     init_recipe,
-    length_batches,
     pretrained_bert,
     scratch_encoder,
 )
-from vaswani.tasks.gpt_classify import (
-    classifier_tokenizer,
-    gpt_classifier_loss,
-    gpt_reader,
-    gpt_rules,
-    init_is_lm,
-    pretrained_gpt,
-    reader_of,
-    with_gpt,
-)
-from vaswani.tasks.lm import check_vocab
+from vaswani.tasks.gpt_classify import gpt_classifier_loss, gpt_rules, init_is_lm, pretrained_gpt, with_gpt
 from vaswani.tasks.settings import validated
 from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 from vaswani.training.trainer import fit_run
-
-TASK = "classify"
 
 
 @dataclass
@@ -151,112 +143,9 @@ class ClassifyTask:
         return classification_metrics(model, self.dev)
 
 
-@torch.no_grad()
-def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> dict[str, float]:
-    """Mean cross-entropy, accuracy and macro-F1 of ``model`` on labeled ``batches`` (run on the
-    model's device)."""
-    total, predicted, gold = 0.0, [], []
-    for batch in batches:
-        assert batch.labels is not None
-        on = on_model_device(model, batch)
-        logits = class_logits(model, on).float()
-        total += float(F.cross_entropy(logits, on.labels, reduction="sum"))
-        predicted.append(logits.argmax(dim=-1).cpu())
-        gold.append(batch.labels)
-    accuracy, macro_f1 = accuracy_and_macro_f1(torch.cat(predicted), torch.cat(gold))
-    count = sum(len(labels) for labels in gold)
-    return {"valid_loss": total / count, "valid_accuracy": accuracy, "valid_macro_f1": macro_f1}
-
-
-def class_logits(model: nn.Module, batch: TextBatch) -> Tensor:
-    """The logits (batch, n_classes) of a BERT classifier (from the tokens, segments and mask) or
-    of a GPT classifier (a batch without segments: from the tokens and mask)."""
-    if batch.segments is None:
-        return model(batch.tokens, batch.mask)[0]
-    return model(batch.tokens, batch.segments, batch.mask)
-
-
 def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
     """``base`` with a pooler exactly when the classifier reads the pooled [CLS] state."""
     return base.replace(pooler=pool == "cls")
-
-
-class TextClassifier:
-    """A fine-tuned classifier (BERT's or GPT's) with its tokenizer and labels:
-    ``TextClassifier.load(run_dir).predict([("a text",)])``."""
-
-    def __init__(
-        self,
-        model: BertClassifier | GPTClassifier,
-        tokenizer: WordPieceTokenizer | LMTokenizer,
-        data: LabeledData,
-    ) -> None:
-        if data.labels is None:
-            raise ConfigError("config field 'data.labels': a classifier run needs its label set")
-        self.model, self.tokenizer, self.data = model, tokenizer, data
-        self.reader = reader_of(model, tokenizer)
-        self.labels: tuple[str, ...] = data.labels
-        self.n_texts = len(data.text_columns or ("text",))
-
-    @classmethod
-    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> TextClassifier:
-        """The classifier of a ``classify`` run on ``device`` (auto, cpu, cuda, cuda:N, mps; the
-        weights read on the CPU, then moved)."""
-        where = resolve_device(device)
-        run, tokenizer = read_classifier_run(Path(run_dir))
-        model = RunDir(run_dir).load_weights(model_of(run)).to(where)
-        return cls(model.eval(), tokenizer, run.data)
-
-    def probabilities(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> Tensor:
-        """p(y | x) (n, n_classes) of each text (a 1-tuple) or sentence pair (a 2-tuple), cut to
-        the model's max_len, computed on the model's device and returned on the CPU; no texts
-        give a (0, n_classes) tensor."""
-        self.model.eval()
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                chunk = texts[start : start + batch_size]
-                batch = on_model_device(self.model, self.reader.batch(self.reader.encode(chunk), None))
-                logits = class_logits(self.model, batch)
-                out.append(logits.float().softmax(dim=-1).cpu())
-        return torch.cat(out) if out else torch.empty(0, len(self.labels))
-
-    def predict(self, texts: Sequence[tuple[str, ...]], batch_size: int = 64) -> list[tuple[str, float]]:
-        """The most likely label of each text or pair, and its probability (``[]`` for no texts)."""
-        probs, best = self.probabilities(texts, batch_size).max(dim=-1)
-        return [(self.labels[i], p) for i, p in zip(best.tolist(), probs.tolist(), strict=True)]
-
-    def evaluate(self, labeled: LabeledFile, batch_size: int = 64) -> dict[str, float]:
-        """Loss, accuracy and macro-F1 on the examples of ``labeled`` (read with this run's labels)."""
-        index = {label: i for i, label in enumerate(self.labels)}
-        rows = self.reader.encode([e.texts for e in labeled.examples])
-        labels = [index[e.label] for e in labeled.examples]
-        batches = [
-            self.reader.batch(rows[i : i + batch_size], labels[i : i + batch_size])
-            for i in range(0, len(rows), batch_size)
-        ]
-        self.model.eval()
-        return classification_metrics(self.model, batches)
-
-
-def read_classifier_run(run_dir: Path) -> tuple[RunConfig, WordPieceTokenizer | LMTokenizer]:
-    """The config and tokenizer of a ``classify`` run: a GPT classifier's (decoder-only) or a BERT's."""
-    folder = RunDir(run_dir)
-    found = folder.read_config()
-    if found.task == TASK and found.model.arch == "decoder_only":
-        run = folder.read_config(TASK, LabeledData)
-        return run, classifier_tokenizer(folder.path, run)
-    return read_bert_run(run_dir, {TASK: LabeledData}, "classification")
-
-
-def model_of(run: RunConfig) -> BertClassifier | GPTClassifier:
-    """The (untrained) model of a ``classify`` run: a GPT classifier when its model is
-    decoder-only, else a BERT one."""
-    if run.data.labels is None:
-        raise ConfigError("config field 'data.labels': a classifier run needs its label set")
-    if run.model.arch == "decoder_only":
-        return GPTClassifier(run.model, len(run.data.labels), run.data.pool)
-    return BertClassifier(run.model, len(run.data.labels), run.data.pool)
 
 
 def train_classify(
@@ -315,7 +204,7 @@ def train_classify(
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 
 
-def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     """Loss, accuracy and macro-F1 of a ``classify`` run on ``request.labeled``."""
     if request.labeled is None:
         raise ConfigError("a classifier is evaluated with --labeled FILE (TSV, CSV or JSON lines)")
@@ -326,10 +215,10 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
         request.labeled, spec.text_columns, spec.label_column, file_format, classifier.labels
     )
     metrics = classifier.evaluate(labeled, request.batch_size)
-    return [
+    return Report([
         f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
         f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
-    ]
+    ])
 
 
 def recipe(flags: Sections) -> str:

@@ -11,7 +11,6 @@ evaluation interval (once an epoch) where they are not given.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,10 @@ from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.words import train_bert_words
 from vaswani.errors import ConfigError
 from vaswani.models.bert import POOLER_KEYS, Bert, MaskedLM
+from vaswani.pipelines.bert import BERT_TASKS, read_bert_run
+from vaswani.pipelines.bert import model_of as bert_model_of
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
-from vaswani.tasks.bert import BERT_TASKS, read_bert_run
-from vaswani.tasks.bert import model_of as bert_model_of
 from vaswani.tasks.settings import absolute, one_stack
 from vaswani.tasks.word_vectors import EmbeddingRows, embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import WordPieceTokenizer
@@ -53,16 +52,6 @@ def copy_encoder(into: Bert, pretrained: Bert) -> None:
         raise ConfigError(
             f"the --init encoder does not fit this model (missing {missing}, unexpected {unexpected})"
         )
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
-    """Batches of ``batch_size`` examples of similar length (little padding): the examples are
-    shuffled by ``seed``, sorted by length (a stable sort keeps the shuffle among equals) and
-    cut in order; the trainer shuffles the batches."""
-    order = list(range(len(lengths)))
-    random.Random(seed).shuffle(order)
-    order.sort(key=lambda i: lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def epoch_settings(train: dict[str, Any], n_examples: int, batch_size: int, epochs: float) -> dict[str, Any]:

@@ -18,19 +18,16 @@ in each checkpoint, so that a resumed run draws the masks the uninterrupted one 
 validation windows are masked once, by their own seeded generator, so that every evaluation
 scores the same predictions: the masked-token loss, its perplexity and the masked-token accuracy.
 With ``nsp`` (``--nsp``) the examples are sentence pairs and the model also learns next-sentence
-prediction: :mod:`vaswani.tasks.nsp`.
+prediction: :mod:`vaswani.pipelines.nsp`.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -40,81 +37,35 @@ from vaswani.data.config import TextData
 from vaswani.data.text import read_documents, split_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import MaskedLM
+from vaswani.pipelines.bert import TOKENIZER, check_tokenizer, save_tokenizer
+from vaswani.pipelines.lm_text import load_documents
+from vaswani.pipelines.mlm import (
+    TASK,
+    MaskedLanguageModel,
+    Masker,
+    fill_mask_lines,
+    masked_batches,
+    masked_metrics,
+    text_windows,
+)
+from vaswani.pipelines.nsp import (
+    Masking,
+    PairBatch,
+    check_documents,
+    check_nsp_model,
+    draw_pairs,
+    masked_pair_batches,
+    pair_batches,
+    pretraining_metrics,
+    tokenized_documents,
+)
 from vaswani.recipes import Sections
-from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device
-from vaswani.tasks.bert import MLM_TASK, TOKENIZER, check_tokenizer, read_bert_run, save_tokenizer
-from vaswani.tasks.evaluation import Evaluation, model_device, on_model_device
-from vaswani.tasks.lm_text import load_documents
-from vaswani.tasks.nsp import NSPTask, check_documents, check_nsp_model, evaluate_pairs
+from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.settings import text_recipe, text_run
-from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
+from vaswani.tokenizer import WordPieceTokenizer
 from vaswani.training.trainer import fit_run
 
-TASK = MLM_TASK
 FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
-
-
-def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_len: int) -> list[list[int]]:
-    """``[CLS] x_1 … x_n [SEP]`` windows of at most ``max_len`` tokens: each document's pieces cut
-    into consecutive runs of ``max_len - 2`` (the last one shorter)."""
-    size = max_len - 2
-    windows = []
-    for ids in tokenizer.encode_pieces_batch(documents):
-        for start in range(0, len(ids), size):
-            windows.append([tokenizer.cls_id, *ids[start : start + size], tokenizer.sep_id])
-    return windows
-
-
-@dataclass(frozen=True)
-class Masker:
-    """BERT's corruption of a batch (see the module docstring): ``prob`` of the real tokens are
-    chosen; of those, ``random`` get a random token, ``keep`` stay as they are, the rest [MASK]."""
-
-    mask_id: int
-    special_ids: Tensor  # never chosen: [PAD], [CLS], [SEP], [MASK]
-    random_ids: Tensor  # what a random replacement draws from: every piece but the special tokens
-    prob: float = 0.15
-    random: float = 0.1
-    keep: float = 0.1
-
-    @classmethod
-    def of(cls, tokenizer: WordPieceTokenizer, data: TextData) -> Masker:
-        special = {tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id}
-        ordinary = sorted(set(range(tokenizer.vocab_size)) - special - {tokenizer.unk_id})
-        return cls(
-            tokenizer.mask_id,
-            torch.tensor(sorted(special)),
-            torch.tensor(ordinary),
-            data.mask_prob,
-            data.mask_random,
-            data.mask_keep,
-        )
-
-    def maskable(self, tokens: Tensor) -> Tensor:
-        """True at the positions that may be chosen: real tokens, not [CLS], [SEP] or padding."""
-        return ~torch.isin(tokens, self.special_ids)
-
-    def __call__(self, tokens: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """(x̃, c): the corrupted ``tokens`` (batch, seq) and the chosen positions (batch, seq),
-        drawn from ``generator`` (None: the global one)."""
-        chosen = self.maskable(tokens) & (torch.rand(tokens.shape, generator=generator) < self.prob)
-        u = torch.rand(tokens.shape, generator=generator)
-        replacements = self.random_ids[torch.randint(len(self.random_ids), tokens.shape, generator=generator)]
-        masked = chosen & (u < 1.0 - self.random - self.keep)
-        randomised = chosen & ~masked & (u < 1.0 - self.keep)
-        inputs = torch.where(masked, torch.full_like(tokens, self.mask_id), tokens)
-        return torch.where(randomised, replacements, inputs), chosen
-
-
-def masked_lm_logits(
-    model: nn.Module, inputs: Tensor, chosen: Tensor, pad_id: int, vocab_size: int | None = None
-) -> Tensor:
-    """Logits (n, vocab) of the n ``chosen`` positions of ``inputs`` (batch, seq): the head runs
-    there only. With ``vocab_size`` (the tokenizer's), the rows that pad the embedding to a
-    multiple of 64 are left out of the softmax."""
-    logits = model(inputs, attention_mask=inputs != pad_id, predict=chosen)
-    return logits if vocab_size is None else logits[..., :vocab_size]
 
 
 def masked_lm_loss(
@@ -131,50 +82,6 @@ def masked_lm_loss(
     mask = inputs != pad_id
     loss = model(inputs, attention_mask=mask, predict=chosen, targets=targets, n_classes=vocab_size)
     return loss, len(targets)
-
-
-@dataclass
-class MaskedBatch:
-    """Windows (batch, seq) with a fixed corruption: the original ``tokens``, the ``inputs`` the
-    model reads and the ``chosen`` positions it is scored on."""
-
-    tokens: Tensor
-    inputs: Tensor
-    chosen: Tensor
-
-
-def masked_batches(
-    windows: Sequence[Sequence[int]], masker: Masker, pad_id: int, batch_tokens: int, seed: int
-) -> list[MaskedBatch]:
-    """``windows`` in padded batches of at most ``batch_tokens`` tokens, corrupted once by a
-    generator seeded with ``seed`` (the global generator is left alone)."""
-    generator = torch.Generator().manual_seed(seed)
-    batches = []
-    for indices in token_buckets([len(w) for w in windows], batch_tokens, seed):
-        tokens = pad([windows[i] for i in indices], pad_id)
-        inputs, chosen = masker(tokens, generator)
-        batches.append(MaskedBatch(tokens, inputs, chosen))
-    return batches
-
-
-@torch.no_grad()
-def masked_metrics(
-    model: nn.Module, batches: Sequence[MaskedBatch], pad_id: int, vocab_size: int | None = None
-) -> dict[str, float]:
-    """The masked-token loss (mean nats per chosen token), its perplexity and the masked-token
-    accuracy (the most likely token is the original one) over ``batches`` (moved to the model's
-    device)."""
-    total, correct, count = 0.0, 0, 0
-    for batch in (on_model_device(model, b) for b in batches):
-        logits = masked_lm_logits(model, batch.inputs, batch.chosen, pad_id, vocab_size).float()
-        targets = batch.tokens[batch.chosen]
-        total += float(F.cross_entropy(logits, targets, reduction="sum"))
-        correct += int((logits.argmax(dim=-1) == targets).sum())
-        count += len(targets)
-    if count == 0:
-        raise DataError("no token was chosen for prediction: the text is too short to score")
-    loss = total / count
-    return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "masked_accuracy": correct / count}
 
 
 class MLMTask:
@@ -218,83 +125,6 @@ class MLMTask:
         return masked_metrics(model, self.valid, self.pad_id, self.vocab_size)
 
 
-class MaskedLanguageModel:
-    """A BERT with its MLM head and tokenizer: ``MaskedLanguageModel.load(run_dir).fill_mask(text)``."""
-
-    def __init__(self, model: MaskedLM, tokenizer: WordPieceTokenizer, data: TextData | None = None) -> None:
-        self.model, self.tokenizer = model, tokenizer
-        self.data = data or TextData()
-
-    @classmethod
-    def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> MaskedLanguageModel:
-        """The model of an ``mlm`` run (trained here, or imported from a ``BertForMaskedLM``) on
-        ``device`` (auto, cpu, cuda, cuda:N, mps; the weights read on the CPU, then moved); an
-        ``encoder`` run has no MLM head and is refused."""
-        where = resolve_device(device)
-        run, tokenizer = read_bert_run(Path(run_dir), {TASK: TextData}, "fill-mask (the masked-LM head)")
-        model = RunDir(run_dir).load_weights(MaskedLM(run.model, nsp=run.data.nsp)).to(where)
-        return cls(model.eval(), tokenizer, run.data)
-
-    def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-        """The ``top_k`` most likely pieces, with their probabilities, for each literal "[MASK]"
-        of ``text`` (in order). The softmax leaves out the special tokens: they are never the
-        word that was masked."""
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        parts = text.split(WP_MASK)
-        if len(parts) == 1:
-            raise DataError(f"the text has no {WP_MASK}: write {WP_MASK} where a word should be predicted")
-        tok = self.tokenizer
-        ids = [tok.cls_id]
-        for i, piece_ids in enumerate(tok.encode_pieces_batch(parts)):
-            if i:
-                ids.append(tok.mask_id)
-            ids.extend(piece_ids)
-        ids.append(tok.sep_id)
-        if len(ids) > self.model.config.max_len:
-            raise DataError(
-                f"the text is {len(ids)} tokens long with [CLS] and [SEP], more than the model's "
-                f"max_len of {self.model.config.max_len}"
-            )
-        device = model_device(self.model)
-        tokens = torch.tensor([ids], device=device)
-        self.model.eval()
-        with torch.no_grad():
-            logits = masked_lm_logits(self.model, tokens, tokens == tok.mask_id, tok.pad_id, tok.vocab_size)
-        special = [tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id]
-        logits = logits.float().index_fill(-1, torch.tensor(special, device=device), -math.inf)
-        probs, best = logits.softmax(dim=-1).topk(min(top_k, tok.vocab_size - len(special)), dim=-1)
-        return [
-            [(str(tok.tokenizer.id_to_token(i)), p) for i, p in zip(row_ids, row_probs, strict=True)]
-            for row_ids, row_probs in zip(best.tolist(), probs.tolist(), strict=True)
-        ]
-
-    def evaluate(self, documents: Sequence[str], batch_tokens: int = 4096, seed: int = 0) -> dict[str, float]:
-        """Masked-token loss, perplexity and accuracy on ``documents``, cut into windows and
-        corrupted by the run's recipe with a generator seeded by ``seed``; for a model with the
-        next-sentence head, on the sentence pairs of ``documents`` drawn with ``seed``, with the
-        next-sentence loss and accuracy too (:func:`vaswani.tasks.nsp.pretraining_metrics`)."""
-        masker = Masker.of(self.tokenizer, self.data)
-        if self.model.nsp is not None:
-            return evaluate_pairs(self.model, self.tokenizer, masker, documents, batch_tokens, seed)
-        windows = text_windows(self.tokenizer, documents, self.model.config.max_len)
-        batches = masked_batches(windows, masker, self.tokenizer.pad_id, batch_tokens, seed)
-        self.model.eval()
-        return masked_metrics(self.model, batches, self.tokenizer.pad_id, self.tokenizer.vocab_size)
-
-
-def filled(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> str:
-    """``text`` with each [MASK] replaced by its most likely piece (a "##" piece joins the word
-    before it)."""
-    parts = text.split(WP_MASK)
-    out = parts[0]
-    for part, choices in zip(parts[1:], candidates, strict=True):
-        piece = choices[0][0]
-        out = out.rstrip() + piece[2:] if piece.startswith("##") else out + piece
-        out += part
-    return out
-
-
 def train_mlm(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
 ) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
@@ -319,9 +149,15 @@ def train_mlm(
         train = run.train
         masker = Masker.of(tokenizer, run.data)
         task = NSPTask(
-            tokenizer, masker, train_docs, valid_docs, max_len, train.batch_tokens, train.seed,
+            tokenizer,
+            masker,
+            train_docs,
+            valid_docs,
+            max_len,
+            train.batch_tokens,
+            train.seed,
             train.eval_sentences,
-        )  # fmt: skip
+        )
     else:
         task = MLMTask(
             run,
@@ -330,14 +166,19 @@ def train_mlm(
             text_windows(tokenizer, valid_docs, max_len),
         )
     metrics, model = fit_run(
-        run, run_dir, task, lambda: MaskedLM(run.model, nsp=run.data.nsp),
-        lambda d: save_tokenizer(tokenizer, d), resume, quiet,
-    )  # fmt: skip
+        run,
+        run_dir,
+        task,
+        lambda: MaskedLM(run.model, nsp=run.data.nsp),
+        lambda d: save_tokenizer(tokenizer, d),
+        resume,
+        quiet,
+    )
     assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name
 
 
-def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     """Masked-token loss, perplexity and accuracy of an ``mlm`` run on ``request.text``."""
     if not request.text:
         raise ConfigError("a masked language model is evaluated with --text FILE")
@@ -348,12 +189,14 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
         f"{metrics['perplexity']:.2f}  accuracy {metrics['masked_accuracy']:.1%}  (BERT's masking, seed 0)"
     )
     if "nsp_accuracy" not in metrics:
-        return [line]
-    return [
-        line,
-        f"next-sentence loss {metrics['nsp_loss']:.4f}  accuracy {metrics['nsp_accuracy']:.1%}  "
-        "(sentence pairs of the documents, half IsNext, seed 0)",
-    ]
+        return Report([line])
+    return Report(
+        [
+            line,
+            f"next-sentence loss {metrics['nsp_loss']:.4f}  accuracy {metrics['nsp_accuracy']:.1%}  "
+            "(sentence pairs of the documents, half IsNext, seed 0)",
+        ]
+    )
 
 
 def recipe(flags: Sections) -> str:
@@ -375,15 +218,6 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     return run
 
 
-def fill_mask_lines(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
-    """The candidates of each [MASK], one line each, and the text filled with the best ones."""
-    lines = [text]
-    for number, choices in enumerate(candidates, start=1):
-        lines.append(f"  [MASK] {number}: " + ", ".join(f"{piece} {prob:.3f}" for piece, prob in choices))
-    lines.append(f"  → {filled(text, candidates)}")
-    return lines
-
-
 def finish(
     result: tuple[dict[str, Any], MaskedLanguageModel, str], run_dir: Path, started: float, quiet: bool
 ) -> list[str]:
@@ -398,3 +232,57 @@ def finish(
         *fill_mask_lines(FILL_MASK_EXAMPLE, mlm.fill_mask(FILL_MASK_EXAMPLE)),
         f'\nrun directory: {run_dir}\n  vaswani fill-mask {run_dir} "{FILL_MASK_EXAMPLE}"',
     ]
+
+
+class NSPTask:
+    """Masked-token and next-sentence prediction on the pairs of the training documents (drawn
+    once, by ``seed``), batched by ``batch_tokens``; validation on at most ``eval_sentences``
+    pairs of the validation documents, corrupted once."""
+
+    batch_flag = "--batch-tokens"  # what to lower when a step runs out of memory
+
+    def __init__(
+        self,
+        tokenizer: WordPieceTokenizer,
+        masker: Masking,
+        train_texts: Sequence[str],
+        valid_texts: Sequence[str],
+        max_len: int,
+        batch_tokens: int,
+        seed: int,
+        eval_sentences: int,
+    ) -> None:
+        train_docs = tokenized_documents(tokenizer, train_texts)
+        valid_docs = tokenized_documents(tokenizer, valid_texts)
+        self.pad_id, self.vocab_size, self.masker = tokenizer.pad_id, tokenizer.vocab_size, masker
+        train = draw_pairs(train_docs, seed, valid_docs)
+        valid = draw_pairs(valid_docs, seed, train_docs)[:eval_sentences]
+        self.batches = pair_batches(train, tokenizer, max_len, batch_tokens, seed)
+        self.valid = masked_pair_batches(valid, tokenizer, masker, max_len, batch_tokens, seed)
+        if not any(batch.chosen is not None and batch.chosen.any() for batch in self.valid):
+            raise DataError("the validation text is too short: no token of it was chosen for prediction")
+
+    def train_batches(self) -> list[PairBatch]:
+        return self.batches
+
+    def loss(self, model: nn.Module, batch: PairBatch) -> tuple[Tensor, int]:
+        """L_MLM + L_NSP · n / r (see the module docstring) and n, the chosen tokens."""
+        inputs, chosen = self.masker(batch.tokens, None)
+        targets = batch.tokens[chosen]
+        masked, nsp = model(
+            inputs,
+            batch.segments,
+            inputs != self.pad_id,
+            predict=chosen,
+            next_sentence=True,
+            targets=targets,
+            n_classes=self.vocab_size,
+        )
+        pairs = F.cross_entropy(nsp.float(), batch.labels, reduction="sum")
+        return masked + pairs * len(targets) / len(batch.labels), len(targets)
+
+    def batch_tokens(self, batch: PairBatch) -> int:
+        return int((batch.tokens != self.pad_id).sum())
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return pretraining_metrics(model, self.valid, self.pad_id, self.vocab_size)

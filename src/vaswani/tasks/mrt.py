@@ -33,8 +33,8 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.io import load_weights
 from vaswani.metrics import sentence_scores
+from vaswani.pipelines.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, translation_model
 from vaswani.rundir import RunDir
-from vaswani.tasks.translator import SRC_TOKENIZER, TASK, TGT_TOKENIZER, Translator, translation_model
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.selection import chosen_weights
 
@@ -187,9 +187,14 @@ class MinimumRiskTask:
         else:
             generator = torch.Generator(src.device).manual_seed(int(torch.randint(2**62, ())))
             drawn = translate_ids(
-                inner, src.repeat_interleave(k, dim=0), bos, eos,  # type: ignore[arg-type]
-                DecodingConfig(strategy="sample", temperature=1.0), generator, suppress=suppress,
-            ).tokens.tolist()  # fmt: skip
+                inner,
+                src.repeat_interleave(k, dim=0),
+                bos,
+                eos,  # type: ignore[arg-type]
+                DecodingConfig(strategy="sample", temperature=1.0),
+                generator,
+                suppress=suppress,
+            ).tokens.tolist()
             rows = [drawn[i * k : (i + 1) * k] for i in range(src.shape[0])]
         model.train()
         return [merged(group, eos, self.pad_id) for group in rows]

@@ -1,6 +1,6 @@
 """Non-autoregressive translation (``vaswani train nat``): a conditional masked language model
 (:class:`~vaswani.models.cmlm.CMLM`, Ghazvininejad et al. 2019) trained on the translation task's
-data, decoded by Mask-Predict (:class:`~vaswani.tasks.nat_translator.NatTranslator`).
+data, decoded by Mask-Predict (:class:`~vaswani.pipelines.nat.NatTranslator`).
 
 Training masks a uniform-random number k ∈ 1 … N of the N target tokens of each sentence, at
 uniform-random positions, and predicts them (label-smoothed cross-entropy over the masked positions
@@ -21,27 +21,21 @@ from torch import Tensor, nn
 
 from vaswani.config import RunConfig
 from vaswani.data.batching import Seq2SeqBatch
+from vaswani.data.config import NatData
 from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig
 from vaswani.metrics import bleu, chrf, perplexity, translation_scores
 from vaswani.models.cmlm import CMLM
+from vaswani.pipelines.common import on_model_device
+from vaswani.pipelines.nat import MASK, PAPER_DECODING, TASK, NatTranslator, mask_id_of, with_mask
+from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
 from vaswani.tasks import translation
-from vaswani.tasks.evaluation import Evaluation, on_model_device
-from vaswani.tasks.nat_translator import (
-    MASK,
-    PAPER_DECODING,
-    TASK,
-    NatData,
-    NatTranslator,
-    mask_id_of,
-    with_mask,
-)
+from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.translation import Pairs, TranslationData, TranslationTask
-from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
@@ -223,7 +217,7 @@ def score_split(
     return translation_scores(hyps, refs, translator.bleu_tokenize)
 
 
-def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     """BLEU and chrF of a nat run by Mask-Predict (T = 10, l = 5) on ``request.src``/``ref``, or on
     the run's own test split (its valid split when it has none); the hypotheses are written to
     ``request.out`` (default ``RUN_DIR/hypotheses.NAME``). Returns the report's lines."""
@@ -244,12 +238,12 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     scores = score_split(translator, pairs, PAPER_DECODING, request.batch_size, quiet=False)
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
-    return [
+    return Report([
         f"{name}: {translation.describe_scores(scores)}  ({len(pairs)} sentences, "
         f"{describe(PAPER_DECODING)})",
         f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
         f"  {scores['chrf_signature']}\nhypotheses: {out}",
-    ]
+    ])
 
 
 def recipe(flags: Sections) -> str:

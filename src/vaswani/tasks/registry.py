@@ -2,18 +2,16 @@
 
 An entry (:class:`TaskSpec`) names the task's model builder, its training function (the trainer's
 :class:`~vaswani.training.trainer.Task` adapter inside it), the wrapper that uses a trained run
-(``Translator``, ``LanguageModel``...), its ``evaluate`` and attention hooks and its Hugging Face
-family. The command line (``train``, ``evaluate``, ``plot``, ``attention``, ``average``),
-``import-hf``/``export-hf`` and the Python API (:func:`load`, :func:`resume`) find a task here, so
-that a new task is one model module, one adapter module and one entry in :data:`TASKS`.
+(``Translator``, ``LanguageModel``...: :mod:`vaswani.pipelines`), its ``evaluate`` hook and its
+Hugging Face family. The command line (``train``, ``evaluate``, ``plot``, ``attention``,
+``average``), ``import-hf``/``export-hf`` and the Python API (:func:`load`, and
+:mod:`vaswani.tasks.lifecycle`'s ``train`` and ``resume``) find a task here, so that a new task is
+one model module, one adapter module and one entry in :data:`TASKS`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,55 +20,47 @@ import torch
 from torch import nn
 
 from vaswani.config import RunConfig
-from vaswani.data.config import DataConfig, LabeledData, LMData, ParallelData, TextData
-from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.data.config import (
+    DataConfig,
+    ImageData,
+    LabeledData,
+    LMData,
+    NatData,
+    ParallelData,
+    TagData,
+    TextData,
+)
+from vaswani.errors import RunDirError
+from vaswani.pipelines import bert as bert_run
+from vaswani.pipelines import classify as classify_run
+from vaswani.pipelines import encoder as encoder_run
+from vaswani.pipelines import image as image_run
+from vaswani.pipelines import lm as lm_run
+from vaswani.pipelines import mlm as mlm_run
+from vaswani.pipelines import nat as nat_run
+from vaswani.pipelines import tag as tag_run
+from vaswani.pipelines import translation as translation_run
 from vaswani.recipes import Sections
-from vaswani.rundir import RunDir, RunLock
-from vaswani.tasks import (
-    bert,
-    classify,
-    encoder,
-    image,
-    image_data,
-    lm,
-    mlm,
-    nat,
-    nat_translator,
-    tag,
-    translation,
-    translator,
-)
-from vaswani.tasks.attention import (
-    AttentionMap,
-    ImageAttention,
-    image_attention,
-    titled_bert_attention,
-    titled_lm_attention,
-    titled_translation_attention,
-)
-from vaswani.tasks.evaluation import Evaluation
+from vaswani.rundir import RunDir
+from vaswani.tasks import classify, image, lm, mlm, nat, tag, translation
+from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.settings import run_config
-from vaswani.training import distributed
-from vaswani.training.checkpoint import checkpoint_problem, list_checkpoints
-from vaswani.training.state import restored_state
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """One task. ``data`` is the class of its runs' data section; ``model`` builds the untrained
     model of a run config; ``load(run_dir, device=...)`` reads a run directory into the task's
-    wrapper, its model on that device;
+    wrapper (a :class:`~vaswani.pipelines.common.Pipeline`), its model on that device;
     ``train(run, run_dir, resume, quiet)`` trains or continues a run and returns
     ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not trained);
     ``recipe(flags)`` names the packaged recipe a new run starts from (:mod:`vaswani.recipes`),
     ``configure(sections, flags, source)`` applies the task's rules and validates
     (:mod:`vaswani.tasks.settings`), ``finish(result, run_dir, started, quiet)`` does what follows
     training and returns the report's lines; ``evaluate(run_dir, request)`` scores a run and
-    returns the lines to print, ``evaluates`` says what it scores and on which inputs (None:
-    ``cannot_evaluate`` says why and what to do instead);
-    ``attention(wrapper, text, part)`` gives the attention maps of one input (of the part that
-    ``--part`` names; None: the default) and a title; ``hf_family`` names the Hugging Face family that
-    ``export-hf`` writes (:mod:`vaswani.interop`)."""
+    returns a :class:`~vaswani.tasks.evaluation.Report`, ``evaluates`` says what it scores and on
+    which inputs (None: ``cannot_evaluate`` says why and what to do instead); ``hf_family`` names
+    the Hugging Face family that ``export-hf`` writes (:mod:`vaswani.interop`)."""
 
     name: str
     summary: str
@@ -81,71 +71,124 @@ class TaskSpec:
     recipe: Callable[[Sections], str] | None = None
     configure: Callable[[Sections, Sections, str], RunConfig] | None = None
     finish: Callable[[Any, Path, float, bool], list[str]] | None = None
-    evaluate: Callable[[Path, Evaluation], list[str]] | None = None
+    evaluate: Callable[[Path, Evaluation], Report] | None = None
     evaluates: str = ""
     cannot_evaluate: str = ""
-    attention: Callable[[Any, str, str | None], tuple[list[AttentionMap] | ImageAttention, str]] | None = None
     hf_family: str | None = None
 
 
-TASKS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (
-        TaskSpec(
-            "lm", "train a decoder-only language model (GPT)", LMData, lm.model_of, lm.LanguageModel.load,
-            lm.train_lm, lm.recipe, lm.configure, lm.finish, lm.evaluate_run,
-            evaluates="loss and perplexity on --text", attention=titled_lm_attention, hf_family="gpt2",
-        ),
-        TaskSpec(
-            "translation", "train an encoder-decoder translator", ParallelData, translation.model_of,
-            translator.Translator.load, translation.train_translation, translation.recipe,
-            translation.configure, translation.finish, translation.evaluate_run,
-            evaluates="BLEU and chrF on --src and --ref (default: its own test split), the hypotheses "
-            "written to --out", attention=titled_translation_attention, hf_family="marian",
-        ),
-        TaskSpec(
-            "nat", "train a non-autoregressive translator (CMLM, decoded by Mask-Predict)",
-            nat_translator.NatData, nat.model_of, nat_translator.NatTranslator.load, nat.train_nat,
-            nat.recipe, nat.configure, nat.finish, nat.evaluate_run,
-            evaluates="BLEU and chrF by Mask-Predict (T = 10, l = 5) on --src and --ref (default: its own "
-            "test split), the hypotheses written to --out",
-        ),
-        TaskSpec(
-            "mlm", "pretrain a BERT by masked language modelling", TextData, bert.model_of,
-            mlm.MaskedLanguageModel.load, mlm.train_mlm, mlm.recipe, mlm.configure, mlm.finish,
-            mlm.evaluate_run, evaluates="masked-token loss, perplexity and accuracy on --text (and, for an "
-            "--nsp run, the next-sentence loss and accuracy of its sentence pairs)",
-            attention=titled_bert_attention, hf_family="bert",
-        ),
-        TaskSpec(
-            "encoder", "a BERT encoder without a head, as imported (sentence vectors)", TextData,
-            bert.model_of, encoder.SentenceEncoder.load,
-            cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
-            "vaswani embed, or fine-tune it with vaswani train classify --init",
-            attention=titled_bert_attention, hf_family="bert",
-        ),
-        TaskSpec(
-            "classify", "fine-tune a BERT text classifier", LabeledData, classify.model_of,
-            classify.TextClassifier.load, classify.train_classify, classify.recipe, classify.configure,
-            classify.finish, classify.evaluate_run,
-            evaluates="accuracy and macro-F1 on --labeled (TSV, CSV or JSON lines, the run's columns)",
-            attention=titled_bert_attention,
-        ),
-        TaskSpec(
-            "tag", "train a BERT token tagger (CoNLL-U, or CoNLL-2003-style columns)", tag.TagData,
-            tag.model_of, tag.Tagger.load, tag.train_tag, tag.recipe, tag.configure, tag.finish,
-            tag.evaluate_run, attention=titled_bert_attention,
-            evaluates="accuracy, macro-F1, F1 per tag and BIO span F1 on --labeled (CoNLL-U or columns)",
-        ),
-        TaskSpec(
-            "image", "train a ViT image classifier (default: scikit-learn's digits)", image_data.ImageData,
-            image.model_of, image.ImageClassifier.load, image.train_image, image.recipe, image.configure,
-            image.finish, image.evaluate_run,
-            evaluates="accuracy and macro-F1 on --data DIR (one subfolder per class; digits: their test "
-            "split), a confusion matrix written to --out", attention=image_attention, hf_family="vit",
-        ),
-    )
-}  # fmt: skip
+ENTRIES = (
+    TaskSpec(
+        name="lm",
+        summary="train a decoder-only language model (GPT)",
+        data=LMData,
+        model=lm_run.model_of,
+        load=lm_run.LanguageModel.load,
+        train=lm.train_lm,
+        recipe=lm.recipe,
+        configure=lm.configure,
+        finish=lm.finish,
+        evaluate=lm.evaluate_run,
+        evaluates="loss and perplexity on --text",
+        hf_family="gpt2",
+    ),
+    TaskSpec(
+        name="translation",
+        summary="train an encoder-decoder translator",
+        data=ParallelData,
+        model=translation.model_of,
+        load=translation_run.Translator.load,
+        train=translation.train_translation,
+        recipe=translation.recipe,
+        configure=translation.configure,
+        finish=translation.finish,
+        evaluate=translation.evaluate_run,
+        evaluates="BLEU and chrF on --src and --ref (default: its own test split), the hypotheses "
+        "written to --out",
+        hf_family="marian",
+    ),
+    TaskSpec(
+        name="nat",
+        summary="train a non-autoregressive translator (CMLM, decoded by Mask-Predict)",
+        data=NatData,
+        model=nat.model_of,
+        load=nat_run.NatTranslator.load,
+        train=nat.train_nat,
+        recipe=nat.recipe,
+        configure=nat.configure,
+        finish=nat.finish,
+        evaluate=nat.evaluate_run,
+        evaluates="BLEU and chrF by Mask-Predict (T = 10, l = 5) on --src and --ref (default: its own "
+        "test split), the hypotheses written to --out",
+    ),
+    TaskSpec(
+        name="mlm",
+        summary="pretrain a BERT by masked language modelling",
+        data=TextData,
+        model=bert_run.model_of,
+        load=mlm_run.MaskedLanguageModel.load,
+        train=mlm.train_mlm,
+        recipe=mlm.recipe,
+        configure=mlm.configure,
+        finish=mlm.finish,
+        evaluate=mlm.evaluate_run,
+        evaluates="masked-token loss, perplexity and accuracy on --text (and, for an --nsp run, the "
+        "next-sentence loss and accuracy of its sentence pairs)",
+        hf_family="bert",
+    ),
+    TaskSpec(
+        name="encoder",
+        summary="a BERT encoder without a head, as imported (sentence vectors)",
+        data=TextData,
+        model=bert_run.model_of,
+        load=encoder_run.SentenceEncoder.load,
+        cannot_evaluate="an encoder run has no head to score; compare its sentence vectors with "
+        "vaswani embed, or fine-tune it with vaswani train classify --init",
+        hf_family="bert",
+    ),
+    TaskSpec(
+        name="classify",
+        summary="fine-tune a BERT text classifier",
+        data=LabeledData,
+        model=classify_run.model_of,
+        load=classify_run.TextClassifier.load,
+        train=classify.train_classify,
+        recipe=classify.recipe,
+        configure=classify.configure,
+        finish=classify.finish,
+        evaluate=classify.evaluate_run,
+        evaluates="accuracy and macro-F1 on --labeled (TSV, CSV or JSON lines, the run's columns)",
+    ),
+    TaskSpec(
+        name="tag",
+        summary="train a BERT token tagger (CoNLL-U, or CoNLL-2003-style columns)",
+        data=TagData,
+        model=tag_run.model_of,
+        load=tag_run.Tagger.load,
+        train=tag.train_tag,
+        recipe=tag.recipe,
+        configure=tag.configure,
+        finish=tag.finish,
+        evaluate=tag.evaluate_run,
+        evaluates="accuracy, macro-F1, F1 per tag and BIO span F1 on --labeled (CoNLL-U or columns)",
+    ),
+    TaskSpec(
+        name="image",
+        summary="train a ViT image classifier (default: scikit-learn's digits)",
+        data=ImageData,
+        model=image_run.model_of,
+        load=image_run.ImageClassifier.load,
+        train=image.train_image,
+        recipe=image.recipe,
+        configure=image.configure,
+        finish=image.finish,
+        evaluate=image.evaluate_run,
+        evaluates="accuracy and macro-F1 on --data DIR (one subfolder per class; digits: their test "
+        "split), a confusion matrix written to --out",
+        hf_family="vit",
+    ),
+)
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in ENTRIES}
 
 
 def get(name: str, where: object = "") -> TaskSpec:
@@ -184,95 +227,6 @@ def load(run_dir: str | Path, device: str | torch.device = "auto") -> Any:
     return spec_of(run_dir).load(Path(run_dir), device=device)
 
 
-def resume(
-    run_dir: str | Path, quiet: bool = False, task: str | None = None, **train_changes: Any
-) -> tuple[Any, ...]:
-    """Continue the stopped run ``run_dir`` from its newest intact checkpoint, with its own saved
-    config (with ``task``, a run of another task is refused). ``train_changes`` (e.g.
-    ``max_steps=...``) may extend it; they are saved in the config, so that a later plain resume
-    keeps them. Returns what the task's training returns."""
-    with resumed_run(run_dir, task, **train_changes) as (spec, run):
-        assert spec.train is not None
-        return spec.train(run, Path(run_dir), resume=True, quiet=quiet)
-
-
-@contextlib.contextmanager
-def resumed_run(
-    run_dir: str | Path, task: str | None = None, **train_changes: Any
-) -> Iterator[tuple[TaskSpec, RunConfig]]:
-    """The entry and the config (with ``train_changes``) of the stopped run ``run_dir``, held
-    (:meth:`RunDir.lock`, by the main process) for the block. A run already at its step or time
-    budget is refused in one line, before any data is read."""
-    folder = RunDir(run_dir)
-    spec = get(folder.read_config(task).task, run_dir)
-    run = folder.read_config(task, spec.data)
-    if spec.train is None:
-        raise RunDirError(
-            f"{run_dir}: a run of task {spec.name!r} is not trained by vaswani; nothing to resume"
-        )
-    if "max_steps" in train_changes:  # a new step budget replaces a budget of epochs
-        train_changes = {"epochs": None, **train_changes}
-    resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    place, _ = distributed.start(resumed.train.device)
-
-    def take() -> RunLock:
-        folder.check_not_held()  # a run in use is said first; then refusals that leave it as it was
-        budget_left(folder.path, resumed)
-        return folder.lock()
-
-    with _held(place, take):
-        yield spec, resumed
-
-
-def budget_left(run_dir: Path, run: RunConfig) -> None:
-    """Refuse, in one line, a resume of a run whose newest intact checkpoint is already at
-    ``max_steps`` (or past ``max_minutes``): it would train nothing."""
-    train = run.train
-    for path in reversed(list_checkpoints(run_dir)):
-        step = int(path.name.removeprefix("step_"))
-        if step < train.max_steps and train.max_minutes is None:
-            return
-        if checkpoint_problem(path) is not None:  # newest_intact_checkpoint says so, and goes on
-            continue
-        file = path / "trainer_state.json"  # intact: as it was written
-        try:
-            state = restored_state(json.loads(file.read_text(encoding="utf-8")), file)
-        except OSError:  # removed meanwhile: the run is trained by another process, which the lock finds
-            continue
-        step, minutes = state.step, state.train_seconds / 60
-        if step >= train.max_steps:
-            raise RunDirError(
-                f"{run_dir}: already at step {step} of max_steps {train.max_steps}: nothing to train; "
-                f"give --max-steps above {step} to train more"
-            )
-        if train.max_minutes is not None and minutes >= train.max_minutes:
-            raise RunDirError(
-                f"{run_dir}: already trained {minutes:.2f} minutes of max_minutes {train.max_minutes}: "
-                "nothing to train; give a larger --max-minutes to train more"
-            )
-        return
-
-
-@contextlib.contextmanager
-def _held(place: distributed.World, take: Callable[[], RunLock]) -> Iterator[RunLock | None]:
-    """``take()`` (a run directory's lock) in the main process, its refusal told to every process;
-    the lock (None in the others) is let go after the block."""
-    lock, error = None, None
-    if place.main:
-        try:
-            lock = take()
-        except VaswaniError as exc:
-            error = str(exc)
-    error = distributed.from_main(place, error)
-    if error is not None:
-        raise RunDirError(error)
-    try:
-        yield lock
-    finally:
-        if lock is not None:
-            lock.release()
-
-
 def configure(
     task: str, flags: Sections | None = None, preset: str | None = None, config: str | Path | None = None
 ) -> RunConfig:
@@ -285,54 +239,3 @@ def configure(
     return run_config(spec.recipe, spec.configure, flags or {}, preset, Path(config) if config else None)
 
 
-@contextlib.contextmanager
-def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator[Path]:
-    """The directory of a new run of ``task``: ``out`` (new or empty; default
-    ``runs/TASK-DATE-TIME``), made and held for the block (:meth:`RunDir.create`) before any data
-    is read. Under several processes the main one makes it and tells the others (after joining
-    the process group for ``device``). A failure in the block leaves no unusable run: one without
-    a checkpoint is removed (once training had begun, its error, or a note, says so); one with a
-    checkpoint stays, and its error (or a note, after a KeyboardInterrupt) says how to resume it."""
-    place, _ = distributed.start(device)
-    chosen: list[Path] = []
-
-    def create() -> RunLock:
-        folder, lock = RunDir.create(Path(out) if out is not None else None, task)
-        chosen.append(folder.path)
-        return lock
-
-    with _held(place, create) as lock:
-        path = distributed.from_main(place, str(chosen[0]) if chosen else None)
-        try:
-            yield Path(path)
-        except BaseException as exc:
-            said = _after_failure(RunDir(path), lock, task, exc) if lock is not None else None
-            if said is None:
-                raise
-            if isinstance(exc, VaswaniError) and not isinstance(exc, TrainingInterrupted):
-                raise type(exc)(f"{exc}; {said}") from None  # still one line
-            print(f"vaswani: note: {said}", file=sys.stderr)
-            raise
-
-
-def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException) -> str | None:
-    """Remove a new run that failed before its first checkpoint; what became of it, where that
-    is news (None: nothing had been written but the empty folder, or the run is finished or
-    interrupted with a checkpoint, which its own message says)."""
-    begun = folder.config_path.is_file()
-    if folder.remove_stub(lock):
-        return f"removed {folder}: it had no checkpoint to resume from" if begun else None
-    if folder.path.is_dir() and not (isinstance(exc, TrainingInterrupted) or folder.metrics_path.is_file()):
-        return f"{folder} keeps its checkpoints; continue with: vaswani train {task} --resume {folder}"
-    return None
-
-
-def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:
-    """Train a new run of ``run.task`` in ``out`` (:func:`new_run`) and return what the task's
-    training returns (metrics first, then the trained wrapper). Under several processes (torchrun)
-    every one calls it."""
-    spec = get(run.task)
-    if spec.train is None:
-        raise RunDirError(f"runs of task {run.task!r} are not trained by vaswani")
-    with new_run(out, run.task, run.train.device) as run_dir:
-        return spec.train(run, run_dir, resume=False, quiet=quiet)

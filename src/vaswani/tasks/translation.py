@@ -1,5 +1,5 @@
 """Translation: the task adapter (data, loss, metrics), its training and its hooks; the translator
-that uses a run is :mod:`vaswani.tasks.translator`'s.
+that uses a run is :mod:`vaswani.pipelines.translation`'s.
 
 Training data comes from the user's parallel files or, by default, from the
 embedded English→Chinese grammar corpus (:mod:`vaswani.data.grammar`).
@@ -25,16 +25,12 @@ from vaswani.data.words import train_source_words
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
 from vaswani.layers.embedding import Embeddings
+from vaswani.layers.quantize import prepare_weights
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity, translation_scores
 from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
-from vaswani.recipes import Sections
-from vaswani.rundir import RunDir
-from vaswani.tasks.evaluation import Evaluation, on_model_device, prepare_inference
-from vaswani.tasks.finetune import refuse_model_flags
-from vaswani.tasks.mrt import MinimumRiskTask, initialised
-from vaswani.tasks.settings import absolute, validated
-from vaswani.tasks.translator import (
+from vaswani.pipelines.common import on_model_device
+from vaswani.pipelines.translation import (
     SRC_TOKENIZER,
     TASK,
     TGT_TOKENIZER,
@@ -42,6 +38,12 @@ from vaswani.tasks.translator import (
     check_vocab,
     translation_model,
 )
+from vaswani.recipes import Sections
+from vaswani.rundir import RunDir
+from vaswani.tasks.evaluation import Evaluation, Report
+from vaswani.tasks.finetune import refuse_model_flags
+from vaswani.tasks.mrt import MinimumRiskTask, initialised
+from vaswani.tasks.settings import absolute, validated
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.losses import label_smoothed_nll
@@ -195,7 +197,7 @@ def train_translation(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
-    :func:`vaswani.tasks.registry.resume`); return metrics, translator and data."""
+    :func:`vaswani.tasks.lifecycle.resume`); return metrics, translator and data."""
     rows, start = None, None
     if not resume and run.data.init is not None:  # type: ignore[union-attr]
         run, src_tok, tgt_tok, start = initialised(run)
@@ -292,7 +294,7 @@ def describe_scores(scores: dict[str, Any]) -> str:
     return f"BLEU {scores['bleu']:.2f} (lowercased {scores['bleu_lowercase']:.2f})  chrF {scores['chrf']:.2f}"
 
 
-def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
+def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     """BLEU and chrF of a translation run on ``request.src``/``ref``, or on its test split (else valid);
     the hypotheses go to ``request.out`` (default ``RUN_DIR/hypotheses.NAME``). The report's lines."""
     if request.text:
@@ -302,7 +304,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     if (request.src is None) != (request.ref is None):
         raise ConfigError("--src and --ref go together")
     translator = Translator.load(run_dir, request.device)
-    prepare_inference(translator.model, request.quantize, request.dtype)
+    prepare_weights(translator.model, request.quantize, request.dtype)
     if request.src is not None and request.ref is not None:
         pairs, name = read_parallel(request.src, request.ref), request.src.name
     else:
@@ -313,11 +315,11 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> list[str]:
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
-    return [
+    return Report([
         f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
         f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
         f"  {scores['chrf_signature']}\nhypotheses: {out}",
-    ]
+    ])
 
 
 def recipe(flags: Sections) -> str:

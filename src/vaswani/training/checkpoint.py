@@ -42,10 +42,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from vaswani.errors import RunDirError
-from vaswani.io import WEIGHTS, first_line, fsync_path, load_weights, model_bytes, write_error, write_file
+from vaswani.io import WEIGHTS, first_line, fsync_path, write_error, write_file
 from vaswani.training.signals import uninterrupted
 
 CHECKPOINTS = "checkpoints"
@@ -75,19 +74,6 @@ def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> 
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def save_checkpoint(
-    run_dir: Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    state: dict[str, Any],
-    keep: int,
-) -> Path:
-    """Write ``checkpoints/step_N`` of a model and optimizer in this process, with this process's
-    RNG states (see :func:`write_checkpoint`)."""
-    extra = {"optimizer": optimizer.state_dict(), "rng": rng_state()}
-    return write_checkpoint(run_dir, model_bytes(model), extra, state, keep)
 
 
 def write_checkpoint(
@@ -185,15 +171,6 @@ def newest_intact_checkpoint(run_dir: Path) -> Path:
         f"{run_dir / CHECKPOINTS}: no intact checkpoint to resume from "
         f"({len(damaged)} damaged; newest {newest.name}: {why})"
     )
-
-
-def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore weights, optimizer and RNG states in this process; return the trainer state."""
-    load_weights(model, path / WEIGHTS)
-    extra, state = read_checkpoint(path)
-    optimizer.load_state_dict(extra["optimizer"])
-    set_rng_state(extra["rng"])
-    return state
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -70,9 +70,14 @@ class Progress:
         if not quiet and self.stream.isatty():
             total = max_steps if budget is None else None  # with a time budget: unknown until the pace is
             self.bar = tqdm(
-                total=total, initial=step, desc="train", unit="step", file=self.stream, dynamic_ncols=True,
+                total=total,
+                initial=step,
+                desc="train",
+                unit="step",
+                file=self.stream,
+                dynamic_ncols=True,
                 mininterval=0.5,
-            )  # fmt: skip
+            )
 
     def __enter__(self) -> Progress:
         return self
@@ -134,9 +139,18 @@ def budget_note(
         return None
     total = train_seconds / 60 * max_steps / max(step, 1)
     command = shlex.join(
-        ["vaswani", "train", task, "--resume", str(run_dir), "--max-steps", str(max_steps),
-         "--max-minutes", str(math.ceil(1.25 * total))]
-    )  # fmt: skip
+        [
+            "vaswani",
+            "train",
+            task,
+            "--resume",
+            str(run_dir),
+            "--max-steps",
+            str(max_steps),
+            "--max-minutes",
+            str(math.ceil(1.25 * total)),
+        ]
+    )
     return (
         f"training stopped at step {step} of {max_steps} (max_steps): the time budget of {max_minutes:g} "
         f"minutes ran out. To train on to step {max_steps} (about "

@@ -194,9 +194,13 @@ class Trainer:
             scaled = self.precision.overflowed()  # fp16's scaler lowers its scale on any skipped step
             return loss_value, tokens, "overflow" if scaled and math.isfinite(loss_value) else "skipped"
         lr = learning_rate(
-            self.cfg.schedule, self.state.step + 1, self.cfg.lr, self.cfg.warmup_steps,
-            self._expected_steps(), self.cfg.min_lr,
-        )  # fmt: skip
+            self.cfg.schedule,
+            self.state.step + 1,
+            self.cfg.lr,
+            self.cfg.warmup_steps,
+            self._expected_steps(),
+            self.cfg.min_lr,
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.precision.step(self.optimizer)
@@ -319,9 +323,12 @@ class Trainer:
                     smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
                     elapsed = now - window_start
                     progress.update(
-                        state.step, state.train_seconds, smoothed, self.optimizer.param_groups[0]["lr"],
+                        state.step,
+                        state.train_seconds,
+                        smoothed,
+                        self.optimizer.param_groups[0]["lr"],
                         window_tokens / max(elapsed, 1e-9),
-                    )  # fmt: skip
+                    )
                     done = state.step >= cfg.max_steps or (
                         budget is not None and state.train_seconds >= budget
                     )

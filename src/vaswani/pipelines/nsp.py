@@ -1,5 +1,6 @@
 """Next-sentence prediction, BERT's second pretraining objective (Devlin et al. 2019, section 3.1),
-trained beside the masked LM (``vaswani train mlm --nsp``).
+trained beside the masked LM (``vaswani train mlm --nsp``; the trainer's adapter is
+:class:`vaswani.tasks.mlm.NSPTask`): its sentence pairs, their batches and their scores.
 
 A document is a blank-line-separated block of a text (each file, or each topic of the default
 text, holds one or more), and its sentences are its non-blank lines, one sentence a line (the
@@ -39,7 +40,7 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import pad, token_buckets
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import IS_NEXT, NOT_NEXT
-from vaswani.tasks.evaluation import on_model_device
+from vaswani.pipelines.common import on_model_device
 from vaswani.tokenizer import WordPieceTokenizer
 
 Masking = Callable[[Tensor, torch.Generator | None], tuple[Tensor, Tensor]]  # an mlm.Masker
@@ -219,55 +220,6 @@ def pretraining_metrics(
         "nsp_loss": nsp_loss,
         "nsp_accuracy": nsp_correct / rows,
     }
-
-
-class NSPTask:
-    """Masked-token and next-sentence prediction on the pairs of the training documents (drawn
-    once, by ``seed``), batched by ``batch_tokens``; validation on at most ``eval_sentences``
-    pairs of the validation documents, corrupted once."""
-
-    batch_flag = "--batch-tokens"  # what to lower when a step runs out of memory
-
-    def __init__(
-        self,
-        tokenizer: WordPieceTokenizer,
-        masker: Masking,
-        train_texts: Sequence[str],
-        valid_texts: Sequence[str],
-        max_len: int,
-        batch_tokens: int,
-        seed: int,
-        eval_sentences: int,
-    ) -> None:
-        train_docs = tokenized_documents(tokenizer, train_texts)
-        valid_docs = tokenized_documents(tokenizer, valid_texts)
-        self.pad_id, self.vocab_size, self.masker = tokenizer.pad_id, tokenizer.vocab_size, masker
-        train = draw_pairs(train_docs, seed, valid_docs)
-        valid = draw_pairs(valid_docs, seed, train_docs)[:eval_sentences]
-        self.batches = pair_batches(train, tokenizer, max_len, batch_tokens, seed)
-        self.valid = masked_pair_batches(valid, tokenizer, masker, max_len, batch_tokens, seed)
-        if not any(batch.chosen is not None and batch.chosen.any() for batch in self.valid):
-            raise DataError("the validation text is too short: no token of it was chosen for prediction")
-
-    def train_batches(self) -> list[PairBatch]:
-        return self.batches
-
-    def loss(self, model: nn.Module, batch: PairBatch) -> tuple[Tensor, int]:
-        """L_MLM + L_NSP · n / r (see the module docstring) and n, the chosen tokens."""
-        inputs, chosen = self.masker(batch.tokens, None)
-        targets = batch.tokens[chosen]
-        masked, nsp = model(
-            inputs, batch.segments, inputs != self.pad_id, predict=chosen, next_sentence=True,
-            targets=targets, n_classes=self.vocab_size,
-        )  # fmt: skip
-        pairs = F.cross_entropy(nsp.float(), batch.labels, reduction="sum")
-        return masked + pairs * len(targets) / len(batch.labels), len(targets)
-
-    def batch_tokens(self, batch: PairBatch) -> int:
-        return int((batch.tokens != self.pad_id).sum())
-
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        return pretraining_metrics(model, self.valid, self.pad_id, self.vocab_size)
 
 
 def evaluate_pairs(

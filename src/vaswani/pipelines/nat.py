@@ -1,6 +1,6 @@
 """The translator of a ``nat`` run (a CMLM decoded by Mask-Predict):
-``NatTranslator.load(run_dir).translate([...], MaskPredictConfig(iterations=10, length_beam=5))``,
-and the data config of nat runs (:class:`NatData`).
+``NatTranslator.load(run_dir).translate([...], MaskPredictConfig(iterations=10, length_beam=5))``
+(its data config is :class:`~vaswani.data.config.NatData`).
 
 A nat run's target tokenizer holds one more special token than a translation run's, ``<mask>``
 (:func:`with_mask`, appended after the trained pieces), the [MASK] of the decoder's input.
@@ -9,39 +9,25 @@ A nat run's target tokenizer holds one more special token than a translation run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from vaswani.data.config import ParallelData
+from vaswani.data.config import NatData
 from vaswani.errors import RunDirError
 from vaswani.generation.mask_predict import MaskPredictConfig, check_length_beam, mask_predict
 from vaswani.io import load_weights
 from vaswani.models.cmlm import CMLM
+from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
-from vaswani.schema import flag
-from vaswani.tasks.translator import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.selection import chosen_weights
 
 TASK = "nat"
 MASK = "<mask>"
 PAPER_DECODING = MaskPredictConfig()  # T = 10, l = 5
-
-
-@dataclass(frozen=True)
-class NatData(ParallelData):
-    """A translation run's data (:class:`~vaswani.data.config.ParallelData`), and ``distill_from``: an
-    autoregressive translation run whose beam-5 translations of the training sources replace the
-    training targets (sequence-level knowledge distillation, Kim and Rush 2016); its tokenizers must
-    be the ones this run trains on the same data."""
-
-    distill_from: str | None = flag(
-        None, "train on this translation run's beam-5 translations of the training sources", metavar="RUN_DIR"
-    )
 
 
 def with_mask(tokenizer: TextTokenizer) -> TextTokenizer:

@@ -16,19 +16,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.data.config import LabeledData
+from vaswani.data.config import LabeledData, TagData
 from vaswani.errors import DataError
 from vaswani.models.bert import Bert, sentence_vectors
+from vaswani.pipelines import classify, tag
+from vaswani.pipelines.bert import BERT_TASKS, encode_texts, read_bert_run, text_batch
+from vaswani.pipelines.bert import model_of as bert_model_of
+from vaswani.pipelines.common import on_model_device
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
-from vaswani.tasks import classify, tag
-from vaswani.tasks.bert import BERT_TASKS, encode_texts, read_bert_run, text_batch
-from vaswani.tasks.bert import model_of as bert_model_of
-from vaswani.tasks.evaluation import on_model_device
 from vaswani.tokenizer import WordPieceTokenizer
 
 # the runs with a BERT encoder, and their data; the builders of the models that are not a BERT run's
-EMBED_TASKS = {**BERT_TASKS, classify.TASK: LabeledData, tag.TASK: tag.TagData}
+EMBED_TASKS = {**BERT_TASKS, classify.TASK: LabeledData, tag.TASK: TagData}
 FINE_TUNED = {classify.TASK: classify.model_of, tag.TASK: tag.model_of}
 
 
@@ -36,7 +36,7 @@ class SentenceEncoder:
     """Contextual sentence embeddings of a BERT run: ``SentenceEncoder.load(run_dir).embed([...])``."""
 
     def __init__(self, bert: Bert, tokenizer: WordPieceTokenizer) -> None:
-        self.bert, self.tokenizer = bert, tokenizer
+        self.model, self.tokenizer = bert, tokenizer
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> SentenceEncoder:
@@ -54,27 +54,27 @@ class SentenceEncoder:
         """v(x) (n, d_model) of each text (see :func:`sentence_vectors`), cut to the model's
         max_len, divided by its L2 norm with ``normalize``, computed on the model's device and
         returned on the CPU; no texts give a (0, d_model) tensor."""
-        self.bert.eval()
+        self.model.eval()
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
                 chunk = [(t,) for t in texts[start : start + batch_size]]
                 batch = text_batch(encode_texts(self.tokenizer, chunk), self.tokenizer.pad_id)
-                batch = on_model_device(self.bert, batch)
-                hidden = self.bert(batch.tokens, batch.segments, batch.mask)
-                out.append(sentence_vectors(self.bert, hidden, batch.mask, pool).float().cpu())
-        vectors = torch.cat(out) if out else torch.empty(0, self.bert.config.d_model)
+                batch = on_model_device(self.model, batch)
+                hidden = self.model(batch.tokens, batch.segments, batch.mask)
+                out.append(sentence_vectors(self.model, hidden, batch.mask, pool).float().cpu())
+        vectors = torch.cat(out) if out else torch.empty(0, self.model.config.d_model)
         return F.normalize(vectors, dim=-1) if normalize else vectors
 
     @torch.no_grad()
     def token_vectors(self, text: str) -> tuple[list[int], Tensor]:
         """The ids of ``[CLS] text [SEP]`` (cut to the model's max_len) and each token's contextual
         vector, its final hidden state (seq, d_model), on the CPU."""
-        self.bert.eval()
+        self.model.eval()
         batch = on_model_device(
-            self.bert, text_batch(encode_texts(self.tokenizer, [(text,)]), self.tokenizer.pad_id)
+            self.model, text_batch(encode_texts(self.tokenizer, [(text,)]), self.tokenizer.pad_id)
         )
-        hidden = self.bert(batch.tokens, batch.segments, batch.mask)[0]
+        hidden = self.model(batch.tokens, batch.segments, batch.mask)[0]
         return batch.tokens[0].tolist(), hidden.float().cpu()
 
     def word_vectors(self, word: str, texts: Sequence[str]) -> Tensor:
@@ -89,7 +89,7 @@ class SentenceEncoder:
                 raise DataError(f"text {number} does not contain the word {word!r}: {text}")
             _, hidden = self.token_vectors(text)
             vectors.append(hidden[pieces].mean(dim=0))
-        return torch.stack(vectors) if vectors else torch.empty(0, self.bert.config.d_model)
+        return torch.stack(vectors) if vectors else torch.empty(0, self.model.config.d_model)
 
 
 def words_of(tokenizer: WordPieceTokenizer, text: str) -> list[str]:

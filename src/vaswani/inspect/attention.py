@@ -1,5 +1,5 @@
 """The attention of a trained model on one input, as labelled maps: what ``vaswani attention``
-draws (:func:`vaswani.plots.attention_figure`) and the task registry's attention hooks.
+draws (:func:`vaswani.plots.attention_figure`), the maps of each run kind in :data:`ATTENTION`.
 
 A map holds one kind of attention (the decoder's cross-attention, a GPT's self-attention...) in
 every layer and head, with readable token labels for its rows and columns.
@@ -8,7 +8,7 @@ every layer and head, with readable token labels for its rows and columns.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,10 @@ from vaswani.generation.seq2seq import translate_ids
 from vaswani.layers.masks import padding_mask
 from vaswani.models.bert import Bert
 from vaswani.models.gpt_classifier import GPTClassifier
-from vaswani.tasks.evaluation import model_device
-from vaswani.tasks.image import ImageClassifier
-from vaswani.tasks.lm import LanguageModel
-from vaswani.tasks.translator import Translator
+from vaswani.pipelines.common import model_device
+from vaswani.pipelines.image import ImageClassifier
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
 from vaswani.tokenizer import WordPieceTokenizer
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
@@ -209,14 +209,14 @@ def bert_attention(bert: Bert, tokenizer: WordPieceTokenizer, text: str) -> list
 def encoder_of(wrapper: Any) -> Bert:
     """The BERT encoder of a BERT run's wrapper (``SentenceEncoder``, ``MaskedLanguageModel``,
     ``TextClassifier``, ``Tagger``)."""
-    return wrapper.bert if isinstance(getattr(wrapper, "bert", None), Bert) else wrapper.model.bert
+    return wrapper.model if isinstance(wrapper.model, Bert) else wrapper.model.bert
 
 
 def titled_translation_attention(
     translator: Translator, sentence: str, part: str | None = None
 ) -> tuple[list[AttentionMap], str]:
     """:func:`translation_attention` of the ``--part`` chosen, with the title ``sentence → translation``
-    (a registry hook)."""
+    (:data:`ATTENTION`)."""
     if translator.model.config.arch == "rnn":
         raise ConfigError(
             "vaswani attention reads a Transformer's attention layers; an RNN run (--arch rnn) has none"
@@ -229,13 +229,13 @@ def titled_translation_attention(
 def titled_lm_attention(
     lm: LanguageModel, text: str, part: str | None = None
 ) -> tuple[list[AttentionMap], str]:
-    """:func:`lm_attention` with ``text`` as the title (a registry hook)."""
+    """:func:`lm_attention` with ``text`` as the title (:data:`ATTENTION`)."""
     chosen_parts(part, ("self",), ("self",), "a language model")
     return lm_attention(lm, text), text
 
 
 def titled_bert_attention(wrapper: Any, text: str, part: str | None = None) -> tuple[list[AttentionMap], str]:
-    """:func:`bert_attention` of any BERT run's wrapper, with ``text`` as the title (a registry hook);
+    """:func:`bert_attention` of any BERT run's wrapper, with ``text`` as the title (:data:`ATTENTION`);
     a GPT classifier's wrapper gives its GPT's causal self-attention (:func:`lm_attention`)."""
     chosen_parts(part, ("self",), ("self",), "a BERT run")
     if isinstance(getattr(wrapper, "model", None), GPTClassifier):
@@ -281,7 +281,7 @@ def image_attention(
 ) -> tuple[ImageAttention, str]:
     """The [CLS] token's attention over the patches of the image file ``path``: its rollout
     (``part`` "rollout", the default) or the last layer's per-head weights ("last"), and a title
-    naming the predicted class and the method (a registry hook); on the model's device."""
+    naming the predicted class and the method (:data:`ATTENTION`); on the model's device."""
     (chosen,) = chosen_parts(part, IMAGE_PARTS, ("rollout",), "an image run")
     model, processing = classifier.model, classifier.processing
     model.eval()
@@ -301,3 +301,17 @@ def image_attention(
     best = int(probs.argmax())
     title = f"{Path(path).name}: {classifier.classes[best]} ({float(probs[best]):.0%}); [CLS] {method}"
     return ImageAttention(image, grid, heads), title
+
+
+Maps = list[AttentionMap] | ImageAttention
+ATTENTION: dict[str, Callable[[Any, str, str | None], tuple[Maps, str]]] = {
+    "lm": titled_lm_attention,
+    "translation": titled_translation_attention,
+    "mlm": titled_bert_attention,
+    "encoder": titled_bert_attention,
+    "classify": titled_bert_attention,
+    "tag": titled_bert_attention,
+    "image": image_attention,
+}
+"""The run kinds whose attention ``vaswani attention`` draws → the maps of one input of a run's
+wrapper (of the part that ``--part`` names; None: the default) and their title."""

@@ -95,9 +95,15 @@ def profile(scheme: str, origin: str, table: Tensor, n_rows: int = 4) -> Positio
     rows = {p: dots[p] for p in range(0, length, max(1, length // n_rows))[:n_rows]}
     distance = torch.arange(length, dtype=torch.float64)
     return PositionProfile(
-        scheme, origin, table, by_distance, rows, asymmetry / float(dots.abs().max()),
-        spearman(distance, by_distance), monotone_until(by_distance),
-    )  # fmt: skip
+        scheme,
+        origin,
+        table,
+        by_distance,
+        rows,
+        asymmetry / float(dots.abs().max()),
+        spearman(distance, by_distance),
+        monotone_until(by_distance),
+    )
 
 
 def rotary_profile(scheme: str, d_head: int, max_len: int, theta: float) -> PositionProfile:

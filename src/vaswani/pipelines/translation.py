@@ -26,9 +26,9 @@ from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.io import load_weights
 from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
+from vaswani.pipelines.common import model_device
 from vaswani.rundir import RunDir
 from vaswani.runtime import CompileBackend, resolve_device
-from vaswani.tasks.evaluation import model_device
 from vaswani.tokenizer import TextTokenizer
 from vaswani.training.selection import chosen_weights
 

@@ -14,7 +14,7 @@ from vaswani.data.config import TextData
 from vaswani.data.text import DEFAULT_TEXT, default_documents, read_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.gpt import GPT
-from vaswani.tasks.evaluation import model_device
+from vaswani.pipelines.common import model_device
 from vaswani.tokenizer import LMTokenizer
 
 

@@ -1,6 +1,6 @@
-"""The images of an ``image`` run: its data config (:class:`ImageData`), scikit-learn's 8 × 8
-handwritten digits or an image folder read into uint8 tensors, the held-out splits, and the batches
-(normalised when read, augmented for training).
+"""The images of an ``image`` run (its data config is :class:`~vaswani.data.config.ImageData`):
+scikit-learn's 8 × 8 handwritten digits or an image folder read into uint8 tensors, the held-out
+splits, and the batches (normalised when read, augmented for training).
 
 The digits ship with scikit-learn (no download; 1,797 images of 10 classes, their 0-16 ink values
 written as 8-bit grey, round(v · 255 / 16), converted to the model's channels). A folder has one
@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from vaswani.data.config import DataConfig
+from vaswani.data.config import ImageData
 from vaswani.data.images import (
     ImageProcessing,
     convert_image,
@@ -30,58 +30,6 @@ from vaswani.data.images import (
     random_flip,
     random_resized_crop,
 )
-from vaswani.schema import flag, no_flag
-
-DIGITS = 1797  # images in scikit-learn's digits
-
-
-@dataclass(frozen=True)
-class ImageData(DataConfig):
-    """Images for a classifier: scikit-learn's digits (``source="digits"``) or the folder
-    ``data_dir`` (``source="folder"``); ``source="imported"`` is a run imported from a checkpoint,
-    with no images of its own. ``classes`` are the class names in order (the digits' 0-9, or the
-    folder's subfolders, sorted); none (``()``) is an imported ``ViTModel``: an encoder without a
-    classifier, which ``--init`` fine-tunes. ``init`` is the image run whose ViT a new run starts from
-    (its model, weights and preprocessing; the classifier is new, for the data's classes)."""
-
-    source: str = no_flag("digits")
-    data_dir: str | None = flag(
-        None, "a folder of one subfolder of images per class (default: scikit-learn's digits)", flag="--data"
-    )
-    seed: int = flag(0, "seed of the held-out splits", flags=("--data-seed",), range="[0, 4294967296)")
-    valid_fraction: float = flag(0.1, "images held out for validation (default 0.1)", range="(0, 0.5)")
-    test_fraction: float = flag(
-        0.2, "digits held out for the test after training (default 0.2)", range="(0, 0.5)"
-    )
-    crop_scale: float | None = flag(
-        None,
-        "random resized crops of at least this fraction of the area (default: none)",
-        flag="--random-crop",
-        metavar="MIN",
-        range="(0, 1]",
-    )
-    flip: bool = flag(False, "mirror training images left-right at random")
-    skip_bad_images: bool = flag(False, "skip (and count) unreadable image files")
-    init: str | None = flag(
-        None,
-        "start from this image run's ViT (e.g. one imported with import-hf), with a new classifier",
-        metavar="RUN_DIR",
-    )
-    classes: tuple[str, ...] | None = no_flag(None)
-
-    def _check(self) -> None:
-        self._one_of("source", ("digits", "folder", "imported"))
-        if self.source == "folder" and self.data_dir is None:
-            self._fail("data_dir", "source 'folder' needs the image folder (--data DIR)")
-        if self.source == "imported" and (self.data_dir is not None or self.init is not None):
-            self._fail("source", "an imported run has no data folder and no --init of its own")
-        headless = self.classes == () and self.source == "imported"  # an imported ViTModel
-        if (
-            self.classes is not None
-            and not headless
-            and (len(self.classes) < 2 or len(set(self.classes)) < len(self.classes))
-        ):
-            self._fail("classes", f"two or more distinct classes, got {list(self.classes)}")
 
 
 @dataclass
