@@ -376,7 +376,6 @@ def save_checkpoint(
     return write_checkpoint(run_dir, model_bytes(model), extra, state, keep)
 
 
-
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore weights, optimizer and RNG states in this process; return the trainer state."""
     load_weights(model, path / WEIGHTS)

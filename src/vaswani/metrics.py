@@ -167,7 +167,6 @@ class TagScores:
         }
 
 
-
 def score_tags(
     tags: Sequence[str], gold: Sequence[Sequence[int]], predicted: Sequence[Sequence[int]], loss: float
 ) -> TagScores:
@@ -182,7 +181,6 @@ def score_tags(
     if is_bio(tags):
         spans = span_f1([[tags[t] for t in s] for s in gold], [[tags[t] for t in s] for s in predicted])
     return TagScores(loss, accuracy, macro_f1, per_tag, spans)
-
 
 
 def tag_report(scores: TagScores, words: int, sentences: int) -> list[str]:

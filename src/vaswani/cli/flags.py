@@ -108,5 +108,3 @@ def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
             value = _parse_tuple(value, flag_names(f)[-1], kind)
         out[f.name] = value
     return out
-
-

@@ -38,7 +38,6 @@ from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 TASK = "classify"
 
 
-
 @torch.no_grad()
 def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> dict[str, float]:
     """Mean cross-entropy, accuracy and macro-F1 of ``model`` on labeled ``batches`` (run on the
@@ -56,14 +55,12 @@ def classification_metrics(model: nn.Module, batches: Sequence[TextBatch]) -> di
     return {"valid_loss": total / count, "valid_accuracy": accuracy, "valid_macro_f1": macro_f1}
 
 
-
 def class_logits(model: nn.Module, batch: TextBatch) -> Tensor:
     """The logits (batch, n_classes) of a BERT classifier (from the tokens, segments and mask) or
     of a GPT classifier (a batch without segments: from the tokens and mask)."""
     if batch.segments is None:
         return model(batch.tokens, batch.mask)[0]
     return model(batch.tokens, batch.segments, batch.mask)
-
 
 
 class TextClassifier:
@@ -124,7 +121,6 @@ class TextClassifier:
         return classification_metrics(self.model, batches)
 
 
-
 def read_classifier_run(run_dir: Path) -> tuple[RunConfig, WordPieceTokenizer | LMTokenizer]:
     """The config and tokenizer of a ``classify`` run: a GPT classifier's (decoder-only) or a BERT's."""
     folder = RunDir(run_dir)
@@ -133,7 +129,6 @@ def read_classifier_run(run_dir: Path) -> tuple[RunConfig, WordPieceTokenizer | 
         run = folder.read_config(TASK, LabeledData)
         return run, classifier_tokenizer(folder.path, run)
     return read_bert_run(run_dir, {TASK: LabeledData}, "classification")
-
 
 
 def model_of(run: RunConfig) -> BertClassifier | GPTClassifier:
@@ -149,13 +144,11 @@ def model_of(run: RunConfig) -> BertClassifier | GPTClassifier:
 TOKENIZER = "tokenizer.json"
 
 
-
 def classifier_tokenizer(run_dir: Path, run: RunConfig) -> LMTokenizer:
     """The tokenizer of a GPT classifier run, with the special tokens its data section keeps."""
     tokenizer = run_tokenizer(run_dir / TOKENIZER, run.data)
     check_vocab(run, tokenizer, run_dir)
     return tokenizer
-
 
 
 def cut_pair(a: list[int], b: list[int], room: int) -> tuple[list[int], list[int]]:
@@ -167,7 +160,6 @@ def cut_pair(a: list[int], b: list[int], room: int) -> tuple[list[int], list[int
     if len(a) <= len(b):
         return a[:short], b[: room - short]
     return a[: room - short], b[:short]
-
 
 
 def encode_gpt_texts(tokenizer: LMTokenizer, texts: Sequence[tuple[str, ...]], max_len: int) -> list[Row]:
@@ -186,12 +178,10 @@ def encode_gpt_texts(tokenizer: LMTokenizer, texts: Sequence[tuple[str, ...]], m
     return rows
 
 
-
 def uncut_lengths(tokenizer: LMTokenizer, texts: Sequence[tuple[str, ...]]) -> list[int]:
     """The tokens of each text or pair as :func:`encode_gpt_texts` reads it before any cut."""
     parts = [tokenizer.encode_batch([t[k] for t in texts]) for k in range(len(texts[0]))] if texts else []
     return [max(1, sum(len(ids) for ids in row) + len(row) - 1) for row in zip(*parts, strict=True)]
-
 
 
 def gpt_batch(rows: Sequence[Row], pad_id: int, labels: Sequence[int] | None = None) -> TextBatch:
@@ -204,14 +194,12 @@ def gpt_batch(rows: Sequence[Row], pad_id: int, labels: Sequence[int] | None = N
     return TextBatch(tokens, None, mask, None if labels is None else torch.tensor(list(labels)))
 
 
-
 def gpt_reader(tokenizer: LMTokenizer, max_len: int) -> TextReader:
     """A GPT classifier's reading of texts and pairs (:func:`encode_gpt_texts`, :func:`gpt_batch`)."""
     return TextReader(
         lambda texts: encode_gpt_texts(tokenizer, texts, max_len),
         lambda rows, labels: gpt_batch(rows, tokenizer.pad_id, labels),
     )
-
 
 
 def reader_of(model: nn.Module, tokenizer: WordPieceTokenizer | LMTokenizer) -> TextReader:

@@ -28,13 +28,11 @@ INIT_FREE = ("dropout", "attn_dropout", "drop_path")  # what a run started from 
 TASK = "image"
 
 
-
 def processing_of(run: RunConfig) -> ImageProcessing:
     """A new run's preprocessing: a resize to the model's ``image_size`` (bilinear), pixels / 255,
     then (x − 0.5) / 0.5 per channel: ``ViTImageProcessor``'s defaults."""
     size, channels = run.model.image_size, run.model.channels
     return ImageProcessing(size=(size, size), image_mean=(0.5,) * channels, image_std=(0.5,) * channels)
-
 
 
 @torch.no_grad()
@@ -52,7 +50,6 @@ def scores(model: nn.Module, batches: Sequence[ImageBatch]) -> tuple[dict[str, f
     count = sum(len(labels) for labels in gold)
     metrics = {"valid_loss": total / count, "valid_accuracy": accuracy, "valid_macro_f1": macro_f1}
     return metrics, torch.cat(predicted), torch.cat(gold)
-
 
 
 class ImageClassifier:
@@ -110,7 +107,6 @@ class ImageClassifier:
         """Loss, accuracy, macro-F1, predicted and gold class ids on ``images`` (resized, uint8)."""
         self.model.eval()
         return scores(self.model, fixed_batches(images, self.processing, batch_size))
-
 
 
 def model_of(run: RunConfig) -> ViT:

@@ -32,9 +32,7 @@ from vaswani.tokenizer import LMTokenizer
 TASK = "lm"
 
 
-
 TOKENIZER = "tokenizer.json"
-
 
 
 class LanguageModel:
@@ -175,14 +173,12 @@ class LanguageModel:
         )
 
 
-
 def check_vocab(run: RunConfig, tokenizer: LMTokenizer, run_dir: Path) -> None:
     if tokenizer.vocab_size > run.model.vocab_size:
         raise ConfigError(
             f"{run_dir / TOKENIZER}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
             f"embedding of {run.model.vocab_size}"
         )
-
 
 
 def read_lm_run(run_dir: Path, purpose: str) -> tuple[RunConfig, LMTokenizer]:
@@ -196,7 +192,6 @@ def read_lm_run(run_dir: Path, purpose: str) -> tuple[RunConfig, LMTokenizer]:
     tokenizer = run_tokenizer(folder.file(TOKENIZER), run.data)
     check_vocab(run, tokenizer, folder.path)
     return run, tokenizer
-
 
 
 def model_of(run: RunConfig) -> GPT:

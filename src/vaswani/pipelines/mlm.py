@@ -26,6 +26,7 @@ from vaswani.tokenizer import WP_MASK, WordPieceTokenizer
 
 TASK = MLM_TASK
 
+
 def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_len: int) -> list[list[int]]:
     """``[CLS] x_1 … x_n [SEP]`` windows of at most ``max_len`` tokens: each document's pieces cut
     into consecutive runs of ``max_len - 2`` (the last one shorter)."""
@@ -35,7 +36,6 @@ def text_windows(tokenizer: WordPieceTokenizer, documents: Sequence[str], max_le
         for start in range(0, len(ids), size):
             windows.append([tokenizer.cls_id, *ids[start : start + size], tokenizer.sep_id])
     return windows
-
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,6 @@ class Masker:
         return torch.where(randomised, replacements, inputs), chosen
 
 
-
 def masked_lm_logits(
     model: nn.Module, inputs: Tensor, chosen: Tensor, pad_id: int, vocab_size: int | None = None
 ) -> Tensor:
@@ -90,7 +89,6 @@ def masked_lm_logits(
     return logits if vocab_size is None else logits[..., :vocab_size]
 
 
-
 @dataclass
 class MaskedBatch:
     """Windows (batch, seq) with a fixed corruption: the original ``tokens``, the ``inputs`` the
@@ -99,7 +97,6 @@ class MaskedBatch:
     tokens: Tensor
     inputs: Tensor
     chosen: Tensor
-
 
 
 def masked_batches(
@@ -114,7 +111,6 @@ def masked_batches(
         inputs, chosen = masker(tokens, generator)
         batches.append(MaskedBatch(tokens, inputs, chosen))
     return batches
-
 
 
 @torch.no_grad()
@@ -135,7 +131,6 @@ def masked_metrics(
         raise DataError("no token was chosen for prediction: the text is too short to score")
     loss = total / count
     return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "masked_accuracy": correct / count}
-
 
 
 class MaskedLanguageModel:
@@ -203,7 +198,6 @@ class MaskedLanguageModel:
         return masked_metrics(self.model, batches, self.tokenizer.pad_id, self.tokenizer.vocab_size)
 
 
-
 def filled(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> str:
     """``text`` with each [MASK] replaced by its most likely piece (a "##" piece joins the word
     before it)."""
@@ -214,7 +208,6 @@ def filled(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> str:
         out = out.rstrip() + piece[2:] if piece.startswith("##") else out + piece
         out += part
     return out
-
 
 
 def fill_mask_lines(text: str, candidates: Sequence[Sequence[tuple[str, float]]]) -> list[str]:

@@ -28,7 +28,6 @@ from vaswani.tokenizer import WordPieceTokenizer
 TASK = "tag"
 
 
-
 @dataclass(frozen=True)
 class Span:
     """Consecutive words ``start``, ``start + 1``... of sentence ``sentence`` as one row: the ids
@@ -38,7 +37,6 @@ class Span:
     start: int
     ids: list[int]
     first: list[int]
-
 
 
 def encode_words(tokenizer: WordPieceTokenizer, sentences: Sequence[Sequence[str]]) -> list[Span]:
@@ -62,7 +60,6 @@ def encode_words(tokenizer: WordPieceTokenizer, sentences: Sequence[Sequence[str
     return spans
 
 
-
 @dataclass
 class TagBatch:
     """Padded rows: ``tokens`` and ``mask`` (True at real tokens), ``first`` (True at each word's
@@ -75,14 +72,12 @@ class TagBatch:
     tags: Tensor | None = None
 
 
-
 def tag_batch(spans: Sequence[Span], pad_id: int, tags: Sequence[int] | None = None) -> TagBatch:
     tokens = pad([span.ids for span in spans], pad_id)
     first = torch.zeros_like(tokens, dtype=torch.bool)
     for row, span in enumerate(spans):
         first[row, span.first] = True
     return TagBatch(tokens, tokens != pad_id, first, None if tags is None else torch.tensor(list(tags)))
-
 
 
 @dataclass
@@ -93,7 +88,6 @@ class GoldBatches:
     batches: list[TagBatch]
     words: list[list[tuple[int, int]]]
     sizes: list[int]
-
 
 
 def gold_batches(
@@ -121,7 +115,6 @@ def gold_batches(
     return gold
 
 
-
 @torch.no_grad()
 def tagging_scores(model: nn.Module, gold: GoldBatches, tags: Sequence[str]) -> TagScores:
     """The mean cross-entropy, accuracy, F1 of each tag, macro-F1 and (BIO tags) span F1 over the
@@ -136,7 +129,6 @@ def tagging_scores(model: nn.Module, gold: GoldBatches, tags: Sequence[str]) -> 
         for (sentence, word), best, tag in pairs:
             found[sentence][word], truth[sentence][word] = best, tag
     return score_tags(tags, truth, found, total / max(1, sum(gold.sizes)))
-
 
 
 class Tagger:
@@ -181,7 +173,6 @@ class Tagger:
         self.model.eval()
         gold = gold_batches(self.tokenizer, sentences, index, batch_size, 0, where)
         return tagging_scores(self.model, gold, self.tags)
-
 
 
 def model_of(run: RunConfig) -> BertTagger:

@@ -215,10 +215,12 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
         request.labeled, spec.text_columns, spec.label_column, file_format, classifier.labels
     )
     metrics = classifier.evaluate(labeled, request.batch_size)
-    return Report([
-        f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
-        f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
-    ])
+    return Report(
+        [
+            f"accuracy {metrics['valid_accuracy']:.1%}  macro-F1 {metrics['valid_macro_f1']:.3f}  "
+            f"loss {metrics['valid_loss']:.4f}  ({len(labeled.examples)} examples)"
+        ]
+    )
 
 
 def recipe(flags: Sections) -> str:

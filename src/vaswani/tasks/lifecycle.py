@@ -36,7 +36,6 @@ def resume(
         return spec.train(run, Path(run_dir), resume=True, quiet=quiet)
 
 
-
 @contextlib.contextmanager
 def resumed_run(
     run_dir: str | Path, task: str | None = None, **train_changes: Any
@@ -63,7 +62,6 @@ def resumed_run(
 
     with _held(place, take):
         yield spec, resumed
-
 
 
 def budget_left(run_dir: Path, run: RunConfig) -> None:
@@ -95,7 +93,6 @@ def budget_left(run_dir: Path, run: RunConfig) -> None:
         return
 
 
-
 @contextlib.contextmanager
 def _held(place: distributed.World, take: Callable[[], RunLock]) -> Iterator[RunLock | None]:
     """``take()`` (a run directory's lock) in the main process, its refusal told to every process;
@@ -114,7 +111,6 @@ def _held(place: distributed.World, take: Callable[[], RunLock]) -> Iterator[Run
     finally:
         if lock is not None:
             lock.release()
-
 
 
 @contextlib.contextmanager
@@ -147,7 +143,6 @@ def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator
             raise
 
 
-
 def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException) -> str | None:
     """Remove a new run that failed before its first checkpoint; what became of it, where that
     is news (None: nothing had been written but the empty folder, or the run is finished or
@@ -158,7 +153,6 @@ def _after_failure(folder: RunDir, lock: RunLock, task: str, exc: BaseException)
     if folder.path.is_dir() and not (isinstance(exc, TrainingInterrupted) or folder.metrics_path.is_file()):
         return f"{folder} keeps its checkpoints; continue with: vaswani train {task} --resume {folder}"
     return None
-
 
 
 def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) -> tuple[Any, ...]:

@@ -238,12 +238,14 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     scores = score_split(translator, pairs, PAPER_DECODING, request.batch_size, quiet=False)
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
-    return Report([
-        f"{name}: {translation.describe_scores(scores)}  ({len(pairs)} sentences, "
-        f"{describe(PAPER_DECODING)})",
-        f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
-        f"  {scores['chrf_signature']}\nhypotheses: {out}",
-    ])
+    return Report(
+        [
+            f"{name}: {translation.describe_scores(scores)}  ({len(pairs)} sentences, "
+            f"{describe(PAPER_DECODING)})",
+            f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
+            f"  {scores['chrf_signature']}\nhypotheses: {out}",
+        ]
+    )
 
 
 def recipe(flags: Sections) -> str:

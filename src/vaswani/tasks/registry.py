@@ -237,5 +237,3 @@ def configure(
     if spec.recipe is None or spec.configure is None:
         raise RunDirError(f"runs of task {task!r} are not trained by vaswani")
     return run_config(spec.recipe, spec.configure, flags or {}, preset, Path(config) if config else None)
-
-

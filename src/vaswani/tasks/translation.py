@@ -315,11 +315,13 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     out = request.out or run_dir / f"hypotheses.{name}"
     Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
-    return Report([
-        f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
-        f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
-        f"  {scores['chrf_signature']}\nhypotheses: {out}",
-    ])
+    return Report(
+        [
+            f"{name}: {describe_scores(scores)}  ({len(pairs)} sentences, {describe_decoding(decoding)})",
+            f"  {scores['bleu_signature']}\n  {scores['bleu_lowercase_signature']}\n"
+            f"  {scores['chrf_signature']}\nhypotheses: {out}",
+        ]
+    )
 
 
 def recipe(flags: Sections) -> str:
