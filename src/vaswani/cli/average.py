@@ -6,13 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.common import add_run_command
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.rundir import RunDir
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "average",
         help="average the weights of a run's last N checkpoints",
         description="Average the weights of the last N checkpoints in RUN_DIR/checkpoints (the paper "
@@ -25,7 +27,6 @@ def add_parser(commands: Any) -> None:
         "--force; never a checkpoint's or the run's own files). Files are written atomically. A run "
         "that another process trains, resumes or averages is refused in one line naming it.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--last", type=int, required=True, metavar="N", help="how many checkpoints to average")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the averaged weights here instead")
     add_force_flag(p)

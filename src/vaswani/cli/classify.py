@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaswani.cli.common import add_device_flag, read_stdin, refuse_empty
+from vaswani.cli.common import add_device_flag, add_run_command, read_stdin, refuse_empty
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import POOLS
 from vaswani.errors import ConfigError, DataError
@@ -25,21 +25,22 @@ EMBED_FORMATS = (".npy", ".safetensors")
 
 
 def add_command_parsers(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "classify",
         help="label texts with a fine-tuned classifier",
         description="Print the predicted label of each TEXT (or of each line of standard input) and "
         "its probability, tab-separated. For a sentence-pair classifier, write the pair as A<TAB>B. "
         "A text longer than the model's max_len is cut to it (BERT's convention), with one warning line.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument(
         "text", nargs="*", metavar="TEXT", help="texts to label (default: lines of standard input)"
     )
     p.add_argument("--batch-size", type=int, default=64)
     add_device_flag(p)
     p.set_defaults(handler=cmd_classify, texts_field="text")
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "embed",
         help="sentence embeddings of a BERT run, and their cosine similarities",
         description="Embed each SENTENCE (or each line of standard input) with a BERT run (mlm, encoder, "
@@ -50,7 +51,6 @@ def add_command_parsers(commands: Any) -> None:
         "each token's contextual vector (its final hidden state) instead; --word WORD the contextual "
         "vector of WORD in each sentence (the mean of its WordPiece pieces) and their cosine similarities.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="*", metavar="SENTENCE", help="sentences (default: lines of standard input)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument(

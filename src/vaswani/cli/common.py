@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from vaswani.errors import DataError
 from vaswani.io import read_stream_bounded
+
+
+def add_run_command(commands: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name`` of ``commands`` that uses a trained run: ``RUN_DIR`` is
+    its first argument."""
+    p = commands.add_parser(name, help=help, description=description)
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    return p
 
 
 def add_device_flag(p: argparse.ArgumentParser) -> None:

@@ -6,19 +6,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_run_command
 from vaswani.errors import ConfigError
 
 
 def add_parsers(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "classify-image",
         help="classify image files with a trained ViT",
         description="Print each IMAGE's most likely class and its probability, tab-separated (with "
         "--top-k K, the K most likely, best first). Each image is read with Pillow, converted to the "
         "run's channels and preprocessed as in training (RUN_DIR/preprocessor_config.json).",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="image files (.png, .jpg...)")
     p.add_argument("--top-k", type=int, default=1, metavar="K", help="classes shown per image (default 1)")
     p.add_argument("--batch-size", type=int, default=64)

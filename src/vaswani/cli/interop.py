@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani.cli.common import add_run_command
 from vaswani.cli.outputs import check_output
 
 
@@ -30,7 +31,8 @@ def add_parsers(commands: Any) -> None:
     p.add_argument("src", type=Path, metavar="DIR")
     p.add_argument("out", type=Path, metavar="OUT")
     p.set_defaults(handler=cmd_import)
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "export-hf",
         help="write a vaswani run as a Hugging Face model folder",
         description="Write the run RUN_DIR as a Hugging Face model folder OUT (config.json, "
@@ -40,7 +42,6 @@ def add_parsers(commands: Any) -> None:
         "OPUS-MT's SentencePiece files gets them back, for MarianTokenizer); masked language models (mlm), "
         "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("out", type=Path, metavar="OUT")
     p.set_defaults(handler=cmd_export)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag, add_weights_flags
+from vaswani.cli.common import add_device_flag, add_run_command, add_weights_flags
 from vaswani.cli.decoding import add_compile_flag, compile_report, decoding_from_args
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError
@@ -22,13 +22,13 @@ CONTEXT_POLICY = (
 
 
 def add_generate_parser(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "generate",
         help="continue a prompt with a trained language model",
         description="Continue each PROMPT (or the --prompt-file) token by token with a KV cache, "
         "streaming a single completion to the terminal as it is produced. " + CONTEXT_POLICY,
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("prompt", nargs="*", help="prompts, generated as one left-padded batch")
     p.add_argument("--prompt-file", type=Path, help="a prompt read from a file (few-shot examples...)")
     p.add_argument("--max-new-tokens", type=int, default=200)

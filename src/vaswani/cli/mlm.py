@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_run_command
 from vaswani.errors import ConfigError
 
 
 def add_fill_mask_parser(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "fill-mask",
         help="predict the words behind [MASK] with a masked language model",
         description="Print the most likely pieces, with their probabilities, for each [MASK] written "
         "in TEXT, and the text filled with the best ones. The run must have a masked-LM head (task "
         "mlm: vaswani train mlm, or import-hf of a BertForMaskedLM).",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="+", metavar="TEXT", help='e.g. "The [MASK] statement exits a loop."')
     p.add_argument("--top-k", type=int, default=5, help="candidates shown for each [MASK] (default 5)")
     add_device_flag(p)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_run_command
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
@@ -17,7 +17,8 @@ PLOT_KINDS = ("loss", "positions")
 
 
 def add_parsers(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "attention",
         help="draw a model's attention over one sentence",
         description="Heatmaps of the attention weights, one panel per layer and head, tokens on the axes. "
@@ -31,7 +32,6 @@ def add_parsers(commands: Any) -> None:
         "Chinese, Japanese or Korean need a CJK font "
         "(pip install noto-cjk-sans-otc, or the system's fonts-noto-cjk).",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument(
         "sentence",
         metavar="SENTENCE",

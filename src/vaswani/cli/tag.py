@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from vaswani.cli.classify import read_texts
-from vaswani.cli.common import add_device_flag
+from vaswani.cli.common import add_device_flag, add_run_command
 from vaswani.errors import ConfigError
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
+    p = add_run_command(
+        commands,
         "tag",
         help="tag each word of texts with a trained tagger",
         description="Print each word of each TEXT (or of each line of standard input) with its tag, "
@@ -21,7 +21,6 @@ def add_parser(commands: Any) -> None:
         "training sentences have it ('It works .'). A text longer than the model's max_len is read in "
         "spans of whole words, as in training.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("text", nargs="*", metavar="TEXT", help="texts to tag (default: lines of standard input)")
     p.add_argument("--batch-size", type=int, default=64)
     add_device_flag(p)
