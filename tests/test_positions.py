@@ -24,13 +24,17 @@ from vaswani.layers.positions import (
     RelativePositions,
     Scheme,
     SinusoidalPositions,
+    check_schemes,
     embedding_positions,
     positions_from_mask,
     query_key_positions,
+    require,
     score_positions,
     sinusoidal_table,
 )
+from vaswani.models.bert import Bert
 from vaswani.models.gpt import GPT
+from vaswani.models.transformer import Transformer
 
 DT = torch.float64
 
@@ -419,3 +423,115 @@ def test_threaded_ids_reach_a_score_bias(ids):
     torch.testing.assert_close(out, _naive(attn, x, causal_mask(5), range(5), ids))
     shifted = [p - ids[0] for p in ids] == list(range(5))
     assert torch.allclose(out, attn(x)[0]) == shifted
+
+
+# ----------------------------------------------------------------------------------------------
+# Every scheme through the one interface of its place.
+
+
+def test_the_layers_table_agrees_with_the_config_table():
+    """``SCHEMES`` and ``config.POSITIONS`` name the same schemes, acting in the same places; a
+    table that disagrees is refused (at import, for the real one)."""
+    assert {name: scheme.places for name, scheme in SCHEMES.items()} == {
+        name: [kind.acts] for name, kind in POSITIONS.items()
+    }
+    with pytest.raises(TypeError, match="disagree on where alibi"):
+        check_schemes({**SCHEMES, "alibi": Scheme(embedding=SCHEMES["learned"].embedding)})
+    with pytest.raises(TypeError, match="differ"):
+        check_schemes({**SCHEMES, "extra": SCHEMES["alibi"]})
+
+
+class BiasOnly(nn.Module):
+    """A score scheme written for the old dispatch on known classes: a bias, not the protocol."""
+
+    def bias(self, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        return torch.zeros(())
+
+
+def test_a_score_scheme_without_the_protocol_is_refused_when_the_model_is_built(monkeypatch):
+    """Registered as a scheme, it stops the model's construction with an error naming what it
+    lacks (before, attention would have kept neither of its two known kinds: no positions)."""
+    monkeypatch.setitem(SCHEMES, "bias_only", Scheme(scores=lambda cfg, causal: BiasOnly()))
+    monkeypatch.setattr(config, "POSITIONS", (*config.POSITIONS, "bias_only"))
+    with pytest.raises(TypeError, match=r"'bias_only'.*ScoreScheme.*lacks value_bias, score_bias"):
+        position_gpt("bias_only")
+    with pytest.raises(TypeError, match="BiasOnly does not implement ScoreScheme"):
+        MultiHeadAttention(D_MODEL, N_HEADS, relative=BiasOnly())
+    with pytest.raises(TypeError, match=r"TablePositions.*lacks max_len, table_values"):
+        require(nn.Embedding(4, 2), "embedding")
+
+
+@pytest.mark.parametrize("kind", [k for k, v in POSITIONS.items() if v.acts == "embedding"])
+def test_a_table_scheme_gives_its_whole_table(kind):
+    table = embedding_positions(ModelConfig(position=kind, max_len=16, d_model=8))
+    torch.testing.assert_close(table.table_values(), table(torch.arange(16)))
+    assert not table.table_values().requires_grad
+
+
+@pytest.mark.parametrize("kind", [k for k, v in POSITIONS.items() if v.acts == "scores"])
+def test_the_config_table_counts_a_score_scheme_s_parameters(kind):
+    """``config.POSITIONS`` (the memory estimate) counts the parameters a model's scheme has."""
+    cfg = ModelConfig(
+        d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=3, vocab_size=40,
+        position=kind, max_len=16, rel_clip=2,
+    )  # fmt: skip
+    layers = [m for m in Transformer(cfg).modules() if isinstance(m, MultiHeadAttention) and m.relative]
+    assert len(layers) == 5
+    assert POSITIONS[kind].elements(cfg) == sum(p.numel() for m in layers for p in m.relative.parameters())
+
+
+def _positionless(model: nn.Module) -> nn.Module:
+    """``model`` with every position scheme taken out, in each of the three places."""
+    for module in model.modules():
+        if isinstance(module, Embeddings):
+            module.positions = None
+        if isinstance(module, MultiHeadAttention):
+            module.relative, module.qk_positions = None, None
+    return model
+
+
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_registered_scheme_changes_the_model_s_output(kind):
+    """Without positions a bidirectional encoder is permutation-equivariant: permuting the tokens
+    permutes its outputs. Every registered scheme breaks that, so a scheme the model silently
+    ignored fails here; the same weights with the positions taken out keep it."""
+    cfg = ModelConfig(
+        arch="encoder_only", vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0,
+        position=kind, max_len=16, type_vocab_size=0, pooler=False, rel_clip=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Bert(cfg).to(DT).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.5)
+    tokens, order = torch.tensor([[3, 7, 5, 9, 11, 4, 8]]), torch.tensor([5, 2, 0, 6, 4, 1, 3])
+    with torch.no_grad():
+        out, permuted = model(tokens), model(tokens[:, order])
+        assert (permuted - out[:, order]).abs().max() > 1e-3
+        _positionless(model)
+        torch.testing.assert_close(model(tokens[:, order]), model(tokens)[:, order])
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_scheme_decodes_the_same_with_and_without_the_cache(kind, window):
+    """Cached generation = uncached, logits and tokens, for a left-padded batch of prompts."""
+    model = position_gpt(kind, window=window)
+    ids, mask = left_padded(LEFT_PADDED)
+    cached = generate(lm_next_logits(model, mask, True), ids, 8, 99, 0, keep_logits=True)
+    uncached = generate(lm_next_logits(model, mask, False), ids, 8, 99, 0, keep_logits=True)
+    assert cached.tokens.tolist() == uncached.tokens.tolist()
+    torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_scheme_gives_a_left_padded_row_what_it_gives_the_row_alone(kind):
+    model = position_gpt(kind)
+    ids, mask = left_padded(LEFT_PADDED)
+    batch = generate(lm_next_logits(model, mask), ids, 6, 99, 0, keep_logits=True)
+    for i, prompt in enumerate(LEFT_PADDED):
+        one, one_mask = left_padded([prompt])
+        alone = generate(lm_next_logits(model, one_mask), one, 6, 99, 0, keep_logits=True)
+        assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
+        torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-9, rtol=0)
