@@ -426,7 +426,7 @@ def test_threaded_ids_reach_a_score_bias(ids):
 
 
 # ----------------------------------------------------------------------------------------------
-# Every scheme through the one interface of its place.
+# Every scheme through the one interface of its place; T5's bucketed bias against Hugging Face's.
 
 
 def test_the_layers_table_agrees_with_the_config_table():
@@ -473,7 +473,7 @@ def test_the_config_table_counts_a_score_scheme_s_parameters(kind):
     """``config.POSITIONS`` (the memory estimate) counts the parameters a model's scheme has."""
     cfg = ModelConfig(
         d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=3, vocab_size=40,
-        position=kind, max_len=16, rel_clip=2,
+        position=kind, max_len=16, rel_clip=2, rel_buckets=8, rel_max_distance=20,
     )  # fmt: skip
     layers = [m for m in Transformer(cfg).modules() if isinstance(m, MultiHeadAttention) and m.relative]
     assert len(layers) == 5
@@ -497,7 +497,8 @@ def test_every_registered_scheme_changes_the_model_s_output(kind):
     ignored fails here; the same weights with the positions taken out keep it."""
     cfg = ModelConfig(
         arch="encoder_only", vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0,
-        position=kind, max_len=16, type_vocab_size=0, pooler=False, rel_clip=2,
+        position=kind, max_len=16, type_vocab_size=0, pooler=False, rel_clip=2, rel_buckets=8,
+        rel_max_distance=10,
     )  # fmt: skip
     torch.manual_seed(0)
     model = Bert(cfg).to(DT).eval()
@@ -535,3 +536,73 @@ def test_every_scheme_gives_a_left_padded_row_what_it_gives_the_row_alone(kind):
         alone = generate(lm_next_logits(model, one_mask), one, 6, 99, 0, keep_logits=True)
         assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
         torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-9, rtol=0)
+
+
+def _t5_pair(causal: bool, buckets: int, max_distance: int) -> tuple[nn.Module, nn.Module]:
+    """Hugging Face's T5Attention with its relative bias, and ours of the same buckets, its table
+    copied from theirs."""
+    t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
+    from transformers import T5Config
+
+    hf_cfg = T5Config(
+        d_model=D_MODEL, d_kv=D_HEAD, num_heads=N_HEADS, relative_attention_num_buckets=buckets,
+        relative_attention_max_distance=max_distance, is_decoder=causal,
+    )  # fmt: skip
+    torch.manual_seed(3)
+    hf = t5.T5Attention(hf_cfg, has_relative_attention_bias=True).to(DT).eval()
+    cfg = ModelConfig(position="t5_bias", d_model=D_MODEL, n_heads=N_HEADS, rel_buckets=buckets,
+                      rel_max_distance=max_distance)  # fmt: skip
+    ours = score_positions(cfg, causal).to(DT)
+    with torch.no_grad():
+        ours.table.weight.copy_(hf.relative_attention_bias.weight)
+    return hf, ours
+
+
+@pytest.mark.parametrize("buckets,max_distance", [(32, 128), (8, 20), (10, 7)])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_matches_hugging_face_t5(causal, buckets, max_distance):
+    """The same buckets as ``T5Attention._relative_position_bucket`` for every distance, and the
+    same bias as its ``compute_bias`` (queries the last of the keys), within 1e-6."""
+    hf, ours = _t5_pair(causal, buckets, max_distance)
+    distance = torch.arange(-400, 401)
+    expected = hf._relative_position_bucket(distance, not causal, buckets, max_distance)
+    assert torch.equal(ours.bucket(distance), expected)
+    q_len, k_len = 50, 300
+    with torch.no_grad():
+        reference = hf.compute_bias(q_len, k_len, past_seen_tokens=k_len - q_len)
+        bias = ours.score_bias(None, torch.arange(k_len - q_len, k_len)[None], torch.arange(k_len)[None])
+    assert bias.shape == reference.shape == (1, N_HEADS, q_len, k_len)
+    assert (bias - reference).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_is_added_to_the_scaled_scores(causal):
+    """Attention with the scheme = softmax(Q Kᵀ / sqrt(d_head) + T5's bias) V, the bias from
+    Hugging Face's ``compute_bias``, on SDPA and on the reference kernel."""
+    hf, ours = _t5_pair(causal, 8, 20)
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, causal=causal, relative=ours).to(DT).eval()
+    x = torch.randn(2, 30, D_MODEL, dtype=DT)
+    with torch.no_grad():
+        q, k, v = (
+            p(x).view(2, 30, N_HEADS, D_HEAD).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD) + hf.compute_bias(30, 30)
+        if causal:
+            scores = scores.masked_fill(~causal_mask(30), float("-inf"))
+        expected = attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 30, D_MODEL))
+        for need_weights in (False, True):
+            torch.testing.assert_close(attn(x, need_weights=need_weights)[0], expected)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_on_the_banded_path_equals_its_dense_path(causal):
+    torch.manual_seed(0)
+    cfg = ModelConfig(position="t5_bias", d_model=32, n_heads=4, rel_buckets=16, rel_max_distance=40)
+    layer = MultiHeadAttention(32, 4, causal=causal, window=7, relative=score_positions(cfg, causal)).eval()
+    x = torch.randn(2, 75, 32)
+    mask = torch.ones(2, 1, 1, 75, dtype=torch.bool)
+    mask[1, ..., 60:] = False
+    banded, none = layer(x, mask=mask)
+    dense, weights = layer(x, mask=mask, need_weights=True)
+    assert none is None and weights is not None
+    torch.testing.assert_close(banded, dense, atol=1e-5, rtol=1e-5)

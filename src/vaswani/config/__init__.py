@@ -88,7 +88,9 @@ class ModelConfig(Config):
     ``output_bias`` adds a bias to the output projection (Marian's ``final_logits_bias``).
     ``position="rope"`` (half-split, Llama's) and ``"rope_interleaved"`` (the paper's, GPT-J's)
     rotate queries and keys with the base ``rope_theta``; ``"alibi"`` adds Press et al.'s linear
-    biases to the scores. Neither adds a position embedding.
+    biases to the scores, ``"t5_bias"`` T5's learned bias of each head over ``rel_buckets``
+    log-spaced distances up to ``rel_max_distance`` (Raffel et al. 2020). None adds a position
+    embedding.
 
     ``ffn="plain"`` is the paper's feed-forward, act(x W_1) W_2 (2 · d_model · d_ff weights);
     ``"gated"`` is Shazeer's (2020) gated one, (act(x W_gate) ⊙ x W_up) W_down (3 · d_model · d_ff
@@ -160,6 +162,8 @@ class ModelConfig(Config):
     position: str = flag("sinusoidal", choices=tuple(POSITIONS))
     max_len: int = flag(512, "longest sequence (a language model's context)", range="(0, inf)")
     rel_clip: int = flag(16, "clipping distance k of relative positions", range="(0, inf)")
+    rel_buckets: int = flag(32, "buckets of t5_bias's log-spaced distances", range="[4, inf)")
+    rel_max_distance: int = flag(128, "distance from which t5_bias shares one bucket", range="(0, inf)")
     rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles", range="(0, inf)")
     attn_window: int | None = flag(
         None,

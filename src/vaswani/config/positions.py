@@ -51,6 +51,11 @@ def shaw(cfg: ModelConfig) -> int:
     return self_attention_layers(cfg) * 2 * (2 * cfg.rel_clip + 1) * (cfg.d_model // cfg.n_heads)
 
 
+def t5(cfg: ModelConfig) -> int:
+    """T5's scalar per (bucket, head), in every self-attention layer."""
+    return self_attention_layers(cfg) * cfg.rel_buckets * cfg.n_heads
+
+
 TABLE = ("max_len", "d_model")
 POSITIONS: dict[str, PositionKind] = {
     "sinusoidal": PositionKind("embedding", table, TABLE, stored=False),
@@ -60,6 +65,7 @@ POSITIONS: dict[str, PositionKind] = {
     "rope": PositionKind("queries_keys", rotary=True),
     "rope_interleaved": PositionKind("queries_keys", rotary=True),
     "alibi": PositionKind("scores"),
+    "t5_bias": PositionKind("scores", t5, ("rel_buckets", "n_heads", "n_layers")),
 }
 """Every value of ``ModelConfig.position``. A new scheme is one entry here and one in
 :data:`vaswani.layers.positions.SCHEMES`, acting in the same place."""
@@ -70,11 +76,15 @@ ROTARY = tuple(name for name, kind in POSITIONS.items() if kind.rotary)
 
 def position_problem(cfg: ModelConfig) -> tuple[str, str] | None:
     """The field and the message of what does not fit in ``cfg``'s position fields, or None: a
-    rotary scheme needs an even head dimension."""
+    rotary scheme needs an even head dimension; T5's buckets need ``rel_max_distance`` beyond the
+    exact ones (the log of its ratio to them divides)."""
     d_head = cfg.d_model // cfg.n_heads
     if cfg.position in ROTARY and d_head % 2:
         return "position", (
             f"{cfg.position} rotates pairs of features and needs an even head dimension "
             f"(d_model / n_heads), got {cfg.d_model} / {cfg.n_heads} = {d_head}"
         )
+    exact = cfg.rel_buckets // 2
+    if cfg.position == "t5_bias" and cfg.rel_max_distance <= exact:
+        return "rel_max_distance", f"must be > rel_buckets / 2 = {exact}, got {cfg.rel_max_distance}"
     return None

@@ -7,8 +7,8 @@ in one of three places:
 - the embedding adds an absolute table: position ids ``(batch, seq)`` → vectors
   ``(batch, seq, d_model)`` (sinusoidal, sinusoidal_halves, learned; :func:`embedding_positions`);
 - attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(q_i, p_i, p_j)`` (relative, Shaw
-  et al. 2018, which also adds a term to the values; ALiBi, Press et al. 2022;
-  :func:`score_positions`);
+  et al. 2018, which also adds a term to the values; ALiBi, Press et al. 2022; T5's bucketed bias,
+  Raffel et al. 2020; :func:`score_positions`);
 - attention applies it to the new queries and keys before the cache keeps them,
   ``(q, k, positions, length) → (q', k')`` with q, k ``(batch, heads, new, d_head)``, their position
   ids ``(batch | 1, new)`` and a bound ``length`` on the ids (rotary, Su et al. 2021, in both
@@ -254,6 +254,56 @@ class ALiBiPositions(nn.Module):
         return self.bias(query_ids, key_ids)
 
 
+class T5Bias(nn.Module):
+    """T5's relative position bias (Raffel et al. 2020; Mesh TensorFlow's and Hugging Face's
+    ``T5Attention``): a learned scalar per (distance bucket, head), added to each head's scores,
+
+        e_ij = q_i · k_j / sqrt(d_head) + B[bucket(p_j − p_i), h].
+
+    Of ``num_buckets``, a bidirectional layer gives half to the keys after the query and half to
+    the others; a causal one gives all of them to the keys before it (those after are masked).
+    Within a direction's n buckets, distances below n / 2 have one bucket each, the others
+    log-spaced buckets up to ``max_distance``, beyond which they share the last (:meth:`bucket`).
+
+    Two deviations from T5: T5 adds the bias to the unscaled q_i · k_j (its initialisation absorbs
+    1 / sqrt(d_head)), here it is added to the scaled scores, as every score scheme's bias (a T5
+    checkpoint reads the same with W^Q scaled by sqrt(d_head)); and each self-attention layer learns
+    its own table, where T5 shares the first layer's with the others."""
+
+    value_bias = None  # nothing added to the values (:class:`ScoreScheme`)
+
+    def __init__(
+        self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True
+    ):
+        super().__init__()
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.table = nn.Embedding(num_buckets, n_heads)
+
+    def bucket(self, distance: Tensor) -> Tensor:
+        """The bucket of each distance p_j − p_i (long, any shape), T5's arithmetic step by step:
+        in a direction of n buckets, d below n / 2 is its own bucket, a larger one
+        n / 2 + floor(log(d / (n / 2)) / log(max_distance / (n / 2)) · n / 2), at most n − 1."""
+        buckets, offset = self.num_buckets, torch.zeros_like(distance)
+        if self.bidirectional:
+            buckets //= 2
+            offset = (distance > 0).long() * buckets
+            distance = distance.abs()
+        else:
+            distance = (-distance).clamp(min=0)
+        exact = buckets // 2
+        ratio = torch.log(distance.clamp(min=exact).float() / exact) / math.log(self.max_distance / exact)
+        far = (exact + (ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
+        return offset + torch.where(distance < exact, distance, far)
+
+    def score_bias(self, q: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """B[bucket(p_j − p_i), h] of the ids (rows | 1, q_len) and (rows | 1, k_len): (rows | 1,
+        heads, q_len, k_len), the table's dtype; the queries are not read (:class:`ScoreScheme`)."""
+        distance = key_ids[:, None, :] - query_ids[:, :, None]
+        return self.table(self.bucket(distance)).movedim(-1, 1)
+
+
 def position_ids(length: int, device: torch.device | None = None) -> Tensor:
     """The ids ``0, 1, …, length − 1`` of a row without padding, (1, length); with a KV cache,
     ``length`` counts the cached tokens and the new ones."""
@@ -278,7 +328,7 @@ class Scheme:
     config in that place (the others None), implementing the place's protocol.
 
     ``embedding``: a :class:`TablePositions` the embedding adds. ``scores``: a :class:`ScoreScheme`
-    from the config and whether its attention is causal.
+    from the config and whether its attention is causal (T5's buckets are one-sided there).
     ``queries_keys``: a :class:`QueryKeyPositions` applied to the new queries and keys.
     """
 
@@ -311,6 +361,9 @@ SCHEMES: dict[str, Scheme] = {
     "rope": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=False)),
     "rope_interleaved": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=True)),
     "alibi": Scheme(scores=lambda cfg, causal: ALiBiPositions(cfg.n_heads)),
+    "t5_bias": Scheme(
+        scores=lambda cfg, causal: T5Bias(cfg.n_heads, cfg.rel_buckets, cfg.rel_max_distance, not causal)
+    ),
 }
 
 
