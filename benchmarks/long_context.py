@@ -3,7 +3,7 @@ masked window against local attention in blocks: forward + backward time, and th
 keeps for the backward pass.
 
 The layer is ``MultiHeadAttention`` (d_model 256, 4 heads of 64, causal, no dropout, fp32); what is
-measured is its attention, ``_attention(q, k, v)``: softmax(Q Kᵀ / 8) V from the heads of random
+measured is its attention, ``attend(q, k, v, mask)``: softmax(Q Kᵀ / 8) V from the heads of random
 projections (batch, L, 3 · 256) to the output heads, the projections left out (they cost the same
 on every path: about 0.5 s of forward + backward for the 16,384 tokens here). Batch · L = 16,384
 tokens per step, for L = 256, 512, …, 16,384, in three ways:
@@ -45,6 +45,7 @@ from torch import Tensor
 
 import vaswani.layers.attention as attention
 from vaswani.layers.attention import MultiHeadAttention
+from vaswani.layers.scores import Mask
 
 D_MODEL, HEADS = 256, 4
 LENGTHS = [256 * 2**i for i in range(7)]
@@ -73,7 +74,7 @@ def saved_bytes(layer: MultiHeadAttention, projected: Tensor) -> tuple[Tensor, i
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         q, k, v = (layer._heads(part) for part in projected.chunk(3, dim=-1))
-        out, _ = layer._attention(q, k, v, None, False, None)
+        out, _ = attention.attend(q, k, v, Mask(causal=layer.causal, window=layer.window))
     return out, sum(storages.values())
 
 

@@ -24,13 +24,17 @@ from vaswani.layers.positions import (
     RelativePositions,
     Scheme,
     SinusoidalPositions,
+    check_schemes,
     embedding_positions,
     positions_from_mask,
     query_key_positions,
+    require,
     score_positions,
     sinusoidal_table,
 )
+from vaswani.models.bert import Bert
 from vaswani.models.gpt import GPT
+from vaswani.models.transformer import Transformer
 
 DT = torch.float64
 
@@ -419,3 +423,186 @@ def test_threaded_ids_reach_a_score_bias(ids):
     torch.testing.assert_close(out, _naive(attn, x, causal_mask(5), range(5), ids))
     shifted = [p - ids[0] for p in ids] == list(range(5))
     assert torch.allclose(out, attn(x)[0]) == shifted
+
+
+# ----------------------------------------------------------------------------------------------
+# Every scheme through the one interface of its place; T5's bucketed bias against Hugging Face's.
+
+
+def test_the_layers_table_agrees_with_the_config_table():
+    """``SCHEMES`` and ``config.POSITIONS`` name the same schemes, acting in the same places; a
+    table that disagrees is refused (at import, for the real one)."""
+    assert {name: scheme.places for name, scheme in SCHEMES.items()} == {
+        name: [kind.acts] for name, kind in POSITIONS.items()
+    }
+    with pytest.raises(TypeError, match="disagree on where alibi"):
+        check_schemes({**SCHEMES, "alibi": Scheme(embedding=SCHEMES["learned"].embedding)})
+    with pytest.raises(TypeError, match="differ"):
+        check_schemes({**SCHEMES, "extra": SCHEMES["alibi"]})
+
+
+class BiasOnly(nn.Module):
+    """A score scheme written for the old dispatch on known classes: a bias, not the protocol."""
+
+    def bias(self, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        return torch.zeros(())
+
+
+def test_a_score_scheme_without_the_protocol_is_refused_when_the_model_is_built(monkeypatch):
+    """Registered as a scheme, it stops the model's construction with an error naming what it
+    lacks (before, attention would have kept neither of its two known kinds: no positions)."""
+    monkeypatch.setitem(SCHEMES, "bias_only", Scheme(scores=lambda cfg, causal: BiasOnly()))
+    monkeypatch.setattr(config, "POSITIONS", (*config.POSITIONS, "bias_only"))
+    with pytest.raises(TypeError, match=r"'bias_only'.*ScoreScheme.*lacks value_bias, score_bias"):
+        position_gpt("bias_only")
+    with pytest.raises(TypeError, match="BiasOnly does not implement ScoreScheme"):
+        MultiHeadAttention(D_MODEL, N_HEADS, relative=BiasOnly())
+    with pytest.raises(TypeError, match=r"TablePositions.*lacks max_len, table_values"):
+        require(nn.Embedding(4, 2), "embedding")
+
+
+@pytest.mark.parametrize("kind", [k for k, v in POSITIONS.items() if v.acts == "embedding"])
+def test_a_table_scheme_gives_its_whole_table(kind):
+    table = embedding_positions(ModelConfig(position=kind, max_len=16, d_model=8))
+    torch.testing.assert_close(table.table_values(), table(torch.arange(16)))
+    assert not table.table_values().requires_grad
+
+
+@pytest.mark.parametrize("kind", [k for k, v in POSITIONS.items() if v.acts == "scores"])
+def test_the_config_table_counts_a_score_scheme_s_parameters(kind):
+    """``config.POSITIONS`` (the memory estimate) counts the parameters a model's scheme has."""
+    cfg = ModelConfig(
+        d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=3, vocab_size=40,
+        position=kind, max_len=16, rel_clip=2, rel_buckets=8, rel_max_distance=20,
+    )  # fmt: skip
+    layers = [m for m in Transformer(cfg).modules() if isinstance(m, MultiHeadAttention) and m.relative]
+    assert len(layers) == 5
+    assert POSITIONS[kind].elements(cfg) == sum(p.numel() for m in layers for p in m.relative.parameters())
+
+
+def _positionless(model: nn.Module) -> nn.Module:
+    """``model`` with every position scheme taken out, in each of the three places."""
+    for module in model.modules():
+        if isinstance(module, Embeddings):
+            module.positions = None
+        if isinstance(module, MultiHeadAttention):
+            module.relative, module.qk_positions = None, None
+    return model
+
+
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_registered_scheme_changes_the_model_s_output(kind):
+    """Without positions a bidirectional encoder is permutation-equivariant: permuting the tokens
+    permutes its outputs. Every registered scheme breaks that, so a scheme the model silently
+    ignored fails here; the same weights with the positions taken out keep it."""
+    cfg = ModelConfig(
+        arch="encoder_only", vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0,
+        position=kind, max_len=16, type_vocab_size=0, pooler=False, rel_clip=2, rel_buckets=8,
+        rel_max_distance=10,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Bert(cfg).to(DT).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.5)
+    tokens, order = torch.tensor([[3, 7, 5, 9, 11, 4, 8]]), torch.tensor([5, 2, 0, 6, 4, 1, 3])
+    with torch.no_grad():
+        out, permuted = model(tokens), model(tokens[:, order])
+        assert (permuted - out[:, order]).abs().max() > 1e-3
+        _positionless(model)
+        torch.testing.assert_close(model(tokens[:, order]), model(tokens)[:, order])
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_scheme_decodes_the_same_with_and_without_the_cache(kind, window):
+    """Cached generation = uncached, logits and tokens, for a left-padded batch of prompts."""
+    model = position_gpt(kind, window=window)
+    ids, mask = left_padded(LEFT_PADDED)
+    cached = generate(lm_next_logits(model, mask, True), ids, 8, 99, 0, keep_logits=True)
+    uncached = generate(lm_next_logits(model, mask, False), ids, 8, 99, 0, keep_logits=True)
+    assert cached.tokens.tolist() == uncached.tokens.tolist()
+    torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("kind", list(POSITIONS))
+def test_every_scheme_gives_a_left_padded_row_what_it_gives_the_row_alone(kind):
+    model = position_gpt(kind)
+    ids, mask = left_padded(LEFT_PADDED)
+    batch = generate(lm_next_logits(model, mask), ids, 6, 99, 0, keep_logits=True)
+    for i, prompt in enumerate(LEFT_PADDED):
+        one, one_mask = left_padded([prompt])
+        alone = generate(lm_next_logits(model, one_mask), one, 6, 99, 0, keep_logits=True)
+        assert batch.tokens[i].tolist() == alone.tokens[0].tolist()
+        torch.testing.assert_close(batch.logits[i], alone.logits[0], atol=1e-9, rtol=0)
+
+
+def _t5_pair(causal: bool, buckets: int, max_distance: int) -> tuple[nn.Module, nn.Module]:
+    """Hugging Face's T5Attention with its relative bias, and ours of the same buckets, its table
+    copied from theirs."""
+    t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
+    from transformers import T5Config
+
+    hf_cfg = T5Config(
+        d_model=D_MODEL, d_kv=D_HEAD, num_heads=N_HEADS, relative_attention_num_buckets=buckets,
+        relative_attention_max_distance=max_distance, is_decoder=causal,
+    )  # fmt: skip
+    torch.manual_seed(3)
+    hf = t5.T5Attention(hf_cfg, has_relative_attention_bias=True).to(DT).eval()
+    cfg = ModelConfig(position="t5_bias", d_model=D_MODEL, n_heads=N_HEADS, rel_buckets=buckets,
+                      rel_max_distance=max_distance)  # fmt: skip
+    ours = score_positions(cfg, causal).to(DT)
+    with torch.no_grad():
+        ours.table.weight.copy_(hf.relative_attention_bias.weight)
+    return hf, ours
+
+
+@pytest.mark.parametrize("buckets,max_distance", [(32, 128), (8, 20), (10, 7)])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_matches_hugging_face_t5(causal, buckets, max_distance):
+    """The same buckets as ``T5Attention._relative_position_bucket`` for every distance, and the
+    same bias as its ``compute_bias`` (queries the last of the keys), within 1e-6."""
+    hf, ours = _t5_pair(causal, buckets, max_distance)
+    distance = torch.arange(-400, 401)
+    expected = hf._relative_position_bucket(distance, not causal, buckets, max_distance)
+    assert torch.equal(ours.bucket(distance), expected)
+    q_len, k_len = 50, 300
+    with torch.no_grad():
+        reference = hf.compute_bias(q_len, k_len, past_seen_tokens=k_len - q_len)
+        bias = ours.score_bias(None, torch.arange(k_len - q_len, k_len)[None], torch.arange(k_len)[None])
+    assert bias.shape == reference.shape == (1, N_HEADS, q_len, k_len)
+    assert (bias - reference).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_is_added_to_the_scaled_scores(causal):
+    """Attention with the scheme = softmax(Q Kᵀ / sqrt(d_head) + T5's bias) V, the bias from
+    Hugging Face's ``compute_bias``, on SDPA and on the reference kernel."""
+    hf, ours = _t5_pair(causal, 8, 20)
+    attn = MultiHeadAttention(D_MODEL, N_HEADS, causal=causal, relative=ours).to(DT).eval()
+    x = torch.randn(2, 30, D_MODEL, dtype=DT)
+    with torch.no_grad():
+        q, k, v = (
+            p(x).view(2, 30, N_HEADS, D_HEAD).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD) + hf.compute_bias(30, 30)
+        if causal:
+            scores = scores.masked_fill(~causal_mask(30), float("-inf"))
+        expected = attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 30, D_MODEL))
+        for need_weights in (False, True):
+            torch.testing.assert_close(attn(x, need_weights=need_weights)[0], expected)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_t5_bias_on_the_banded_path_equals_its_dense_path(causal):
+    torch.manual_seed(0)
+    cfg = ModelConfig(position="t5_bias", d_model=32, n_heads=4, rel_buckets=16, rel_max_distance=40)
+    layer = MultiHeadAttention(32, 4, causal=causal, window=7, relative=score_positions(cfg, causal)).eval()
+    x = torch.randn(2, 75, 32)
+    mask = torch.ones(2, 1, 1, 75, dtype=torch.bool)
+    mask[1, ..., 60:] = False
+    banded, none = layer(x, mask=mask)
+    dense, weights = layer(x, mask=mask, need_weights=True)
+    assert none is None and weights is not None
+    torch.testing.assert_close(banded, dense, atol=1e-5, rtol=1e-5)

@@ -71,7 +71,7 @@ def test_train_lm_with_the_position_trains_and_decodes(tmp_path, kind):
     lm = LanguageModel.load(run)
     assert json.loads((run / "config.json").read_text())["model"]["position"] == kind
     attn = lm.model.blocks.layers[0].self_attn
-    assert (attn.qk_positions if kind == "rope" else attn.alibi) is not None
+    assert (attn.qk_positions if kind == "rope" else attn.relative) is not None
     greedy = DecodingConfig(max_new_tokens=20, temperature=0.0)
     text = lm.generate(["the cat", "a"], greedy)
     assert all(len(t) > 0 for t in text)

@@ -14,7 +14,7 @@ from vaswani.layers.masks import placed_mask
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
-SCHEMES = ["sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "relative"]
+SCHEMES = ["sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "relative", "t5_bias"]
 PROMPTS = [[5, 6, 7, 8, 9], [3, 4], [12, 2, 9]]
 BUFFER = 20  # columns of the static cache
 STEPS = 8

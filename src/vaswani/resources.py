@@ -5,9 +5,10 @@ allocated, and a run directory's weights are checked against their safetensors h
 model is built.
 
 The estimate is a lower bound: the parameters every model of the config has (embeddings, attention,
-feed-forward, patch projection, learned positions) and its large buffers (position tables), 4 bytes
-an element; training adds the gradients and Adam's two moments (4 times the parameters in all). A
-config is refused only when that much does not fit, so nothing that could train is refused.
+feed-forward, patch projection, the position scheme's as ``config.POSITIONS`` counts them) and its
+large buffers (sinusoidal tables), 4 bytes an element; training adds the gradients and Adam's two
+moments (4 times the parameters in all). A config is refused only when that much does not fit, so
+nothing that could train is refused.
 
 The memory available is the least of ``MemAvailable`` (``/proc/meminfo``, else ``os.sysconf``), the
 cgroup's limit less its usage (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), the address space
@@ -33,7 +34,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from vaswani.config import ModelConfig
+from vaswani.config import POSITIONS, ModelConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.io import safetensors_header
 
@@ -145,8 +146,9 @@ def model_terms(cfg: ModelConfig) -> dict[str, Term]:
         segments = cfg.type_vocab_size if cfg.arch == "encoder_only" else 0
         embeddings = Term((tables + segments) * d, ("vocab_size", "d_model"))
     terms = {"layers": layers, "embeddings": embeddings}
-    if cfg.arch not in ("vit", "rnn") and cfg.position in ("learned", "sinusoidal", "sinusoidal_halves"):
-        terms["positions"] = Term(cfg.max_len * d, ("max_len", "d_model"), cfg.position == "learned")
+    kind = POSITIONS[cfg.position]
+    if cfg.arch not in ("vit", "rnn") and kind.elements(cfg):
+        terms["positions"] = Term(kind.elements(cfg), kind.fields, kind.stored)
     return terms
 
 

@@ -20,15 +20,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from vaswani.config import POSITIONS, ROTARY
 from vaswani.errors import RunDirError
 from vaswani.layers.embedding import Embeddings
-from vaswani.layers.positions import SCHEMES, LearnedPositions, SinusoidalPositions, sinusoidal_table
+from vaswani.layers.positions import SCHEMES
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 
 SYMMETRIC = 1e-3  # |p·(p+k) − p·(p−k)| below this share of max |p·q|: symmetric
 FALLS = -0.5  # Spearman's ρ between the distance and the mean dot product below this: it falls
-ROTARY = ("rope", "rope_interleaved")
 
 
 @dataclass(frozen=True)
@@ -137,12 +137,6 @@ def position_profile(run_dir: str | Path) -> PositionProfile:
             f"{run_dir}: positions {cfg.position!r} of a run of task {run.task!r} are not a table of "
             "token positions (they act in attention's scores, or over an image's patches): nothing to draw"
         )
-    positions = tables[0]
     which = "the source embedding's " if len(tables) > 1 else ""
-    if isinstance(positions, SinusoidalPositions):
-        table = sinusoidal_table(positions.max_len, cfg.d_model, halves=cfg.position == "sinusoidal_halves")
-        return profile(cfg.position, f"{which}{cfg.position} table, from the formula", table)
-    assert isinstance(positions, LearnedPositions)
-    return profile(
-        cfg.position, f"{which}learned table, from the run's weights", positions.embedding.weight.detach()
-    )
+    source = "the run's weights" if POSITIONS[cfg.position].stored else "the formula"
+    return profile(cfg.position, f"{which}{cfg.position} table, from {source}", tables[0].table_values())

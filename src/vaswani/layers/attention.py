@@ -1,5 +1,14 @@
-"""Scaled dot-product attention and multi-head attention (self and cross, with a KV cache of
-:mod:`vaswani.layers.cache`).
+"""Multi-head attention (self and cross, with a KV cache of :mod:`vaswani.layers.cache`), in the
+three steps of its equation:
+
+1. project: the queries, keys and values, and where the queries sit among the keys (their
+   position ids, a static cache's columns) (:meth:`MultiHeadAttention.project`);
+2. mask and bias: which keys each query may attend (padding, causal, window, a static cache's
+   columns) and what the score positions add (:meth:`MultiHeadAttention.mask_and_bias`);
+3. attend: ``softmax(Q Kᵀ / sqrt(d_head) + B) V`` by one of :data:`KERNELS`, the reference
+   softmax, SDPA or the banded path, which share one signature (as Hugging Face's table of
+   attention implementations), chosen by :func:`choose_kernel` where :mod:`vaswani.layers.kernels`
+   measured (:func:`attend`).
 
 Shapes: inputs are ``(batch, seq, d_model)``; inside, heads are
 ``(batch, heads, seq, d_head)``. Masks follow :mod:`vaswani.layers.masks`
@@ -8,7 +17,8 @@ Shapes: inputs are ``(batch, seq, d_model)``; inside, heads are
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -18,31 +28,13 @@ from vaswani.layers.cache import AttentionCache, KVCache, RollingKVCache, Static
 from vaswani.layers.kernels import explicit_attention_is_faster, sdpa_takes_grouped_heads
 from vaswani.layers.linear import Linear
 from vaswani.layers.local import is_key_mask, local_attention
-from vaswani.layers.masks import combine, placed_mask, self_attention_mask
-from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
+from vaswani.layers.positions import ScoreScheme, position_ids, require
+from vaswani.layers.scores import Mask, ScoreBias, softmax_attention
 
-
-def guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Make rows in which no key may be attended safe for softmax.
-
-    Such a row (an empty source, or padding under a causal mask) would give
-    softmax over nothing, i.e. NaN. It is opened to every key here and its
-    output is zeroed by the caller with the returned ``(…, q_len, 1)`` flag.
-    Both are device-side operations, done for every mask: asking first whether
-    any row is empty would wait for the device in every layer.
-    """
-    has_key = mask.any(dim=-1, keepdim=True)
-    return mask | ~has_key, has_key
-
-
-def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
-    """softmax(Q Kᵀ / sqrt(d_head) + bias) with masked scores removed, (batch, heads, q_len, k_len)."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return scores.softmax(dim=-1)
+Kernel = Callable[[Tensor, Tensor, Tensor, Mask, ScoreBias | None, float], tuple[Tensor, Tensor | None]]
+"""An attention kernel: ``(q, k, v, mask, bias, dropout) → (out, weights or None)``, q (batch, heads,
+q_len, d_head), k and v (batch, kv_heads, k_len, d_head), out (batch, heads, q_len, d_head), the
+weights (batch, heads, q_len, k_len) before dropout; rows that may attend no key give zeros."""
 
 
 def regroup(q: Tensor, group: int) -> Tensor:
@@ -61,24 +53,127 @@ def ungroup(x: Tensor, group: int) -> Tensor:
 
 def expand_heads(x: Tensor, n_heads: int) -> Tensor:
     """Key/value heads (batch, kv_heads, seq, d_head) → (batch, n_heads, seq, d_head), each repeated
-    for the ``n_heads / kv_heads`` consecutive query heads of its group."""
-    return x.repeat_interleave(n_heads // x.shape[1], dim=1)
+    for the ``n_heads / kv_heads`` consecutive query heads of its group (``x`` itself when equal)."""
+    return x if x.shape[1] == n_heads else x.repeat_interleave(n_heads // x.shape[1], dim=1)
+
+
+def reference(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, bias: ScoreBias | None, dropout: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """The reference kernel: the paper's softmax step by step
+    (:func:`~vaswani.layers.scores.softmax_attention`) over the whole mask, the keys and values
+    expanded to every query head; the only kernel that returns the weights."""
+    allowed, has_key = mask.dense(q.shape[2], k.shape[2], q.device)
+    k, v = expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1])
+    out, weights = softmax_attention(q, k, v, allowed, bias, dropout)
+    return (out, weights) if has_key is None else (out * has_key, weights * has_key)
+
+
+def sdpa(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, bias: ScoreBias | None, dropout: float = 0.0
+) -> tuple[Tensor, None]:
+    """PyTorch's fused ``scaled_dot_product_attention``: told ``is_causal`` instead of given a mask
+    where that is the whole mask, given the bias as a float mask (masked keys at the dtype's
+    minimum), and grouped key/value heads as they are where
+    :func:`~vaswani.layers.kernels.sdpa_takes_grouped_heads` says so (else expanded)."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    is_causal = bias is None and mask.is_causal_only(q_len, k_len)
+    allowed, has_key = (None, None) if is_causal else mask.dense(q_len, k_len, q.device)
+    grouped = k.shape[1] != q.shape[1]
+    enable_gqa = grouped and sdpa_takes_grouped_heads(q, allowed is not None or bias is not None)
+    if grouped and not enable_gqa:
+        k, v = expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1])
+    attn_mask = allowed
+    if bias is not None:
+        scores = bias.scores(q)  # the scheme's bias is added to the scaled scores
+        attn_mask = scores if allowed is None else torch.where(allowed, scores, torch.finfo(scores.dtype).min)
+    gqa = {"enable_gqa": True} if enable_gqa else {}
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal, **gqa
+    )
+    return (out if has_key is None else out * has_key), None
+
+
+def banded(
+    q: Tensor, k: Tensor, v: Tensor, mask: Mask, bias: ScoreBias | None, dropout: float = 0.0
+) -> tuple[Tensor, None]:
+    """The window in blocks (:func:`~vaswani.layers.local.local_attention`), O(L · w), for a
+    windowed ``mask`` of a key mask over as many queries as keys: the softmax step by step where
+    the bias adds a term of the values or where it was measured faster, else SDPA on the blocks."""
+    if mask.window is None:
+        raise ValueError("the banded kernel needs a window")
+    explicit = (bias is not None and bias.has_values) or explicit_attention_is_faster(q)
+    ids, scheme = (None, None) if bias is None else (bias.key_ids, bias.scheme)
+    return local_attention(
+        q, k, v, mask.window, mask.causal, mask.given, dropout, ids, scheme, explicit
+    ), None
+
+
+KERNELS: dict[str, Kernel] = {"reference": reference, "sdpa": sdpa, "banded": banded}
+"""The attention kernels by name; :func:`choose_kernel` picks one."""
+
+
+def choose_kernel(q: Tensor, k: Tensor, mask: Mask, bias: ScoreBias | None, need_weights: bool) -> str:
+    """The name in :data:`KERNELS` of the kernel for these queries and keys: ``banded`` for a
+    window over many queries and as many keys (training, evaluation, a prompt's prefill) under a
+    key mask (:func:`~vaswani.layers.local.is_key_mask`) when the weights are not asked for;
+    ``reference`` when they are, when the bias adds a term of the values (both need the weights),
+    or where it was measured faster (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
+    ``sdpa`` otherwise."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    windowed = mask.window is not None and mask.columns is None and q_len == k_len > 1
+    if windowed and not need_weights and is_key_mask(mask.given, k_len):
+        return "banded"
+    if need_weights or (bias is not None and bias.has_values) or explicit_attention_is_faster(q):
+        return "reference"
+    return "sdpa"
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask,
+    bias: ScoreBias | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+    group: int = 1,
+) -> tuple[Tensor, Tensor | None]:
+    """``softmax(Q Kᵀ / sqrt(d_head) + B) V`` over the keys ``mask`` allows, B the ``bias`` of the
+    position scheme, by the kernel :func:`choose_kernel` names: (batch, heads, q_len, d_head), and
+    the weights (batch, heads, q_len, k_len) before dropout if ``need_weights``. ``k`` and ``v``
+    have kv_heads dividing the query heads. ``group`` consecutive rows of ``q`` share each row of
+    ``k`` and ``v`` (cross-attention of beam hypotheses over their source): they are attended as
+    one row's queries (:func:`regroup`). Rows that may attend no key give zeros, not NaN."""
+    if group > 1:
+        q = regroup(q, group)
+    out, weights = KERNELS[choose_kernel(q, k, mask, bias, need_weights)](q, k, v, mask, bias, dropout)
+    if group > 1:
+        out, weights = ungroup(out, group), None if weights is None else ungroup(weights, group)
+    return out, (weights if need_weights else None)
+
+
+class Placement(NamedTuple):
+    """Where the new queries sit among the keys: the position ids of the ``queries`` (batch | 1,
+    q_len) and of every ``keys`` (batch | 1, cached + q_len) of self-attention (None without a
+    position scheme), and their ``columns`` (q_len,) in a static cache (None without one)."""
+
+    queries: Tensor | None
+    keys: Tensor | None
+    columns: Tensor | None
 
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-    ``Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_head)) V``. Self-attention takes
-    queries, keys and values from ``x``; cross-attention (``cross=True``) takes
-    keys and values from ``memory``. ``causal`` and ``window`` shape
-    self-attention (decoder, local attention). Positions (built in
-    :mod:`vaswani.layers.positions`) act in self-attention: ``relative`` is the scores' scheme,
-    Shaw et al.'s relative terms on the scores and values or ALiBi's bias on the scores, and
-    ``qk_positions`` transforms the new queries and keys (:meth:`apply_qk_positions`). The fast
-    path is ``scaled_dot_product_attention`` (ALiBi's bias given as a float mask); the explicit
-    path (used for relative positions, when weights are asked for, and where
-    :mod:`vaswani.layers.kernels` measured it faster) computes the same thing step by step and
-    returns the weights.
+    ``Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_head) + B) V`` (:func:`attend`). Self-attention
+    takes queries, keys and values from ``x``; cross-attention (``cross=True``) takes keys and
+    values from ``memory``. ``causal`` and ``window`` shape self-attention (decoder, local
+    attention). Positions (built in :mod:`vaswani.layers.positions`) act in self-attention:
+    ``relative`` is the scores' scheme (a :class:`~vaswani.layers.positions.ScoreScheme`: the bias
+    B, and a term of the values for Shaw et al.'s), ``qk_positions`` transforms the new queries
+    and keys (:meth:`apply_qk_positions`); a module that does not implement its protocol is
+    refused here.
 
     Grouped-query attention (``n_kv_heads`` < ``n_heads``; 1 is multi-query): keys and values
     have ``n_kv_heads`` heads of ``d_head``, query head ``h`` attending with key/value head
@@ -96,7 +191,7 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         causal: bool = False,
         window: int | None = None,
-        relative: ScorePositions | None = None,
+        relative: ScoreScheme | None = None,
         qk_positions: nn.Module | None = None,
         n_kv_heads: int | None = None,
     ) -> None:
@@ -110,9 +205,8 @@ class MultiHeadAttention(nn.Module):
         self.cross = cross
         self.causal = causal
         self.window = window
-        self.relative = relative if isinstance(relative, RelativePositions) else None
-        self.alibi = relative if isinstance(relative, ALiBiPositions) else None
-        self.qk_positions = qk_positions
+        self.relative = None if relative is None else require(relative, "scores")
+        self.qk_positions = None if qk_positions is None else require(qk_positions, "queries_keys")
         if fused and not cross:
             self.qkv_proj = Linear(d_model, d_model + 2 * d_kv, bias=bias)
         elif fused:
@@ -188,17 +282,6 @@ class MultiHeadAttention(nn.Module):
         ids = positions[:, -q.shape[2] :] if ids is None else ids
         return self.qk_positions(q, k, ids, positions.shape[-1])
 
-    def _positions(self, x: Tensor, cache: AttentionCache | None, positions: Tensor | None) -> Tensor | None:
-        """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
-        schemes that use them (None without one): the given ones, else 0, 1, … (no padding)."""
-        if self.cross or (self.relative is None and self.alibi is None and self.qk_positions is None):
-            return None
-        if positions is None:
-            if isinstance(cache, StaticKVCache):
-                return position_ids(cache.max_len, x.device)
-            positions = position_ids((cache.length if cache is not None else 0) + x.shape[1], x.device)
-        return positions
-
     def forward(
         self,
         x: Tensor,
@@ -208,7 +291,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``x`` (batch, q_len, d_model).
+        """Attend from ``x`` (batch, q_len, d_model): project, mask and bias, attend.
 
         ``memory`` (batch, k_len, d_model) is the key/value source of
         cross-attention; it may have fewer rows than ``x``, each memory row then serving
@@ -225,110 +308,53 @@ class MultiHeadAttention(nn.Module):
         the queries sitting at its next columns. Returns the output (batch, q_len, d_model) and, if
         ``need_weights``, the attention weights (batch, heads, q_len, k_len) before dropout.
         """
+        q, k, v, placed = self.project(x, memory, cache, positions)
+        allowed, bias = self.mask_and_bias(mask, placed, cache, k.shape[2])
+        dropout = self.dropout if self.training else 0.0
+        out, weights = attend(q, k, v, allowed, bias, dropout, need_weights, self._group_size(q, k))
+        return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
+
+    def project(
+        self, x: Tensor, memory: Tensor | None, cache: AttentionCache | None, positions: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Placement]:
+        """Q = x W^Q (batch, heads, q_len, d_head); K = source W^K and V = source W^V (batch,
+        kv_heads, k_len, d_head), the source ``memory`` or ``x``, through the cache (which returns
+        every key it keeps); and the :class:`Placement` of the queries among the keys. The new
+        queries and keys go through :meth:`apply_qk_positions` before the cache keeps the keys."""
         positions = self._positions(x, cache, positions)
         columns = cache.columns(x.shape[1]) if isinstance(cache, StaticKVCache) else None
         ids = None
         if positions is not None:
             ids = positions[:, -x.shape[1] :] if columns is None else positions.index_select(1, columns)
         q, k, v = self._project(x, x if memory is None else memory, cache, positions, ids)
+        return q, k, v, Placement(ids, positions, columns)
+
+    def mask_and_bias(
+        self, mask: Tensor | None, placed: Placement, cache: AttentionCache | None, k_len: int
+    ) -> tuple[Mask, ScoreBias | None]:
+        """The :class:`~vaswani.layers.scores.Mask` of the queries over the ``k_len`` keys: the
+        given ``mask`` (its key columns cut to those the cache returned), the layer's causal and
+        window parts in self-attention, a static cache's columns; and the score scheme's
+        :class:`~vaswani.layers.scores.ScoreBias` at the queries' and keys' ids (None without one)."""
+        key_ids = placed.keys
         if cache is not None and not self.cross:
-            mask, positions = newest_keys(mask, positions, k.shape[2])
-        group = self._group_size(q, k)
-        if group > 1:
-            q = regroup(q, group)
-        out, weights = self._attention(q, k, v, mask, need_weights, positions, ids, columns)
-        if group > 1:
-            out = ungroup(out, group)
-            weights = None if weights is None else ungroup(weights, group)
-        return self.out_proj(out.transpose(1, 2).flatten(-2)), weights
-
-    def _attention(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        need_weights: bool,
-        positions: Tensor | None,
-        ids: Tensor | None = None,
-        columns: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """softmax(Q Kᵀ / sqrt(d_head) + position terms) V over the keys ``mask`` allows, with the
-        layer's causal and window parts: (batch, heads, q_len, d_head), and the weights
-        (batch, heads, q_len, k_len) if ``need_weights``; ``positions`` are the keys' position ids
-        (relative terms, ALiBi's bias), ``ids`` the queries' (by default the last q_len of
-        ``positions``). ``columns`` (q_len,) place the queries among the keys of a static cache
-        (:func:`~vaswani.layers.masks.placed_mask`); else they are the last q_len. ``k`` and ``v`` have
-        the layer's ``n_kv_heads`` heads: SDPA takes them so with ``enable_gqa`` where
-        :func:`~vaswani.layers.kernels.sdpa_takes_grouped_heads` says so, else they are expanded to
-        every query head before the product.
-
-        The explicit path computes the weights (asked for, or needed by relative positions) or is
-        the faster kernel here (:func:`~vaswani.layers.kernels.explicit_attention_is_faster`);
-        otherwise SDPA runs, told ``is_causal`` instead of given a mask where it can be, and given
-        ALiBi's bias as a float mask (masked keys at the dtype's minimum). Rows in which no key may
-        be attended give zeros, not NaN.
-
-        With a ``window``, many queries over as many keys (training, evaluation, a prompt's
-        prefill) and a key mask, the banded path of :mod:`vaswani.layers.local` runs instead, in
-        O(L · w); the weights (``need_weights``) and decoding steps take the dense masked path."""
-        q_len, k_len = q.shape[2], k.shape[2]
-        if (
-            self.window is not None
-            and not need_weights
-            and q_len == k_len > 1
-            and columns is None
-            and is_key_mask(mask, k_len)
-        ):
-            explicit = self.relative is not None or explicit_attention_is_faster(q)
-            dropout = self.dropout if self.training else 0.0
-            scores = self.relative if self.relative is not None else self.alibi
-            return local_attention(
-                q, k, v, self.window, self.causal, mask, dropout, positions, scores, explicit
-            ), None
-        if ids is None and positions is not None:
-            ids = positions[:, -q_len:]
+            mask, key_ids = newest_keys(mask, key_ids, k_len)
+        causal, window = (False, None) if self.cross else (self.causal, self.window)
         bias = None
-        if self.alibi is not None and positions is not None and ids is not None:
-            bias = self.alibi.bias(ids, positions).to(q.dtype)
-        explicit = need_weights or self.relative is not None or explicit_attention_is_faster(q)
-        is_causal = (
-            not explicit
-            and bias is None
-            and self.causal
-            and self.window is None
-            and mask is None
-            and q_len == k_len > 1
-            and columns is None
-        )
-        if columns is not None:
-            mask = combine(mask, placed_mask(columns, k_len, self.window))
-        elif not self.cross and not is_causal:
-            mask = combine(mask, self_attention_mask(q_len, k_len, self.causal, self.window, q.device))
-        has_key = None
-        if mask is not None:
-            mask, has_key = guard_empty_rows(mask)
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        grouped = self.n_kv_heads != self.n_heads
-        enable_gqa = (
-            grouped and not explicit and sdpa_takes_grouped_heads(q, mask is not None or bias is not None)
-        )
-        if grouped and not enable_gqa:
-            k, v = expand_heads(k, self.n_heads), expand_heads(v, self.n_heads)
-        if explicit:
-            out, weights = self._explicit(q, k, v, mask, dropout, positions, bias, ids)
-        else:
-            if bias is not None:
-                mask = bias if mask is None else torch.where(mask, bias, torch.finfo(bias.dtype).min)
-            gqa = {"enable_gqa": True} if enable_gqa else {}
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, **gqa
-            )
-        if has_key is not None:
-            out = out * has_key
-            weights = None if weights is None else weights * has_key
-        return out, (weights if need_weights else None)
+        if self.relative is not None and placed.queries is not None and key_ids is not None:
+            bias = ScoreBias(self.relative, placed.queries, key_ids)
+        return Mask(mask, causal, window, placed.columns), bias
+
+    def _positions(self, x: Tensor, cache: AttentionCache | None, positions: Tensor | None) -> Tensor | None:
+        """The position ids (batch | 1, cached + q_len) of every key of self-attention, for the
+        schemes that use them (None without one): the given ones, else 0, 1, … (no padding)."""
+        if self.cross or (self.relative is None and self.qk_positions is None):
+            return None
+        if positions is None:
+            if isinstance(cache, StaticKVCache):
+                return position_ids(cache.max_len, x.device)
+            positions = position_ids((cache.length if cache is not None else 0) + x.shape[1], x.device)
+        return positions
 
     def _group_size(self, q: Tensor, k: Tensor) -> int:
         """How many consecutive query rows share each memory row in cross-attention (1 otherwise)."""
@@ -338,29 +364,3 @@ class MultiHeadAttention(nn.Module):
         if rows % memory_rows:
             raise ValueError(f"cross-attention: {rows} query rows cannot share {memory_rows} memory rows")
         return rows // memory_rows
-
-    def _explicit(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        dropout: float,
-        positions: Tensor | None,
-        bias: Tensor | None = None,
-        ids: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """The reference path: weights computed explicitly, ``bias`` (ALiBi's) or relative terms
-        added (by the position ids ``positions`` of the keys and ``ids`` of the queries, by default
-        the last of ``positions``)."""
-        bucket = None
-        if self.relative is not None and positions is not None:
-            ids = positions[:, -q.shape[2] :] if ids is None else ids
-            bucket = self.relative.bucket(ids[:, None], positions[:, None])
-            bias = self.relative.key_scores(q, bucket) / math.sqrt(self.d_head)
-        weights = attention_weights(q, k, mask, bias)
-        dropped = F.dropout(weights, dropout) if dropout > 0 else weights
-        out = dropped @ v
-        if self.relative is not None and bucket is not None:
-            out = out + self.relative.value_term(dropped, bucket)
-        return out, weights

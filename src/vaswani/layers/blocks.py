@@ -66,7 +66,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool, drop_path: float = 0.0) -> None:
         super().__init__()
-        relative = score_positions(cfg)
+        relative = score_positions(cfg, causal)
         qk_positions = query_key_positions(cfg)
 
         def attention(is_cross: bool) -> MultiHeadAttention:

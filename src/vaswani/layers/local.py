@@ -12,11 +12,12 @@ blocks (:class:`Blocks`); block n attends to the keys of blocks n − back … n
 window of its queries. Query r of a block and key c of its window are ``r − c + back · b``
 positions apart in every block, so one boolean pattern (b, keys) is the band (:func:`band`); it is
 AND-ed with the keys that exist (not padding, not outside the sequence). The blocks are the batch
-rows of ``scaled_dot_product_attention``, the band as its boolean mask (ALiBi's bias as a float
-mask), or of an explicit softmax where relative positions (Shaw et al.) need their terms or where
-:mod:`vaswani.layers.kernels` measured it faster. Position terms are computed from the position
-ids of each block's queries and window's keys, so left-padded rows get the same terms as in the
-dense path. Rows with no key to attend give zeros.
+rows of ``scaled_dot_product_attention``, the band as its boolean mask (a score scheme's bias as a
+float mask), or of the explicit softmax where the scheme adds a term of the values (Shaw et al.'s)
+or where :mod:`vaswani.layers.kernels` measured it faster. A score scheme is called, through its
+protocol (:class:`~vaswani.layers.positions.ScoreScheme`), with the position ids of each block's
+queries and window's keys, so left-padded rows get the same terms as in the dense path. Rows with
+no key to attend give zeros.
 
 **Memory.** The blocks are cut in three spans (:attr:`Blocks.spans`): the inner blocks, whose
 windows lie inside the sequence, and the edges before and after them (at most one block before,
@@ -39,7 +40,6 @@ within 10% of each other, 256 30% slower; hence b = w, at least :data:`MIN_BLOCK
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -48,7 +48,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vaswani.layers.kernels import sdpa_takes_grouped_heads
-from vaswani.layers.positions import ALiBiPositions, RelativePositions, ScorePositions, position_ids
+from vaswani.layers.positions import ScoreScheme, position_ids
+from vaswani.layers.scores import ScoreBias, softmax_attention
 
 MIN_BLOCK = 32
 """The smallest query block: tiny windows would otherwise make many tiny blocks."""
@@ -174,7 +175,7 @@ def local_attention(
     mask: Tensor | None = None,
     dropout: float = 0.0,
     positions: Tensor | None = None,
-    scores: ScorePositions | None = None,
+    scores: ScoreScheme | None = None,
     explicit: bool = False,
 ) -> Tensor:
     """Windowed self-attention of ``q`` (batch, heads, L, d_head) over ``k``, ``v`` (batch,
@@ -183,13 +184,12 @@ def local_attention(
 
     ``mask`` (batch | 1, 1, 1, L) is the key padding mask (True = may attend); ``dropout`` the
     probability of dropping an attention weight; ``positions`` (batch | 1, L) the position ids of
-    the tokens (0, 1, … when None), read by ``scores``: ALiBi's bias or Shaw et al.'s relative
-    terms. ``explicit`` computes the softmax step by step (always with relative terms) instead of
-    SDPA. The attention weights are not returned: a caller that needs them takes the dense path."""
+    the tokens (0, 1, … when None), read by the score scheme ``scores``. ``explicit`` computes the
+    softmax step by step (always when the scheme adds a term of the values) instead of SDPA. The
+    attention weights are not returned: a caller that needs them takes the dense path."""
     batch, heads, length = q.shape[:3]
     blocks = blocks_for(length, window, causal)
-    relative = scores if isinstance(scores, RelativePositions) else None
-    explicit = explicit or relative is not None
+    explicit = explicit or (scores is not None and scores.value_bias is not None)
     key_mask = None if mask is None else mask[:, 0, 0]
     if k.shape[1] != heads and (explicit or not sdpa_takes_grouped_heads(q, True)):
         k, v = (x.repeat_interleave(heads // x.shape[1], dim=1) for x in (k, v))
@@ -209,19 +209,15 @@ def local_attention(
             if guard
             else itertools.repeat(band(blocks, window, causal, q.device)[None, None])
         )
-        biases: Iterable[Tensor | None] = itertools.repeat(None)
-        buckets: Iterable[Tensor | None] = itertools.repeat(None)
-        if ids is not None:
+        biases: Iterable[ScoreBias | None] = itertools.repeat(None)
+        if scores is not None and ids is not None:
             query_ids, key_ids = span_blocks(ids, blocks, span), span_windows(ids, blocks, span)
-            if isinstance(scores, ALiBiPositions):
-                bias = scores.bias(query_ids.flatten(0, 1), key_ids.flatten(0, 1)).to(q.dtype)
-                biases = pieces(bias.unflatten(0, (-1, n)), dim, batch)
-            else:
-                buckets = pieces(scores.bucket(query_ids, key_ids)[:, :, None], dim, batch)
-        calls = zip(
-            *(pieces(x, dim, batch) for x in (queries, keys, values)), masks, biases, buckets, strict=False
-        )
-        outs = [attend_blocks(*args, guard, dropout, relative, explicit).transpose(1, 2) for args in calls]
+            biases = (
+                ScoreBias(scores, *pair)
+                for pair in zip(pieces(query_ids, dim, batch), pieces(key_ids, dim, batch), strict=True)
+            )
+        calls = zip(*(pieces(x, dim, batch) for x in (queries, keys, values)), masks, biases, strict=False)
+        outs = [attend_blocks(*args, guard, dropout, explicit).transpose(1, 2) for args in calls]
         out = outs[0].unflatten(0, (batch, n)) if dim is None else torch.stack(outs, dim)
         parts.append(out.flatten(1, 2)[:, : min(span.stop * blocks.size, length) - span.start * blocks.size])
     return (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).transpose(1, 2)
@@ -232,51 +228,26 @@ def attend_blocks(
     k: Tensor,
     v: Tensor,
     allowed: Tensor,
-    bias: Tensor | None,
-    bucket: Tensor | None,
+    bias: ScoreBias | None,
     guard: bool,
     dropout: float,
-    relative: RelativePositions | None,
     explicit: bool,
 ) -> Tensor:
     """Attention of the blocks ``q`` (rows, heads, size, d_head) over their windows ``k``, ``v``
-    (rows, kv_heads, keys, d_head), kv_heads dividing heads, where ``allowed`` (rows | 1, 1, size,
-    keys) says so: (rows, heads, size, d_head); ALiBi's ``bias`` (rows | 1, heads, size, keys) or
-    Shaw et al.'s ``bucket`` (rows | 1, 1, size, keys) with ``relative``. With ``guard``, queries
-    that may attend no key give zeros (else every query has one)."""
+    (rows, kv_heads, keys, d_head), kv_heads dividing heads (heads when ``explicit``), where
+    ``allowed`` (rows | 1, 1, size, keys) says so, with the score scheme's ``bias`` at the ids of
+    the blocks (rows | 1, size) and windows (rows | 1, keys). With ``guard``, queries that may
+    attend no key give zeros (else every query has one)."""
     has_key = allowed.any(dim=-1, keepdim=True) if guard else None
     if has_key is not None:
         allowed = allowed | ~has_key
     if explicit:
-        out = _explicit(q, k, v, allowed, dropout, bias, bucket, relative)
+        out = softmax_attention(q, k, v, allowed, bias, dropout)[0]
     else:
-        attn_mask = allowed if bias is None else torch.where(allowed, bias, torch.finfo(bias.dtype).min)
+        attn_mask = allowed
+        if bias is not None:
+            scores = bias.scores(q)
+            attn_mask = torch.where(allowed, scores, torch.finfo(scores.dtype).min)
         gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, **gqa)
     return out if has_key is None else out * has_key
-
-
-def _explicit(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    allowed: Tensor,
-    dropout: float,
-    bias: Tensor | None,
-    bucket: Tensor | None,
-    relative: RelativePositions | None,
-) -> Tensor:
-    """softmax(Q Kᵀ / sqrt(d_head) + position terms) V on the blocks: ``q`` (rows, heads, size,
-    d_head), ``k``, ``v`` (rows, heads, keys, d_head), ``allowed`` (rows, 1, size, keys); Shaw et
-    al.'s terms by ``bucket`` (rows, 1, size, keys) or ALiBi's ``bias`` (rows, heads, size, keys)."""
-    logits = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if relative is not None and bucket is not None:
-        logits = logits + relative.key_scores(q, bucket) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        logits = logits + bias
-    weights = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min).softmax(dim=-1)
-    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
-    out = dropped @ v
-    if relative is not None and bucket is not None:
-        out = out + relative.value_term(dropped, bucket)
-    return out

@@ -6,16 +6,19 @@ in one of three places:
 
 - the embedding adds an absolute table: position ids ``(batch, seq)`` → vectors
   ``(batch, seq, d_model)`` (sinusoidal, sinusoidal_halves, learned; :func:`embedding_positions`);
-- attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(p_i, p_j)`` (relative, Shaw
-  et al. 2018, which also adds a term to the values; ALiBi, Press et al. 2022;
-  :func:`score_positions`);
+- attention adds to its scores, ``e_ij = q_i · k_j / sqrt(d_head) + b(q_i, p_i, p_j)`` (relative, Shaw
+  et al. 2018, which also adds a term to the values; ALiBi, Press et al. 2022; T5's bucketed bias,
+  Raffel et al. 2020; :func:`score_positions`);
 - attention applies it to the new queries and keys before the cache keeps them,
   ``(q, k, positions, length) → (q', k')`` with q, k ``(batch, heads, new, d_head)``, their position
   ids ``(batch | 1, new)`` and a bound ``length`` on the ids (rotary, Su et al. 2021, in both
   layouts; :func:`query_key_positions`).
 
-Position ids ``p`` are threaded from the model down to attention (:func:`position_ids`): 0, 1, …
-after the cache, or counted from the attention mask for left-padded rows
+Each place has its protocol (:class:`TablePositions`, :class:`ScoreScheme`,
+:class:`QueryKeyPositions`), which the model calls and nothing else: a module that does not
+implement the protocol of its place is refused when the model is built (:func:`require`), never
+skipped. Position ids ``p`` are threaded from the model down to attention (:func:`position_ids`):
+0, 1, … after the cache, or counted from the attention mask for left-padded rows
 (:func:`positions_from_mask`), so that a scheme sees every token's true position.
 """
 
@@ -24,11 +27,80 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
-from vaswani.config import ModelConfig
+from vaswani.config import POSITIONS, ModelConfig
+from vaswani.config.positions import PLACES
+from vaswani.layers.rotary import RotaryPositions
+
+
+@runtime_checkable
+class TablePositions(Protocol):
+    """What the embedding adds: an absolute table P (max_len, d_model) read at position ids,
+    ``ids (..., seq) → P[ids] (..., seq, d_model)``."""
+
+    max_len: int
+
+    def __call__(self, positions: Tensor) -> Tensor: ...
+
+    def table_values(self) -> Tensor:
+        """The whole table P (max_len, d_model), without gradient (what ``plot positions`` reads)."""
+        ...
+
+
+@runtime_checkable
+class ScoreScheme(Protocol):
+    """What self-attention adds to its scores from the position ids of its queries and keys,
+
+        e_ij = q_i · k_j / sqrt(d_head) + b_ij,   b = score_bias(q, query_ids, key_ids),
+
+    ``q`` (rows, heads, q_len, d_head), the ids (rows | 1, q_len) and (rows | 1, k_len), b
+    broadcasting to (rows, heads, q_len, k_len); b may read the queries (Shaw et al.'s
+    q_i · a^K_ij / sqrt(d_head)). ``value_bias`` is None, or adds a term of the values,
+    ``z_i = Σ_j α_ij v_j + value_bias(α, query_ids, key_ids)_i`` (Shaw et al.'s Σ_j α_ij a^V_ij),
+    α (rows, heads, q_len, k_len) → (rows, heads, q_len, d_head): it needs the weights α, which only
+    attention's reference kernel computes."""
+
+    value_bias: Callable[[Tensor, Tensor, Tensor], Tensor] | None
+
+    def score_bias(self, q: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class QueryKeyPositions(Protocol):
+    """What self-attention applies to its new queries and keys before the cache keeps the keys,
+    ``(q, k, ids, length) → (q', k')``: q, k (batch, heads, new, d_head), their position ids
+    (batch | 1, new), each below ``length`` (the cached and new tokens)."""
+
+    def __call__(self, q: Tensor, k: Tensor, ids: Tensor, length: int) -> tuple[Tensor, Tensor]: ...
+
+
+PROTOCOLS: dict[str, type] = {
+    "embedding": TablePositions,
+    "scores": ScoreScheme,
+    "queries_keys": QueryKeyPositions,
+}
+"""The protocol of a scheme acting in each place of ``config.positions.PLACES``."""
+
+M = TypeVar("M")
+
+
+def require(module: M, place: str, name: str = "") -> M:
+    """``module`` if it implements the protocol of a scheme acting in ``place``; else a TypeError
+    naming the scheme (``name``), its class and the members it lacks."""
+    protocol = PROTOCOLS[place]
+    if isinstance(module, protocol):
+        return module
+    members = [*getattr(protocol, "__annotations__", {}), *vars(protocol)]
+    missing = [m for m in dict.fromkeys(members) if not m.startswith("_") and not hasattr(module, m)]
+    raise TypeError(
+        f"position scheme {name or type(module).__name__!r}: {type(module).__name__} does not implement "
+        f"{protocol.__name__}, the protocol of a scheme acting in the {place}"
+        + (f" (it lacks {', '.join(missing)})" if missing else "")
+    )
 
 
 def sinusoidal_table(max_len: int, d_model: int, halves: bool = False) -> Tensor:
@@ -71,6 +143,10 @@ class SinusoidalPositions(nn.Module):
         """``positions`` (..., seq) int64 → (..., seq, d_model)."""
         return self.table[positions]
 
+    def table_values(self) -> Tensor:
+        """The table (max_len, d_model), from its formula."""
+        return self.table
+
 
 class LearnedPositions(nn.Module):
     """Learned absolute positions: one trained vector per position id (BERT, GPT-2)."""
@@ -83,6 +159,10 @@ class LearnedPositions(nn.Module):
     def forward(self, positions: Tensor) -> Tensor:
         """``positions`` (..., seq) int64 → (..., seq, d_model)."""
         return self.embedding(positions)
+
+    def table_values(self) -> Tensor:
+        """The trained table (max_len, d_model)."""
+        return self.embedding.weight.detach()
 
 
 class RelativePositions(nn.Module):
@@ -128,64 +208,14 @@ class RelativePositions(nn.Module):
         summed.scatter_add_(-1, index, weights)
         return summed @ self.values.weight.to(weights.dtype)
 
+    def score_bias(self, q: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """The key term as a bias of the scaled scores, q_i · a^K_ij / sqrt(d_head), (rows, heads,
+        q_len, k_len) (:class:`ScoreScheme`)."""
+        return self.key_scores(q, self.bucket(query_ids[:, None], key_ids[:, None])) / math.sqrt(q.shape[-1])
 
-class RotaryPositions(nn.Module):
-    """Rotary positions (RoPE, Su et al. 2021): each pair of a query's or key's features is rotated
-    by an angle proportional to its position p, so that q'_i · k'_j depends on p_i − p_j only.
-
-    Interleaved layout (the paper's, GPT-J's): the pairs are (2i, 2i+1),
-
-        (q'_{2i}, q'_{2i+1}) = R(θ_i · p) (q_{2i}, q_{2i+1}),   θ_i = theta^(−2i / d_head),
-
-    with R(a) the 2×2 rotation [[cos a, −sin a], [sin a, cos a]], i < d_head / 2. The half-split
-    layout (Hugging Face Llama's ``rotate_half``) rotates the pairs (i, i + d_head/2) instead by
-    the same θ_i · p: the same map with the features permuted (the evens first, then the odds).
-
-    The cos/sin table ``(rows, d_head / 2)`` is fp32, built once on the device of the input for
-    ``max_len`` rows (more when an id needs them, doubling) and kept (not in the state dict); the
-    rotation runs in fp32 (or the input's wider type) and is cast back to the input's dtype, so
-    that bf16 autocast rotates exact angles.
-    """
-
-    def __init__(self, d_head: int, max_len: int, theta: float = 10000.0, interleaved: bool = False) -> None:
-        super().__init__()
-        self.d_head = d_head
-        self.max_len = max_len
-        self.theta = theta
-        self.interleaved = interleaved
-        self._cos: Tensor | None = None
-        self._sin: Tensor | None = None
-
-    def table(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """cos(θ_i · p) and sin(θ_i · p), fp32 (rows ≥ ``length``, d_head / 2) on ``device``: angles
-        in float64 on the CPU (exact for long contexts), then cast and moved."""
-        rows = 0 if self._cos is None else self._cos.shape[0]
-        if self._cos is None or self._sin is None or rows < length or self._cos.device != device:
-            rows = max(length, self.max_len, 2 * rows if length > rows else rows)
-            inv_freq = self.theta ** (-torch.arange(0, self.d_head, 2, dtype=torch.float64) / self.d_head)
-            angle = torch.arange(rows, dtype=torch.float64)[:, None] * inv_freq
-            self._cos = angle.cos().float().to(device)
-            self._sin = angle.sin().float().to(device)
-        return self._cos, self._sin
-
-    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """``x`` (batch, heads, new, d_head) rotated by the angles whose ``cos`` and ``sin``
-        broadcast to (batch, heads, new, d_head / 2); same dtype as ``x``."""
-        wide = x.to(torch.promote_types(x.dtype, torch.float32))
-        if self.interleaved:
-            even, odd = wide[..., 0::2], wide[..., 1::2]
-            out = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
-        else:
-            first, second = wide.chunk(2, dim=-1)
-            out = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-        return out.to(x.dtype)
-
-    def forward(self, q: Tensor, k: Tensor, ids: Tensor, length: int) -> tuple[Tensor, Tensor]:
-        """``q``, ``k`` (batch, heads, new, d_head) at the position ids ``ids`` (batch | 1, new),
-        each < ``length`` → the rotated q', k'."""
-        cos, sin = self.table(length, q.device)
-        cos, sin = cos[ids][:, None], sin[ids][:, None]
-        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+    def value_bias(self, weights: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """The value term Σ_j α_ij a^V_ij of the weights α (:class:`ScoreScheme`)."""
+        return self.value_term(weights, self.bucket(query_ids[:, None], key_ids[:, None]))
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -211,11 +241,67 @@ class ALiBiPositions(nn.Module):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
+    value_bias = None  # nothing added to the values (:class:`ScoreScheme`)
+
     def bias(self, query_ids: Tensor, key_ids: Tensor) -> Tensor:
         """The bias of the queries' position ids ``query_ids`` (batch | 1, q_len) against the
         keys' ``key_ids`` (batch | 1, k_len): (batch | 1, heads, q_len, k_len), the slopes' dtype."""
         distance = (query_ids[:, :, None] - key_ids[:, None, :]).abs()
         return -self.slopes[:, None, None] * distance[:, None].to(self.slopes.dtype)
+
+    def score_bias(self, q: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """:meth:`bias`, which does not read the queries (:class:`ScoreScheme`)."""
+        return self.bias(query_ids, key_ids)
+
+
+class T5Bias(nn.Module):
+    """T5's relative position bias (Raffel et al. 2020; Mesh TensorFlow's and Hugging Face's
+    ``T5Attention``): a learned scalar per (distance bucket, head), added to each head's scores,
+
+        e_ij = q_i · k_j / sqrt(d_head) + B[bucket(p_j − p_i), h].
+
+    Of ``num_buckets``, a bidirectional layer gives half to the keys after the query and half to
+    the others; a causal one gives all of them to the keys before it (those after are masked).
+    Within a direction's n buckets, distances below n / 2 have one bucket each, the others
+    log-spaced buckets up to ``max_distance``, beyond which they share the last (:meth:`bucket`).
+
+    Two deviations from T5: T5 adds the bias to the unscaled q_i · k_j (its initialisation absorbs
+    1 / sqrt(d_head)), here it is added to the scaled scores, as every score scheme's bias (a T5
+    checkpoint reads the same with W^Q scaled by sqrt(d_head)); and each self-attention layer learns
+    its own table, where T5 shares the first layer's with the others."""
+
+    value_bias = None  # nothing added to the values (:class:`ScoreScheme`)
+
+    def __init__(
+        self, n_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True
+    ):
+        super().__init__()
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.table = nn.Embedding(num_buckets, n_heads)
+
+    def bucket(self, distance: Tensor) -> Tensor:
+        """The bucket of each distance p_j − p_i (long, any shape), T5's arithmetic step by step:
+        in a direction of n buckets, d below n / 2 is its own bucket, a larger one
+        n / 2 + floor(log(d / (n / 2)) / log(max_distance / (n / 2)) · n / 2), at most n − 1."""
+        buckets, offset = self.num_buckets, torch.zeros_like(distance)
+        if self.bidirectional:
+            buckets //= 2
+            offset = (distance > 0).long() * buckets
+            distance = distance.abs()
+        else:
+            distance = (-distance).clamp(min=0)
+        exact = buckets // 2
+        ratio = torch.log(distance.clamp(min=exact).float() / exact) / math.log(self.max_distance / exact)
+        far = (exact + (ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
+        return offset + torch.where(distance < exact, distance, far)
+
+    def score_bias(self, q: Tensor, query_ids: Tensor, key_ids: Tensor) -> Tensor:
+        """B[bucket(p_j − p_i), h] of the ids (rows | 1, q_len) and (rows | 1, k_len): (rows | 1,
+        heads, q_len, k_len), the table's dtype; the queries are not read (:class:`ScoreScheme`)."""
+        distance = key_ids[:, None, :] - query_ids[:, :, None]
+        return self.table(self.bucket(distance)).movedim(-1, 1)
 
 
 def position_ids(length: int, device: torch.device | None = None) -> Tensor:
@@ -236,25 +322,24 @@ def positions_from_mask(attention_mask: Tensor, offset: int = 0) -> Tensor:
     return positions.clamp(min=0)[:, offset:]
 
 
-ScorePositions = RelativePositions | ALiBiPositions
-"""What self-attention adds to its scores: Shaw et al.'s terms (scores and values), or ALiBi's bias."""
-
-
 @dataclass(frozen=True)
 class Scheme:
     """Where one value of the ``position`` config field acts: the builder of its module from the
-    config in each place, or None where it does not act.
+    config in that place (the others None), implementing the place's protocol.
 
-    ``embedding``: a module ``ids (..., seq) → (..., seq, d_model)`` the embedding adds, with a
-    ``max_len`` attribute. ``scores``: what self-attention adds to its scores (and values).
-    ``queries_keys``: a module ``(q, k, positions, length) → (q', k')`` that self-attention applies
-    to the new queries and keys (batch, heads, new, d_head), given their ids (batch | 1, new), each
-    below ``length`` (the count of cached and new tokens).
+    ``embedding``: a :class:`TablePositions` the embedding adds. ``scores``: a :class:`ScoreScheme`
+    from the config and whether its attention is causal (T5's buckets are one-sided there).
+    ``queries_keys``: a :class:`QueryKeyPositions` applied to the new queries and keys.
     """
 
     embedding: Callable[[ModelConfig], nn.Module] | None = None
-    scores: Callable[[ModelConfig], ScorePositions] | None = None
+    scores: Callable[[ModelConfig, bool], nn.Module] | None = None
     queries_keys: Callable[[ModelConfig], nn.Module] | None = None
+
+    @property
+    def places(self) -> list[str]:
+        """The places it has a builder for (one)."""
+        return [place for place in PLACES if getattr(self, place) is not None]
 
 
 def rotary(cfg: ModelConfig, interleaved: bool) -> RotaryPositions:
@@ -262,34 +347,54 @@ def rotary(cfg: ModelConfig, interleaved: bool) -> RotaryPositions:
     return RotaryPositions(cfg.d_model // cfg.n_heads, cfg.max_len, cfg.rope_theta, interleaved)
 
 
-# Every value of ``ModelConfig.position`` (``config.POSITIONS``). A new scheme is its module above
-# and one entry here (and its value in ``config.POSITIONS``).
+# Every value of ``ModelConfig.position``: a new scheme is its module above, one entry here and its
+# entry in ``config.POSITIONS`` (where it acts, its parameters), checked to agree below.
 SCHEMES: dict[str, Scheme] = {
     "sinusoidal": Scheme(embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model)),
     "sinusoidal_halves": Scheme(
         embedding=lambda cfg: SinusoidalPositions(cfg.max_len, cfg.d_model, halves=True)
     ),
     "learned": Scheme(embedding=lambda cfg: LearnedPositions(cfg.max_len, cfg.d_model)),
-    "relative": Scheme(scores=lambda cfg: RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)),
+    "relative": Scheme(
+        scores=lambda cfg, causal: RelativePositions(cfg.d_model // cfg.n_heads, cfg.rel_clip)
+    ),
     "rope": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=False)),
     "rope_interleaved": Scheme(queries_keys=lambda cfg: rotary(cfg, interleaved=True)),
-    "alibi": Scheme(scores=lambda cfg: ALiBiPositions(cfg.n_heads)),
+    "alibi": Scheme(scores=lambda cfg, causal: ALiBiPositions(cfg.n_heads)),
+    "t5_bias": Scheme(
+        scores=lambda cfg, causal: T5Bias(cfg.n_heads, cfg.rel_buckets, cfg.rel_max_distance, not causal)
+    ),
 }
 
 
+def check_schemes(schemes: dict[str, Scheme]) -> None:
+    """A TypeError unless ``schemes`` has one entry per value of ``config.POSITIONS``, each
+    building its module in the one place the config's table says."""
+    if set(schemes) != set(POSITIONS):
+        raise TypeError(f"SCHEMES and config.POSITIONS differ: {sorted(set(schemes) ^ set(POSITIONS))}")
+    wrong = [name for name, scheme in schemes.items() if scheme.places != [POSITIONS[name].acts]]
+    if wrong:
+        raise TypeError(f"SCHEMES and config.POSITIONS disagree on where {', '.join(wrong)} act")
+
+
+check_schemes(SCHEMES)
+
+
 def embedding_positions(cfg: ModelConfig) -> nn.Module | None:
-    """What the embedding adds for ``cfg.position`` (an absolute table), or None."""
+    """What the embedding adds for ``cfg.position`` (a :class:`TablePositions`), or None."""
     build = SCHEMES[cfg.position].embedding
-    return None if build is None else build(cfg)
+    return None if build is None else require(build(cfg), "embedding", cfg.position)
 
 
-def score_positions(cfg: ModelConfig) -> ScorePositions | None:
-    """What self-attention adds to its scores for ``cfg.position``, or None."""
+def score_positions(cfg: ModelConfig, causal: bool = False) -> nn.Module | None:
+    """What self-attention (``causal`` or not) adds to its scores for ``cfg.position`` (a
+    :class:`ScoreScheme`), or None."""
     build = SCHEMES[cfg.position].scores
-    return None if build is None else build(cfg)
+    return None if build is None else require(build(cfg, causal), "scores", cfg.position)
 
 
 def query_key_positions(cfg: ModelConfig) -> nn.Module | None:
-    """What self-attention applies to its new queries and keys for ``cfg.position``, or None."""
+    """What self-attention applies to its new queries and keys for ``cfg.position`` (a
+    :class:`QueryKeyPositions`), or None."""
     build = SCHEMES[cfg.position].queries_keys
-    return None if build is None else build(cfg)
+    return None if build is None else require(build(cfg), "queries_keys", cfg.position)

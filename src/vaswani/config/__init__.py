@@ -29,6 +29,8 @@ from vaswani.aliases import (
     split_combined_activation,
     split_combined_norm,
 )
+from vaswani.config.positions import POSITIONS, position_problem
+from vaswani.config.positions import ROTARY as ROTARY  # read by the exporters
 from vaswani.errors import ConfigError
 from vaswani.runtime import DEVICE_NAME, DEVICES
 from vaswani.schema import Config, flag, no_flag
@@ -36,8 +38,6 @@ from vaswani.schema import Config, flag, no_flag
 ARCHS = ("encoder_decoder", "decoder_only", "encoder_only", "vit", "rnn")
 NORMS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned", "relative", "sinusoidal_halves", "rope", "rope_interleaved", "alibi")
-ROTARY = ("rope", "rope_interleaved")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 FFNS = ("plain", "gated")
 TIES = ("none", "output", "all")
@@ -88,7 +88,9 @@ class ModelConfig(Config):
     ``output_bias`` adds a bias to the output projection (Marian's ``final_logits_bias``).
     ``position="rope"`` (half-split, Llama's) and ``"rope_interleaved"`` (the paper's, GPT-J's)
     rotate queries and keys with the base ``rope_theta``; ``"alibi"`` adds Press et al.'s linear
-    biases to the scores. Neither adds a position embedding.
+    biases to the scores, ``"t5_bias"`` T5's learned bias of each head over ``rel_buckets``
+    log-spaced distances up to ``rel_max_distance`` (Raffel et al. 2020). None adds a position
+    embedding.
 
     ``ffn="plain"`` is the paper's feed-forward, act(x W_1) W_2 (2 · d_model · d_ff weights);
     ``"gated"`` is Shazeer's (2020) gated one, (act(x W_gate) ⊙ x W_up) W_down (3 · d_model · d_ff
@@ -157,9 +159,11 @@ class ModelConfig(Config):
         None, "post (the paper's) or pre (default post)", choices=NORM_PLACEMENTS
     )
     norm_eps: float = flag(1e-5, "the norms' epsilon", range="(0, inf)")
-    position: str = flag("sinusoidal", choices=POSITIONS)
+    position: str = flag("sinusoidal", choices=tuple(POSITIONS))
     max_len: int = flag(512, "longest sequence (a language model's context)", range="(0, inf)")
     rel_clip: int = flag(16, "clipping distance k of relative positions", range="(0, inf)")
+    rel_buckets: int = flag(32, "buckets of t5_bias's log-spaced distances", range="[4, inf)")
+    rel_max_distance: int = flag(128, "distance from which t5_bias shares one bucket", range="(0, inf)")
     rope_theta: float = flag(10000.0, "the base theta of rotary positions' angles", range="(0, inf)")
     attn_window: int | None = flag(
         None,
@@ -194,7 +198,7 @@ class ModelConfig(Config):
         self._split_norm()
         self._split_activation()
         self._one_of("norm_placement", NORM_PLACEMENTS)
-        self._one_of("position", POSITIONS)
+        self._one_of("position", tuple(POSITIONS))
         self._one_of("activation", ACTIVATIONS)
         self._one_of("ffn", FFNS)
         self._one_of("tie_embeddings", TIES)
@@ -210,12 +214,8 @@ class ModelConfig(Config):
             self._fail("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             self._fail("n_kv_heads", f"must divide n_heads={self.n_heads}, got {self.n_kv_heads}")
-        if self.position in ROTARY and (self.d_model // self.n_heads) % 2:
-            self._fail(
-                "position",
-                f"{self.position} rotates pairs of features and needs an even head dimension "
-                f"(d_model / n_heads), got {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}",
-            )
+        if (problem := position_problem(self)) is not None:
+            self._fail(*problem)
         if self.attn_window is not None and self.attn_window > self.max_len:
             self._fail("attn_window", f"must be <= max_len={self.max_len}, got {self.attn_window}")
         if (
@@ -281,7 +281,7 @@ class ModelConfig(Config):
         return cls.from_dict(fields, source=f"preset '{name}'")
 
 
-PRESETS_FILE = Path(__file__).parent / "recipes" / "presets.yaml"
+PRESETS_FILE = Path(__file__).parents[1] / "recipes" / "presets.yaml"
 
 
 @functools.cache
