@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from vaswani.config import ModelConfig, TrainConfig
+from vaswani.config import ARCHS, FAMILY_FIELDS, ModelConfig, TrainConfig
 from vaswani.errors import ConfigError, VaswaniError
 
 
@@ -142,3 +144,20 @@ def test_bad_train_field_is_refused_by_name(field, value):
 
 def test_train_betas_from_a_list_become_a_tuple():
     assert TrainConfig.from_dict({"betas": [0.9, 0.997]}).betas == (0.9, 0.997)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_run_config_holds_its_own_family_s_fields_and_reads_back_equal(arch):
+    cfg = ModelConfig(arch=arch)
+    saved = cfg.to_dict()
+    others = {name for name, archs in FAMILY_FIELDS.items() if arch not in archs}
+    assert not others & set(saved), f"{arch} config.json holds {sorted(others & set(saved))}"
+    assert {name for name, archs in FAMILY_FIELDS.items() if arch in archs} <= set(saved)
+    assert ModelConfig.from_dict(saved) == cfg
+    flat = dataclasses.asdict(cfg)  # an old config.json: every field of every family
+    assert ModelConfig.from_dict(flat) == cfg
+
+
+def test_another_family_s_field_off_its_default_is_kept():
+    cfg = ModelConfig(arch="decoder_only", pooler=False)  # a GPT classifier's config sets it
+    assert cfg.to_dict()["pooler"] is False and ModelConfig.from_dict(cfg.to_dict()) == cfg

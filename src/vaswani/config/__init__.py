@@ -47,6 +47,13 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 IMAGE_POOLS = ("cls", "mean")
 VIT_INITS = ("hf", "timm")
 SELECT_BY = ("bleu", "chrf", "loss")
+FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("image_size", "patch_size", "channels", "pooling", "vit_init"), ("vit",)),
+    **dict.fromkeys(("type_vocab_size", "pooler"), ("encoder_only",)),
+    **dict.fromkeys((side for sides in SIDES.values() for side in sides), ("encoder_decoder", "rnn")),
+}
+"""The model fields that only some archs read → those archs; every other field is every arch's.
+A run's ``config.json`` holds its own family's fields (:meth:`ModelConfig.to_dict`)."""
 
 
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
@@ -252,6 +259,17 @@ class ModelConfig(Config):
         fields = split_combined_activation({"activation": self.activation})
         object.__setattr__(self, "activation", fields["activation"])
         object.__setattr__(self, "ffn", fields.get("ffn", self.ffn))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields of this model's family, as ``config.json`` holds them: a field that only other
+        archs read (:data:`FAMILY_FIELDS`) is left out at its default, which reading gives back
+        (old files, which hold every field, read as before)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {
+            name: value
+            for name, value in super().to_dict().items()
+            if self.arch in FAMILY_FIELDS.get(name, (self.arch,)) or value != defaults[name]
+        }
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with ``changes``; an old combined ``norm`` among them sets the placement too (and
