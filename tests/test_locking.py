@@ -208,7 +208,7 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_is_removed(tmp_path, c
     with pytest.raises(VaswaniError, match="no data yet"), lifecycle.new_run(out, "lm", "cpu"):
         raise VaswaniError("no data yet")  # before training began: removed without a word
     assert not out.exists() and capsys.readouterr().err == ""
-    with pytest.raises(VaswaniError) as info, lifecycle.new_run(out, "lm", "cpu") as run_dir:
+    with pytest.raises(VaswaniError) as info, lifecycle.new_run(out, "lm", "cpu") as (run_dir, _):
         (run_dir / "config.json").write_text("{}")
         raise VaswaniError("diverged")
     assert not out.exists()
@@ -218,7 +218,7 @@ def test_a_new_run_that_fails_before_its_first_checkpoint_is_removed(tmp_path, c
 
 def test_a_new_run_that_fails_after_a_checkpoint_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(RunDirError) as info, lifecycle.new_run(out, "lm", "cpu") as run_dir:
+    with pytest.raises(RunDirError) as info, lifecycle.new_run(out, "lm", "cpu") as (run_dir, _):
         (run_dir / "checkpoints" / "step_00000002").mkdir(parents=True)
         raise RunDirError("diverged")
     assert (out / "checkpoints" / "step_00000002").is_dir() and not (out / ".lock").exists()

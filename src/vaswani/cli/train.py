@@ -129,8 +129,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if launch.wanted(args.nproc):
             RunDir(args.resume).read_config(spec.name)  # a bad run directory: one line, before launching
             return launch.launch(args.argv, args.nproc)
-        with lifecycle.resumed_run(args.resume, spec.name, **changes) as (_, resumed):
-            result = spec.train(resumed, Path(args.resume), resume=True, quiet=args.quiet)
+        with lifecycle.resumed_run(args.resume, spec.name, **changes) as (_, resumed, device):
+            result = spec.train(resumed, Path(args.resume), resume=True, quiet=args.quiet, device=device)
             finish(spec, result, Path(args.resume), started, args.quiet)
         return 0
     check_new_run(args.out)
@@ -143,8 +143,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if launch.wanted(args.nproc):
         RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
         return launch.launch(args.argv, args.nproc)
-    with lifecycle.new_run(args.out, spec.name, run.train.device) as run_dir:
-        result = spec.train(run, run_dir, resume=False, quiet=args.quiet)
+    with lifecycle.new_run(args.out, spec.name, run.train.device) as (run_dir, device):
+        result = spec.train(run, run_dir, resume=False, quiet=args.quiet, device=device)
         finish(spec, result, run_dir, started, args.quiet)
     return 0
 

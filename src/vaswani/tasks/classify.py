@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -149,7 +150,12 @@ def classifier_config(base: ModelConfig, pool: str) -> ModelConfig:
 
 
 def train_classify(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, data: Examples | None = None
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
+    data: Examples | None = None,
 ) -> tuple[dict[str, Any], TextClassifier]:
     """Fine-tune (or, with ``resume``, continue) a classifier in ``run_dir``; return the metrics and
     the classifier. ``data``: the examples, when already read (else from ``run.data``). A new run
@@ -199,7 +205,7 @@ def train_classify(
             save_tokenizer(tokenizer, folder)
 
     task = ClassifyTask(run, reader, data, tokenizer.vocab_size)
-    metrics, model = fit_run(run, run_dir, task, build, save, resume, quiet)
+    metrics, model = fit_run(run, run_dir, task, build, save, resume, quiet, device=device)
     assert isinstance(model, (BertClassifier, GPTClassifier))
     return metrics, TextClassifier(model.eval(), tokenizer, run.data)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -78,7 +79,11 @@ def with_pretrained(build: Callable[[], ViT], init: Path) -> Callable[[], ViT]:
 
 
 def train_image(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], ImageClassifier]:
     """Train (or, with ``resume``, continue) an image classifier in ``run_dir``; return the metrics
     and the classifier. The run directory keeps the classes (``config.json``) and the
@@ -97,7 +102,7 @@ def train_image(
         return model_of(run)
 
     maker = build if init is None else with_pretrained(build, init)
-    metrics, model = fit_run(run, run_dir, task, maker, processing.save, resume, quiet)
+    metrics, model = fit_run(run, run_dir, task, maker, processing.save, resume, quiet, device=device)
     classifier = ImageClassifier(model.eval(), processing, run.data)
     if splits.test is not None:
         test, _, _ = classifier.evaluate(splits.test, run.train.batch_size)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vaswani.config import RunConfig
 from vaswani.errors import RunDirError, TrainingInterrupted, VaswaniError
 from vaswani.rundir import RunDir, RunLock
@@ -31,16 +33,17 @@ def resume(
     config (with ``task``, a run of another task is refused). ``train_changes`` (e.g.
     ``max_steps=...``) may extend it; they are saved in the config, so that a later plain resume
     keeps them. Returns what the task's training returns."""
-    with resumed_run(run_dir, task, **train_changes) as (spec, run):
+    with resumed_run(run_dir, task, **train_changes) as (spec, run, device):
         assert spec.train is not None
-        return spec.train(run, Path(run_dir), resume=True, quiet=quiet)
+        return spec.train(run, Path(run_dir), resume=True, quiet=quiet, device=device)
 
 
 @contextlib.contextmanager
 def resumed_run(
     run_dir: str | Path, task: str | None = None, **train_changes: Any
-) -> Iterator[tuple[TaskSpec, RunConfig]]:
-    """The entry and the config (with ``train_changes``) of the stopped run ``run_dir``, held
+) -> Iterator[tuple[TaskSpec, RunConfig, torch.device]]:
+    """The entry, the config (with ``train_changes``) and this process's device (resolved here,
+    once, and handed to the task's training) of the stopped run ``run_dir``, held
     (:meth:`RunDir.lock`, by the main process) for the block. A run already at its step or time
     budget is refused in one line, before any data is read."""
     folder = RunDir(run_dir)
@@ -53,7 +56,7 @@ def resumed_run(
     if "max_steps" in train_changes:  # a new step budget replaces a budget of epochs
         train_changes = {"epochs": None, **train_changes}
     resumed = RunConfig(run.task, run.model, run.train.replace(**train_changes), run.data)
-    place, _ = distributed.start(resumed.train.device)
+    place, device = distributed.start(resumed.train.device)
 
     def take() -> RunLock:
         folder.check_not_held()  # a run in use is said first; then refusals that leave it as it was
@@ -61,7 +64,7 @@ def resumed_run(
         return folder.lock()
 
     with _held(place, take):
-        yield spec, resumed
+        yield spec, resumed, device
 
 
 def budget_left(run_dir: Path, run: RunConfig) -> None:
@@ -114,14 +117,15 @@ def _held(place: distributed.World, take: Callable[[], RunLock]) -> Iterator[Run
 
 
 @contextlib.contextmanager
-def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator[Path]:
-    """The directory of a new run of ``task``: ``out`` (new or empty; default
+def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator[tuple[Path, torch.device]]:
+    """The directory of a new run of ``task``, and this process's device (``device`` resolved here,
+    once, and handed to the task's training): ``out`` (new or empty; default
     ``runs/TASK-DATE-TIME``), made and held for the block (:meth:`RunDir.create`) before any data
     is read. Under several processes the main one makes it and tells the others (after joining
     the process group for ``device``). A failure in the block leaves no unusable run: one without
     a checkpoint is removed (once training had begun, its error, or a note, says so); one with a
     checkpoint stays, and its error (or a note, after a KeyboardInterrupt) says how to resume it."""
-    place, _ = distributed.start(device)
+    place, resolved = distributed.start(device)
     chosen: list[Path] = []
 
     def create() -> RunLock:
@@ -132,7 +136,7 @@ def new_run(out: str | Path | None, task: str, device: str = "auto") -> Iterator
     with _held(place, create) as lock:
         path = distributed.from_main(place, str(chosen[0]) if chosen else None)
         try:
-            yield Path(path)
+            yield Path(path), resolved
         except BaseException as exc:
             said = _after_failure(RunDir(path), lock, task, exc) if lock is not None else None
             if said is None:
@@ -162,5 +166,5 @@ def train(run: RunConfig, out: str | Path | None = None, quiet: bool = False) ->
     spec = get(run.task)
     if spec.train is None:
         raise RunDirError(f"runs of task {run.task!r} are not trained by vaswani")
-    with new_run(out, run.task, run.train.device) as run_dir:
-        return spec.train(run, run_dir, resume=False, quiet=quiet)
+    with new_run(out, run.task, run.train.device) as (run_dir, device):
+        return spec.train(run, run_dir, resume=False, quiet=quiet, device=device)

@@ -83,7 +83,11 @@ class LMTask:
 
 
 def train_lm(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], LanguageModel, str]:
     """Train (or, with ``resume``, continue) a language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run with ``data.init`` takes that run's
@@ -116,7 +120,7 @@ def train_lm(
         tokenizer.vocab_size,
     )
     metrics, model = fit_run(
-        run, run_dir, task, build, lambda d: tokenizer.save(d / TOKENIZER), resume, quiet
+        run, run_dir, task, build, lambda d: tokenizer.save(d / TOKENIZER), resume, quiet, device=device
     )
     assert isinstance(model, GPT)
     return metrics, LanguageModel(model, tokenizer), name

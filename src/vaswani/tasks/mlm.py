@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -126,7 +127,11 @@ class MLMTask:
 
 
 def train_mlm(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
     """Train (or, with ``resume``, continue) a masked language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run trains its WordPiece tokenizer on the
@@ -173,6 +178,7 @@ def train_mlm(
         lambda d: save_tokenizer(tokenizer, d),
         resume,
         quiet,
+        device=device,
     )
     assert isinstance(model, MaskedLM)
     return metrics, MaskedLanguageModel(model.eval(), tokenizer, run.data), name

@@ -152,7 +152,11 @@ def distilled(
 
 
 def train_nat(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], NatTranslator, TranslationData]:
     """Train a nat run in ``run_dir`` (or, with ``resume``, continue it); return metrics, translator
     and data."""
@@ -188,7 +192,7 @@ def train_nat(
     build = with_word_vectors(
         lambda: model_of(run), translation.source_embedding, rows, run.data.freeze_embeddings
     )
-    metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet)
+    metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet, device=device)
     assert isinstance(model, CMLM)
     bleu_tokenize = run.data.bleu_tokenize or "13a"
     return metrics, NatTranslator(model, src_tok, tgt_tok, mask_id, bleu_tokenize), data

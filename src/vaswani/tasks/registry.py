@@ -52,7 +52,8 @@ class TaskSpec:
     """One task. ``data`` is the class of its runs' data section; ``model`` builds the untrained
     model of a run config; ``load(run_dir, device=...)`` reads a run directory into the task's
     wrapper (a :class:`~vaswani.pipelines.common.Pipeline`), its model on that device;
-    ``train(run, run_dir, resume, quiet)`` trains or continues a run and returns
+    ``train(run, run_dir, resume, quiet, device)`` trains or continues a run (on ``device``, resolved
+    once by :mod:`vaswani.tasks.lifecycle`) and returns
     ``(metrics, wrapper, ...)`` (None: runs of this task are imported, not trained);
     ``recipe(flags)`` names the packaged recipe a new run starts from (:mod:`vaswani.recipes`),
     ``configure(sections, flags, source)`` applies the task's rules and validates

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -111,7 +112,11 @@ def tag_set(sentences: Sequence[Sentence], path: str | Path) -> tuple[str, ...]:
 
 
 def train_tag(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], Tagger]:
     """Train (or, with ``resume``, continue) a tagger in ``run_dir``; return the metrics and the
     tagger. A new run takes its encoder, tokenizer and model config (all but ``dropout``; no
@@ -136,7 +141,9 @@ def train_tag(
     task = TagTask(run, tokenizer, train, dev)
 
     build = encoder_builder(lambda: model_of(run), bert, rows, run.data.freeze_embeddings)
-    metrics, model = fit_run(run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet)
+    metrics, model = fit_run(
+        run, run_dir, task, build, lambda d: save_tokenizer(tokenizer, d), resume, quiet, device=device
+    )
     return metrics, Tagger(model.eval(), tokenizer, run.data.tags, column)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
@@ -194,7 +195,11 @@ class TranslationTask:
 
 
 def train_translation(
-    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool = False,
+    quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
     :func:`vaswani.tasks.lifecycle.resume`); return metrics, translator and data."""
@@ -226,7 +231,7 @@ def train_translation(
 
     fresh = lambda: model_of(run) if start is None else start  # noqa: E731 (--init: the trained run's)
     build = with_word_vectors(fresh, source_embedding, rows, run.data.freeze_embeddings)
-    metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet)
+    metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet, device=device)
     assert isinstance(model, (Transformer, RNNTranslator))
     return metrics, Translator(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a"), data
 

@@ -375,13 +375,19 @@ def fit_run(
     save_files: Callable[[Path], None],
     resume: bool = False,
     quiet: bool = False,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], nn.Module]:
     """What every task's training shares once its data and tokenizers are ready: seed, build the
     model, and either write a new run directory (``save_files`` writes the task's own files, such
     as tokenizers, then ``config.json``) or continue from its newest checkpoint; then train.
     Under several processes the main one writes the files, once every process is seen to have
-    built the same (``distributed.same_files``). Returns the final metrics and the trained model."""
-    place, device = distributed.start(run.train.device)
+    built the same (``distributed.same_files``). ``device`` is this process's, as the run's
+    lifecycle resolved it (:mod:`vaswani.tasks.lifecycle`; None: resolved here from
+    ``run.train.device``). Returns the final metrics and the trained model."""
+    if device is None:
+        place, device = distributed.start(run.train.device)
+    else:
+        place = distributed.world()
     if run.train.fsdp and not place.many:  # a sharded run resumed on one process
         print("vaswani: note: fsdp on one process: nothing to shard", file=sys.stderr)
     seed_everything(run.train.seed)
