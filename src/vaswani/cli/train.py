@@ -61,7 +61,7 @@ def add_parsers(commands: Any) -> None:
             help="the old spelling of --precision bf16 (--no-bf16: --precision fp32)",
         )
         add_fields(p.add_argument_group("data"), spec.data)
-        p.set_defaults(handler=cmd_train)
+        p.set_defaults(handler=cmd_train, spec=spec)
 
 
 def flags_of(args: argparse.Namespace, spec: registry.TaskSpec) -> dict[str, dict[str, Any]]:
@@ -118,7 +118,7 @@ def named_flag(
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    spec = registry.get(args.task)
+    spec: registry.TaskSpec = args.spec  # the entry whose parser read the flags
     assert spec.train is not None
     started = time.perf_counter()
     flags = flags_of(args, spec)
