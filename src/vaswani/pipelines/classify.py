@@ -36,6 +36,7 @@ from vaswani.runtime import resolve_device
 from vaswani.tokenizer import LMTokenizer, WordPieceTokenizer
 
 TASK = "classify"
+TOKENIZER = "tokenizer.json"  # a GPT classifier's (a BERT's is pipelines.bert's)
 
 
 @torch.no_grad()
@@ -139,9 +140,6 @@ def model_of(run: RunConfig) -> BertClassifier | GPTClassifier:
     if run.model.arch == "decoder_only":
         return GPTClassifier(run.model, len(run.data.labels), run.data.pool)
     return BertClassifier(run.model, len(run.data.labels), run.data.pool)
-
-
-TOKENIZER = "tokenizer.json"
 
 
 def classifier_tokenizer(run_dir: Path, run: RunConfig) -> LMTokenizer:

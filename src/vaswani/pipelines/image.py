@@ -22,9 +22,6 @@ from vaswani.pipelines.common import on_model_device
 from vaswani.rundir import RunDir
 from vaswani.runtime import resolve_device
 
-CONFUSION = "confusion_matrix.png"
-INIT_FREE = ("dropout", "attn_dropout", "drop_path")  # what a run started from --init may change
-
 TASK = "image"
 
 

@@ -30,8 +30,6 @@ from vaswani.runtime import CompileBackend, resolve_device
 from vaswani.tokenizer import LMTokenizer
 
 TASK = "lm"
-
-
 TOKENIZER = "tokenizer.json"
 
 
