@@ -124,10 +124,10 @@ def marian_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
 
 def _same(hf: Mapping[str, Any], encoder: str, decoder: str) -> int:
     """A size that encoder and decoder must share in our model (heads, feed-forward width)."""
-    value = marian_field(hf, encoder, int)
-    if marian_field(hf, decoder, int) != value:
+    value, other = marian_field(hf, encoder, int), marian_field(hf, decoder, int)
+    if other != value:
         raise ConfigError(
-            f"field '{decoder}': must equal {encoder}={value} (one value for both stacks), got {hf[decoder]}"
+            f"field '{decoder}': must equal {encoder}={value} (one value for both stacks), got {other}"
         )
     return value
 
@@ -154,15 +154,19 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         raise ConfigError(f"field 'architectures': only {ARCHITECTURE} is supported, got {architectures!r}")
     names = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers")
     sizes = {name: marian_field(hf, name, int) for name in names}
-    sizes["heads"] = _same(hf, "encoder_attention_heads", "decoder_attention_heads")
-    sizes["ffn_dim"] = _same(hf, "encoder_ffn_dim", "decoder_ffn_dim")
+    for encoder, decoder in (
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
+        sizes[encoder] = _same(hf, encoder, decoder)
     sizes["decoder_vocab_size"] = sizes["vocab_size"]
     if hf.get("decoder_vocab_size") is not None:
         sizes["decoder_vocab_size"] = marian_field(hf, "decoder_vocab_size", int)
     check_sizes(sizes)
-    if sizes["d_model"] % sizes["heads"]:
+    heads = sizes["encoder_attention_heads"]
+    if sizes["d_model"] % heads:
         raise ConfigError(
-            f"field 'encoder_attention_heads': must divide d_model={sizes['d_model']}, got {sizes['heads']}"
+            f"field 'encoder_attention_heads': must divide d_model={sizes['d_model']}, got {heads}"
         )
     shared = marian_field(hf, "share_encoder_decoder_embeddings", bool)
     tied = marian_field(hf, "tie_word_embeddings", bool)
@@ -196,8 +200,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
         src_vocab_size=sizes["vocab_size"],
         tgt_vocab_size=sizes["decoder_vocab_size"],
         d_model=sizes["d_model"],
-        n_heads=sizes["heads"],
-        d_ff=sizes["ffn_dim"],
+        n_heads=sizes["encoder_attention_heads"],
+        d_ff=sizes["encoder_ffn_dim"],
         n_encoder_layers=sizes["encoder_layers"],
         n_decoder_layers=sizes["decoder_layers"],
         dropout=float(rates["dropout"]),
