@@ -1,10 +1,10 @@
 """What every Hugging Face family shares: reading a model folder, key-mapping tables applied in
 both directions, and output folders that appear whole or not at all.
 
-A family module (``gpt2.py``, ``marian.py``, later ``bert.py``) states its mapping as a table of
-:class:`KeyMap` rows and converts with :func:`rename`; it reads the Hugging Face folder with
-:func:`read_hf_config` (its fields with :func:`hf_field`) and :func:`read_hf_weights` and writes
-into the folder that :func:`new_folder` gives it.
+A family module (``gpt2.py``, ``marian.py``, ``bert.py``, ...) states its weights' mapping as a
+table of :class:`KeyMap` rows and converts with :func:`rename` (its config's mapping is a table of
+:mod:`vaswani.interop.fields`); it reads the Hugging Face folder with :func:`read_hf_config` and
+:func:`read_hf_weights` and writes into the folder that :func:`new_folder` gives it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
-from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.errors import DataError, RunDirError
 from vaswani.io import (
     first_line,
     fsync_path,
@@ -42,16 +42,6 @@ from vaswani.tasks.lm import TOKENIZER as LM_TOKENIZER
 from vaswani.tokenizer import LMTokenizer
 
 PICKLED = "pytorch_model.bin"
-
-
-def refuse_grouped_heads(cfg: ModelConfig, family: str) -> None:
-    """Refuse grouped-query attention (``n_kv_heads`` below ``n_heads``) for ``family``, whose
-    attention has one key/value head per query head."""
-    if cfg.n_kv_heads not in (None, cfg.n_heads):
-        raise ConfigError(
-            f"config field 'model.n_kv_heads': {family} has one key/value head per query head "
-            f"(n_heads={cfg.n_heads}), got {cfg.n_kv_heads}"
-        )
 
 
 @dataclass(frozen=True)
@@ -203,29 +193,6 @@ def split_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor
         else:
             split[name] = tensor
     return split
-
-
-def check_sizes(sizes: Mapping[str, int]) -> None:
-    """Refuse, naming the field, a size of a Hugging Face config below 1."""
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
-
-
-def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
-    """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
-    refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a
-    ``kind`` (an int is a float; a bool is neither)."""
-    value = hf[name] if name in hf else defaults[name]
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        raise ConfigError(f"field '{name}': expected {kind.__name__}, got {value!r}")
-    return value
 
 
 def read_hf_config(src: Path) -> dict[str, Any]:

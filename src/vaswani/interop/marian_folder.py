@@ -27,6 +27,7 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop import fields
 from vaswani.interop.common import KeyMap, expand, read_hf_weights, rename, write_json, write_safetensors
 from vaswani.interop.marian import (
     DECODER_EMBED,
@@ -41,10 +42,10 @@ from vaswani.interop.marian import (
     POSITION_TABLES,
     SENTENCEPIECE_DIR,
     SHARED,
+    TOKEN_IDS,
     check_expressible,
     config_from_hf,
     config_to_hf,
-    marian_field,
 )
 from vaswani.interop.sentencepiece import (
     SOURCE_SPM,
@@ -197,7 +198,7 @@ def check_token_ids(hf: Mapping[str, Any], src_tok: TextTokenizer, tgt_tok: Text
         "decoder_start_token_id": (tgt_tok.bos_id, "the target tokenizer's start of decoding"),
     }
     for name, (token_id, role) in expected.items():
-        found = marian_field(hf, name, int)
+        found = fields.of_kind(name, hf.get(name, TOKEN_IDS[name]), int)
         if found != token_id:
             raise ConfigError(f"field '{name}': {found}, but {role} is {token_id}")
     if src_tok.pad_id != tgt_tok.pad_id:
