@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save
-from torch import Tensor
+from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
-from vaswani.errors import DataError, RunDirError
+from vaswani.errors import DataError, RunDirError, VaswaniError
 from vaswani.io import (
     first_line,
     fsync_path,
@@ -131,6 +131,33 @@ def decoder_state_from_hf(
     return state
 
 
+@contextmanager
+def naming(path: Path, *kinds: type[VaswaniError]) -> Iterator[None]:
+    """An error of one of ``kinds`` raised in the block, raised again as that kind with ``path`` (the
+    file the refused value came from) before its message."""
+    try:
+        yield
+    except kinds as exc:
+        kind = next(kind for kind in kinds if isinstance(exc, kind))
+        raise kind(f"{path}: {exc}") from None
+
+
+def fits_vocabulary(path: Path, vocab_size: int, field: str, size: int) -> None:
+    """Refuse, naming the tokenizer file ``path``, a vocabulary of ``vocab_size`` larger than the
+    model's ``field`` of ``size``."""
+    if vocab_size > size:
+        raise DataError(f"{path}: vocabulary of {vocab_size} does not fit the model's {field} of {size}")
+
+
+def save_run(out: Path, run: RunConfig, model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Write the run directory ``out``: ``run`` as its config, ``model`` holding ``state`` (every
+    weight, strictly) as its weights."""
+    model.load_state_dict(state, strict=True)
+    folder = RunDir(out)
+    folder.write_config(run)
+    folder.save_weights(model)
+
+
 def write_lm_run(
     src: Path,
     out: Path,
@@ -145,21 +172,11 @@ def write_lm_run(
     its weights converted by ``state_from_hf`` into a GPT, the default recipe's training settings
     and ``data``. A vocabulary larger than the model's, or a weight that does not fit, is a
     :class:`DataError` naming the file."""
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise DataError(
-            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.vocab_size}"
-        )
+    fits_vocabulary(tokenizer_path, tokenizer.vocab_size, "vocab_size", cfg.vocab_size)
     tensors, weights_path = read_hf_weights(src)
-    try:
+    with naming(weights_path, DataError):
         state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
-    model = GPT(cfg)
-    model.load_state_dict(state, strict=True)
-    folder = RunDir(out)
-    folder.write_config(RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data))
-    folder.save_weights(model)
+    save_run(out, RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data), GPT(cfg), state)
     write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 

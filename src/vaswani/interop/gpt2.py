@@ -51,6 +51,7 @@ from vaswani.interop.common import (
     KeyMap,
     decoder_state_from_hf,
     expand,
+    naming,
     rename,
     write_json,
     write_lm_folder,
@@ -252,10 +253,8 @@ def read_tokenizer(src: Path) -> tuple[LMTokenizer, Path]:
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the GPT-2 folder ``src``."""
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer, tokenizer_path = read_tokenizer(src)
     data = TextData(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
     write_lm_run(src, out, cfg, tokenizer, tokenizer_path, state_from_hf, data)
@@ -270,10 +269,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     vaswani never generates the padding ids, a Hugging Face model may.
     """
     tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, tokenizer.eos_id)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     write_lm_folder(run_dir, run, out, hf_config, state_to_hf, tokenizer)
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK
