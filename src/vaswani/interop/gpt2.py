@@ -67,23 +67,30 @@ MODEL_TYPE = "gpt2"
 PREFIX = "transformer."
 VOCAB, MERGES = "vocab.json", "merges.txt"
 
+# GPT-2's module inside a layer → ours, and whether its weight is stored transposed (Conv1D);
+# each has a weight and a bias (never transposed).
+LAYER_MODULES = {
+    "ln_1": ("self_attn_norm", False),
+    "attn.c_attn": ("self_attn.qkv_proj", True),
+    "attn.c_proj": ("self_attn.out_proj", True),
+    "ln_2": ("ffn_norm", False),
+    "mlp.c_fc": ("ffn.linear1", True),
+    "mlp.c_proj": ("ffn.linear2", True),
+}
+KINDS = ("weight", "bias")
 TABLE = (
     KeyMap("transformer.wte.weight", "embed.token.weight"),
     KeyMap("transformer.wpe.weight", "embed.positions.embedding.weight"),
-    KeyMap("transformer.h.{i}.ln_1.weight", "blocks.layers.{i}.self_attn_norm.weight"),
-    KeyMap("transformer.h.{i}.ln_1.bias", "blocks.layers.{i}.self_attn_norm.bias"),
-    KeyMap("transformer.h.{i}.attn.c_attn.weight", "blocks.layers.{i}.self_attn.qkv_proj.weight", True),
-    KeyMap("transformer.h.{i}.attn.c_attn.bias", "blocks.layers.{i}.self_attn.qkv_proj.bias"),
-    KeyMap("transformer.h.{i}.attn.c_proj.weight", "blocks.layers.{i}.self_attn.out_proj.weight", True),
-    KeyMap("transformer.h.{i}.attn.c_proj.bias", "blocks.layers.{i}.self_attn.out_proj.bias"),
-    KeyMap("transformer.h.{i}.ln_2.weight", "blocks.layers.{i}.ffn_norm.weight"),
-    KeyMap("transformer.h.{i}.ln_2.bias", "blocks.layers.{i}.ffn_norm.bias"),
-    KeyMap("transformer.h.{i}.mlp.c_fc.weight", "blocks.layers.{i}.ffn.linear1.weight", True),
-    KeyMap("transformer.h.{i}.mlp.c_fc.bias", "blocks.layers.{i}.ffn.linear1.bias"),
-    KeyMap("transformer.h.{i}.mlp.c_proj.weight", "blocks.layers.{i}.ffn.linear2.weight", True),
-    KeyMap("transformer.h.{i}.mlp.c_proj.bias", "blocks.layers.{i}.ffn.linear2.bias"),
-    KeyMap("transformer.ln_f.weight", "blocks.final_norm.weight"),
-    KeyMap("transformer.ln_f.bias", "blocks.final_norm.bias"),
+    *(
+        KeyMap(
+            f"transformer.h.{{i}}.{hf}.{kind}",
+            f"blocks.layers.{{i}}.{ours}.{kind}",
+            conv and kind == "weight",
+        )
+        for hf, (ours, conv) in LAYER_MODULES.items()
+        for kind in KINDS
+    ),
+    *(KeyMap(f"transformer.ln_f.{kind}", f"blocks.final_norm.{kind}") for kind in KINDS),
 )
 UNTIED_HEAD = KeyMap("lm_head.weight", "output.weight")
 MASK_BUFFER = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
