@@ -237,6 +237,32 @@ def test_configs_convert_both_ways_and_state_conversion_is_its_own_inverse():
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [  # MarianConfig's defaults are 16 heads and a width of 4096 on both sides
+        (
+            {"encoder_attention_heads": 4},
+            "field 'decoder_attention_heads': must equal encoder_attention_heads=4 ",
+        ),
+        (
+            {"encoder_ffn_dim": 64},
+            "field 'decoder_ffn_dim': must equal encoder_ffn_dim=64 (one value for both stacks), got 4096",
+        ),
+        (
+            {"encoder_attention_heads": 0, "decoder_attention_heads": 0},
+            "field 'encoder_attention_heads': must be >= 1",
+        ),
+        ({"encoder_ffn_dim": 0, "decoder_ffn_dim": 0}, "field 'encoder_ffn_dim': must be >= 1, got 0"),
+    ],
+)
+def test_sizes_of_both_stacks_are_refused_naming_the_config_field(changes, message):
+    """A decoder size left out is MarianConfig's default (no KeyError), and a refused size names the
+    field of config.json, not an inner name."""
+    with pytest.raises(ConfigError) as exc:
+        config_from_hf({"model_type": "marian", **changes})
+    assert message in one_line(exc)
+
+
 def test_marians_position_table_is_ours_in_halves():
     """Marian's own table (sines in the first half, cosines in the second), also for odd widths."""
     for d_model in (32, 7):

@@ -61,12 +61,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import KeyMap, check_sizes, hf_field, refuse_grouped_heads
+from vaswani.interop import fields
+from vaswani.interop.common import KeyMap
 from vaswani.models.bert import POOLER_KEYS
 from vaswani.pipelines.bert import ENCODER_TASK, MLM_TASK
 
@@ -112,56 +113,51 @@ NSP_TABLE = tuple(KeyMap(f"{NSP_PREFIX}{kind}", f"nsp.linear.{kind}") for kind i
 SKIPPED = re.compile(r"(bert\.)?embeddings\.(position_ids|token_type_ids)")  # buffers, not weights
 OLD_NORM_NAME = re.compile(r"(.*LayerNorm)\.(gamma|beta)")
 
-# Hugging Face activation name → ours (gelu is the exact erf form; gelu_new, gelu_pytorch_tanh and
-# gelu_fast its tanh approximation; swish and silu are x · sigmoid(x)), and back.
-ACTIVATIONS_FROM_HF = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
+# Hugging Face activation names → ours, and back (ViT's too).
+ACTIVATIONS_FROM_HF = fields.activations(
+    "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish"
+)
 ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
-# BertConfig's defaults (BERT-base), for the fields a config.json leaves out.
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-    "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
-    "layer_norm_eps": 1e-12, "pad_token_id": 0, "tie_word_embeddings": True,
-    "position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False,
-}  # fmt: skip
-
-# Settings whose other values change the computation in a way Bert does not: the value it needs.
-REQUIRED = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
-
-
-def bert_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
-    """``hf[name]`` (or BertConfig's default), refused when it is not a ``kind``."""
-    return hf_field(hf, name, kind, HF_DEFAULTS)
-
-
-def activation_and_rates(read: Callable[[str, type], Any]) -> tuple[str, dict[str, float]]:
-    """The ``hidden_act`` of a BERT-style config (BERT's, ViT's) and its two dropout rates
-    (``hidden_dropout_prob``, ``attention_probs_dropout_prob``), each in [0, 1); ``read(name,
-    kind)`` reads a field with the family's defaults. What vaswani lacks is refused naming it."""
-    activation = read("hidden_act", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'hidden_act': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
+# The config mapping, used in both directions, with BertConfig's defaults (BERT-base) for the
+# fields a config.json leaves out (a null pad_token_id too). The settings at the end change the
+# computation in a way Bert does not when they have another value: they are refused.
+CONFIG_TABLE = (
+    fields.size("vocab_size", "vocab_size", 30522),
+    fields.size("hidden_size", "d_model", 768),
+    fields.size("num_hidden_layers", "n_layers", 12),
+    fields.Field(
+        "num_attention_heads", "n_heads", int, 12, (fields.at_least_one, fields.divides("hidden_size"))
+    ),
+    fields.size("intermediate_size", "d_ff", 3072),
+    fields.Field("hidden_act", "activation", str, "gelu", (), ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF),
+    fields.rate("hidden_dropout_prob", "dropout", 0.1),
+    fields.rate("attention_probs_dropout_prob", "attn_dropout", 0.1),
+    fields.size("max_position_embeddings", "max_len", 512),
+    fields.size("type_vocab_size", "type_vocab_size", 2),
+    fields.Field("layer_norm_eps", "norm_eps", float, 1e-12, (fields.positive,)),
+    fields.constant("initializer_range", 0.02),
+    fields.Field("pad_token_id", "pad_id", int, 0, (fields.token_id("vocab_size"),), optional=True),
+    fields.tied_head(True),
+    *(
+        fields.required(name, value, f" (only {json.dumps(value)})")
+        for name, value in (
+            ("position_embedding_type", "absolute"),
+            ("is_decoder", False),
+            ("add_cross_attention", False),
         )
-    rates = {name: read(name, float) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")}
-    for name, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
-    return activation, rates
+    ),
+)
+
+# BERT's design, which our config leaves free: given to an imported config, required of an exported one.
+DESIGN = {
+    "arch": "encoder_only", "norm": "layernorm", "norm_placement": "post", "position": "learned",
+    "attn_window": None, "bias": True, "scale_embeddings": False, "ffn": "plain",
+}  # fmt: skip
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` of a BERT ``config.json``.
+    """Our :class:`ModelConfig` of a BERT ``config.json``, by :data:`CONFIG_TABLE`.
 
     vocab_size → vocab_size, hidden_size → d_model, num_attention_heads → n_heads,
     intermediate_size → d_ff, num_hidden_layers → n_layers, max_position_embeddings →
@@ -173,72 +169,15 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     cannot reproduce (relative ``position_embedding_type``, ``is_decoder``,
     ``add_cross_attention``, another activation) is refused with a :class:`ConfigError` naming it.
     """
-    model_type = hf.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
-    for name, needed in REQUIRED.items():
-        found = bert_field(hf, name, type(needed))
-        if found != needed:
-            raise ConfigError(
-                f"field '{name}': {json.dumps(found)} is not supported (only {json.dumps(needed)})"
-            )
-    names = (
-        "vocab_size", "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
-        "max_position_embeddings", "type_vocab_size",
-    )  # fmt: skip
-    sizes = {name: bert_field(hf, name, int) for name in names}
-    check_sizes(sizes)
-    if sizes["hidden_size"] % sizes["num_attention_heads"]:
-        raise ConfigError(
-            f"field 'num_attention_heads': must divide hidden_size={sizes['hidden_size']}, "
-            f"got {sizes['num_attention_heads']}"
-        )
-    activation, rates = activation_and_rates(lambda name, kind: bert_field(hf, name, kind))
-    eps = bert_field(hf, "layer_norm_eps", float)
-    if not eps > 0:
-        raise ConfigError(f"field 'layer_norm_eps': must be > 0, got {eps}")
-    pad_id = 0 if hf.get("pad_token_id", 0) is None else bert_field(hf, "pad_token_id", int)
-    if not 0 <= pad_id < sizes["vocab_size"]:
-        raise ConfigError(f"field 'pad_token_id': must be a token id, got {pad_id}")
-    return ModelConfig(
-        arch="encoder_only",
-        vocab_size=sizes["vocab_size"],
-        d_model=sizes["hidden_size"],
-        n_heads=sizes["num_attention_heads"],
-        d_ff=sizes["intermediate_size"],
-        n_layers=sizes["num_hidden_layers"],
-        dropout=float(rates["hidden_dropout_prob"]),
-        attn_dropout=float(rates["attention_probs_dropout_prob"]),
-        activation=ACTIVATIONS_FROM_HF[activation],
-        norm="layernorm",
-        norm_placement="post",
-        norm_eps=float(eps),
-        position="learned",
-        max_len=sizes["max_position_embeddings"],
-        fused_qkv=False,
-        bias=True,
-        scale_embeddings=False,
-        tie_embeddings="output" if bert_field(hf, "tie_word_embeddings", bool) else "none",
-        pad_id=pad_id,
-        type_vocab_size=sizes["type_vocab_size"],
-        pooler=True,
-    )
+    ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
+    return ModelConfig(**DESIGN, **ours, fused_qkv=False, pooler=True)
 
 
 def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that BERT cannot express. Sizes, dropout, activation,
     eps, ties, the pooler and fused q/k/v are free; everything else must be BERT's."""
-    refuse_grouped_heads(cfg, "BERT")
-    needed = {
-        "arch": "encoder_only", "norm": "layernorm", "norm_placement": "post", "position": "learned",
-        "attn_window": None, "bias": True, "scale_embeddings": False, "ffn": "plain",
-    }  # fmt: skip
-    for name, value in needed.items():
-        found = getattr(cfg, name)
-        if found != value:
-            raise ConfigError(
-                f"config field 'model.{name}': BERT needs {json.dumps(value)}, got {json.dumps(found)}"
-            )
+    fields.refuse_grouped_heads(cfg, "BERT")
+    fields.require(cfg, "BERT", DESIGN)
     if cfg.type_vocab_size < 1:
         raise ConfigError("config field 'model.type_vocab_size': BERT needs segment embeddings (>= 1), got 0")
 
@@ -246,28 +185,10 @@ def check_expressible(cfg: ModelConfig) -> None:
 def config_to_hf(cfg: ModelConfig, mlm_head: bool, nsp: bool = False) -> dict[str, Any]:
     """The ``config.json`` of ``cfg`` as a ``BertForMaskedLM`` (``mlm_head``), a
     ``BertForPreTraining`` (``mlm_head`` and ``nsp``) or a ``BertModel`` (the inverse of
-    :func:`config_from_hf`)."""
+    :func:`config_from_hf`, by :data:`CONFIG_TABLE`)."""
     check_expressible(cfg)
     architecture = ("BertForPreTraining" if nsp else "BertForMaskedLM") if mlm_head else "BertModel"
-    return {
-        "model_type": MODEL_TYPE,
-        "architectures": [architecture],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.d_ff,
-        "hidden_act": ACTIVATIONS_TO_HF[cfg.activation],
-        "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.attn_dropout,
-        "max_position_embeddings": cfg.max_len,
-        "type_vocab_size": cfg.type_vocab_size,
-        "layer_norm_eps": cfg.norm_eps,
-        "initializer_range": 0.02,
-        "pad_token_id": cfg.pad_id,
-        "tie_word_embeddings": cfg.tie_embeddings != "none",
-        **REQUIRED,
-    }
+    return fields.to_hf(cfg, MODEL_TYPE, architecture, CONFIG_TABLE)
 
 
 def task_of(mlm_head: bool) -> str:

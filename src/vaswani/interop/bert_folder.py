@@ -38,8 +38,11 @@ from vaswani.interop.bert import (
 from vaswani.interop.common import (
     KeyMap,
     expand,
+    fits_vocabulary,
+    naming,
     read_hf_weights,
     rename,
+    save_run,
     split_qkv,
     write_json,
     write_safetensors,
@@ -172,10 +175,8 @@ def read_tokenizer(src: Path, max_len: int) -> tuple[WordPieceTokenizer, Path]:
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani run directory into ``out`` from the BERT folder ``src``: task ``mlm`` when
     the weights hold an MLM head, ``encoder`` when they do not (see the module docstring)."""
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     mlm_head = has_mlm_head(tensors)
     nsp = mlm_head and has_nsp_head(tensors)
@@ -183,27 +184,17 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     if nsp and not cfg.pooler:
         raise DataError(f"{weights_path}: the next-sentence head (cls.seq_relationship) without the pooler")
     tokenizer, tokenizer_path = read_tokenizer(src, cfg.max_len)
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise DataError(
-            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.vocab_size}"
-        )
+    fits_vocabulary(tokenizer_path, tokenizer.vocab_size, "vocab_size", cfg.vocab_size)
     if cfg.pad_id != tokenizer.pad_id:
         raise ConfigError(
             f"{src / RunDir.CONFIG}: field 'pad_token_id': {cfg.pad_id}, but the tokenizer's [PAD] is "
             f"{tokenizer.pad_id}"
         )
-    try:
+    with naming(weights_path, DataError):
         state = state_from_hf(tensors, cfg, mlm_head, nsp)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
     data = TextData(source="default", vocab_size=tokenizer.vocab_size, nsp=nsp)
     run = RunConfig(task_of(mlm_head), cfg, TrainConfig(), data)
-    model = model_of(run)
-    model.load_state_dict(state, strict=True)
-    folder = RunDir(out)
-    folder.write_config(run)
-    folder.save_weights(model)
+    save_run(out, run, model_of(run), state)
     write_file(out / TOKENIZER, tokenizer.to_json())
 
 
@@ -220,10 +211,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     if mlm_head:  # export_hf reads the config without its data section, which says whether it has NSP
         run = RunDir(run_dir).read_config(MLM_TASK, TextData)
     nsp = mlm_head and isinstance(run.data, TextData) and run.data.nsp
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, mlm_head, nsp)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     if run.model.pad_id != tokenizer.pad_id:
         raise ConfigError(
             f"{run_dir / RunDir.CONFIG}: config field 'model.pad_id': {run.model.pad_id}, but the "

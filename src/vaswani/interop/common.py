@@ -1,10 +1,10 @@
 """What every Hugging Face family shares: reading a model folder, key-mapping tables applied in
 both directions, and output folders that appear whole or not at all.
 
-A family module (``gpt2.py``, ``marian.py``, later ``bert.py``) states its mapping as a table of
-:class:`KeyMap` rows and converts with :func:`rename`; it reads the Hugging Face folder with
-:func:`read_hf_config` (its fields with :func:`hf_field`) and :func:`read_hf_weights` and writes
-into the folder that :func:`new_folder` gives it.
+A family module (``gpt2.py``, ``marian.py``, ``bert.py``, ...) states its weights' mapping as a
+table of :class:`KeyMap` rows and converts with :func:`rename` (its config's mapping is a table of
+:mod:`vaswani.interop.fields`); it reads the Hugging Face folder with :func:`read_hf_config` and
+:func:`read_hf_weights` and writes into the folder that :func:`new_folder` gives it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save
-from torch import Tensor
+from torch import Tensor, nn
 
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
-from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.errors import DataError, RunDirError, VaswaniError
 from vaswani.io import (
     first_line,
     fsync_path,
@@ -42,16 +42,6 @@ from vaswani.tasks import registry
 from vaswani.tokenizer import LMTokenizer
 
 PICKLED = "pytorch_model.bin"
-
-
-def refuse_grouped_heads(cfg: ModelConfig, family: str) -> None:
-    """Refuse grouped-query attention (``n_kv_heads`` below ``n_heads``) for ``family``, whose
-    attention has one key/value head per query head."""
-    if cfg.n_kv_heads not in (None, cfg.n_heads):
-        raise ConfigError(
-            f"config field 'model.n_kv_heads': {family} has one key/value head per query head "
-            f"(n_heads={cfg.n_heads}), got {cfg.n_kv_heads}"
-        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +131,33 @@ def decoder_state_from_hf(
     return state
 
 
+@contextmanager
+def naming(path: Path, *kinds: type[VaswaniError]) -> Iterator[None]:
+    """An error of one of ``kinds`` raised in the block, raised again as that kind with ``path`` (the
+    file the refused value came from) before its message."""
+    try:
+        yield
+    except kinds as exc:
+        kind = next(kind for kind in kinds if isinstance(exc, kind))
+        raise kind(f"{path}: {exc}") from None
+
+
+def fits_vocabulary(path: Path, vocab_size: int, field: str, size: int) -> None:
+    """Refuse, naming the tokenizer file ``path``, a vocabulary of ``vocab_size`` larger than the
+    model's ``field`` of ``size``."""
+    if vocab_size > size:
+        raise DataError(f"{path}: vocabulary of {vocab_size} does not fit the model's {field} of {size}")
+
+
+def save_run(out: Path, run: RunConfig, model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Write the run directory ``out``: ``run`` as its config, ``model`` holding ``state`` (every
+    weight, strictly) as its weights."""
+    model.load_state_dict(state, strict=True)
+    folder = RunDir(out)
+    folder.write_config(run)
+    folder.save_weights(model)
+
+
 def write_lm_run(
     src: Path,
     out: Path,
@@ -155,21 +172,11 @@ def write_lm_run(
     its weights converted by ``state_from_hf`` into a GPT, the default recipe's training settings
     and ``data``. A vocabulary larger than the model's, or a weight that does not fit, is a
     :class:`DataError` naming the file."""
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise DataError(
-            f"{tokenizer_path}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-            f"vocab_size of {cfg.vocab_size}"
-        )
+    fits_vocabulary(tokenizer_path, tokenizer.vocab_size, "vocab_size", cfg.vocab_size)
     tensors, weights_path = read_hf_weights(src)
-    try:
+    with naming(weights_path, DataError):
         state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
-    model = GPT(cfg)
-    model.load_state_dict(state, strict=True)
-    folder = RunDir(out)
-    folder.write_config(RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data))
-    folder.save_weights(model)
+    save_run(out, RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data), GPT(cfg), state)
     write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
 
 
@@ -203,29 +210,6 @@ def split_qkv(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor
         else:
             split[name] = tensor
     return split
-
-
-def check_sizes(sizes: Mapping[str, int]) -> None:
-    """Refuse, naming the field, a size of a Hugging Face config below 1."""
-    for name, value in sizes.items():
-        if value < 1:
-            raise ConfigError(f"field '{name}': must be >= 1, got {value}")
-
-
-def hf_field(hf: Mapping[str, Any], name: str, kind: type, defaults: Mapping[str, Any]) -> Any:
-    """``hf[name]`` of a ``config.json`` (or the family's default for a field it leaves out),
-    refused with a :class:`~vaswani.errors.ConfigError` naming the field when it is not a
-    ``kind`` (an int is a float; a bool is neither)."""
-    value = hf[name] if name in hf else defaults[name]
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        raise ConfigError(f"field '{name}': expected {kind.__name__}, got {value!r}")
-    return value
 
 
 def read_hf_config(src: Path) -> dict[str, Any]:

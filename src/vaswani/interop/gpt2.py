@@ -46,13 +46,12 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop import fields
 from vaswani.interop.common import (
     KeyMap,
-    check_sizes,
     decoder_state_from_hf,
     expand,
-    hf_field,
-    refuse_grouped_heads,
+    naming,
     rename,
     write_json,
     write_lm_folder,
@@ -68,63 +67,73 @@ MODEL_TYPE = "gpt2"
 PREFIX = "transformer."
 VOCAB, MERGES = "vocab.json", "merges.txt"
 
+# GPT-2's module inside a layer → ours, and whether its weight is stored transposed (Conv1D);
+# each has a weight and a bias (never transposed).
+LAYER_MODULES = {
+    "ln_1": ("self_attn_norm", False),
+    "attn.c_attn": ("self_attn.qkv_proj", True),
+    "attn.c_proj": ("self_attn.out_proj", True),
+    "ln_2": ("ffn_norm", False),
+    "mlp.c_fc": ("ffn.linear1", True),
+    "mlp.c_proj": ("ffn.linear2", True),
+}
+KINDS = ("weight", "bias")
 TABLE = (
     KeyMap("transformer.wte.weight", "embed.token.weight"),
     KeyMap("transformer.wpe.weight", "embed.positions.embedding.weight"),
-    KeyMap("transformer.h.{i}.ln_1.weight", "blocks.layers.{i}.self_attn_norm.weight"),
-    KeyMap("transformer.h.{i}.ln_1.bias", "blocks.layers.{i}.self_attn_norm.bias"),
-    KeyMap("transformer.h.{i}.attn.c_attn.weight", "blocks.layers.{i}.self_attn.qkv_proj.weight", True),
-    KeyMap("transformer.h.{i}.attn.c_attn.bias", "blocks.layers.{i}.self_attn.qkv_proj.bias"),
-    KeyMap("transformer.h.{i}.attn.c_proj.weight", "blocks.layers.{i}.self_attn.out_proj.weight", True),
-    KeyMap("transformer.h.{i}.attn.c_proj.bias", "blocks.layers.{i}.self_attn.out_proj.bias"),
-    KeyMap("transformer.h.{i}.ln_2.weight", "blocks.layers.{i}.ffn_norm.weight"),
-    KeyMap("transformer.h.{i}.ln_2.bias", "blocks.layers.{i}.ffn_norm.bias"),
-    KeyMap("transformer.h.{i}.mlp.c_fc.weight", "blocks.layers.{i}.ffn.linear1.weight", True),
-    KeyMap("transformer.h.{i}.mlp.c_fc.bias", "blocks.layers.{i}.ffn.linear1.bias"),
-    KeyMap("transformer.h.{i}.mlp.c_proj.weight", "blocks.layers.{i}.ffn.linear2.weight", True),
-    KeyMap("transformer.h.{i}.mlp.c_proj.bias", "blocks.layers.{i}.ffn.linear2.bias"),
-    KeyMap("transformer.ln_f.weight", "blocks.final_norm.weight"),
-    KeyMap("transformer.ln_f.bias", "blocks.final_norm.bias"),
+    *(
+        KeyMap(
+            f"transformer.h.{{i}}.{hf}.{kind}",
+            f"blocks.layers.{{i}}.{ours}.{kind}",
+            conv and kind == "weight",
+        )
+        for hf, (ours, conv) in LAYER_MODULES.items()
+        for kind in KINDS
+    ),
+    *(KeyMap(f"transformer.ln_f.{kind}", f"blocks.final_norm.{kind}") for kind in KINDS),
 )
 UNTIED_HEAD = KeyMap("lm_head.weight", "output.weight")
 MASK_BUFFER = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
 
-# Hugging Face activation name → ours; gelu_new, gelu_pytorch_tanh and gelu_fast are all
-# 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))).
-ACTIVATIONS_FROM_HF = {
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "gelu": "gelu",
-    "relu": "relu",
-}
+# Hugging Face activation names → ours, and back.
+ACTIVATIONS_FROM_HF = fields.activations("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu")
 ACTIVATIONS_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
-# GPT2Config's defaults (GPT-2 small), which apply to the fields a config.json leaves out.
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
-    "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1,
-    "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "scale_attn_weights": True,
-    "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-    "add_cross_attention": False,
+# The config mapping, used in both directions, with GPT2Config's defaults (GPT-2 small) for the
+# fields a config.json leaves out; n_inner left out (or null) is 4 · n_embd. The flags at the end
+# change the computation in a way our GPT does not when they have another value: they are refused.
+CONFIG_TABLE = (
+    fields.size("vocab_size", "vocab_size", 50257),
+    fields.size("n_positions", "max_len", 1024),
+    fields.size("n_embd", "d_model", 768),
+    fields.size("n_layer", "n_layers", 12),
+    fields.Field("n_head", "n_heads", int, 12, (fields.at_least_one, fields.divides("n_embd"))),
+    fields.Field("n_inner", "d_ff", int, None, fields.SIZE, optional=True),
+    fields.Field(
+        "activation_function", "activation", str, "gelu_new", (), ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
+    ),
+    fields.rate("resid_pdrop", "dropout", 0.1),
+    fields.Field("embd_pdrop", "dropout", float, 0.1, imported=False),  # not kept apart from resid_pdrop
+    fields.rate("attn_pdrop", "attn_dropout", 0.1),
+    fields.Field("layer_norm_epsilon", "norm_eps", float, 1e-5, (fields.positive,)),
+    fields.constant("initializer_range", 0.02),
+    fields.tied_head(True),
+    fields.required("scale_attn_weights", True),
+    fields.required("scale_attn_by_inverse_layer_idx", False),
+    fields.required("reorder_and_upcast_attn", False),
+    fields.required("add_cross_attention", False),
+    fields.constant("use_cache", True),
+)
+
+# GPT-2's design, which our config leaves free: given to an imported config, required of an exported one.
+DESIGN = {
+    "arch": "decoder_only", "norm": "layernorm", "norm_placement": "pre", "position": "learned",
+    "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False, "ffn": "plain",
 }  # fmt: skip
-
-# Flags whose other value changes the computation in a way our GPT does not: the value it needs.
-REQUIRED_FLAGS = {
-    "scale_attn_weights": True,
-    "scale_attn_by_inverse_layer_idx": False,
-    "reorder_and_upcast_attn": False,
-    "add_cross_attention": False,
-}
-
-
-def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
-    """``hf[name]`` (or GPT2Config's default), refused when it is not a ``kind``."""
-    return hf_field(hf, name, kind, HF_DEFAULTS)
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` of a GPT-2 ``config.json``.
+    """Our :class:`ModelConfig` of a GPT-2 ``config.json``, by :data:`CONFIG_TABLE`.
 
     n_embd → d_model, n_head → n_heads, n_layer → n_layers, n_inner (or 4 · n_embd)
     → d_ff, n_positions → max_len, vocab_size → vocab_size, activation_function →
@@ -133,93 +142,24 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     pre-LN, learned positions, unscaled embeddings and fused q/k/v are GPT-2's design. A field
     our GPT cannot reproduce is refused with a :class:`ConfigError` naming it.
     """
-    model_type = hf.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
-    for name, needed in REQUIRED_FLAGS.items():
-        if _hf_field(hf, name, bool) != needed:
-            raise ConfigError(f"field '{name}': {str(not needed).lower()} is not supported")
-    names = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
-    sizes = {name: _hf_field(hf, name, int) for name in names}
-    n_inner = hf.get("n_inner")
-    if n_inner is not None:
-        sizes["n_inner"] = _hf_field(hf, "n_inner", int)
-    check_sizes(sizes)
-    if sizes["n_embd"] % sizes["n_head"]:
-        raise ConfigError(f"field 'n_head': must divide n_embd={sizes['n_embd']}, got {sizes['n_head']}")
-    activation = _hf_field(hf, "activation_function", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'activation_function': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    rates = {name: _hf_field(hf, name, float) for name in ("resid_pdrop", "attn_pdrop")}
-    for name, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
-    eps = _hf_field(hf, "layer_norm_epsilon", float)
-    if not eps > 0:
-        raise ConfigError(f"field 'layer_norm_epsilon': must be > 0, got {eps}")
-    return ModelConfig(
-        arch="decoder_only",
-        vocab_size=sizes["vocab_size"],
-        d_model=sizes["n_embd"],
-        n_heads=sizes["n_head"],
-        d_ff=sizes.get("n_inner", 4 * sizes["n_embd"]),
-        n_layers=sizes["n_layer"],
-        dropout=float(rates["resid_pdrop"]),
-        attn_dropout=float(rates["attn_pdrop"]),
-        activation=ACTIVATIONS_FROM_HF[activation],
-        norm="layernorm",
-        norm_placement="pre",
-        norm_eps=float(eps),
-        position="learned",
-        max_len=sizes["n_positions"],
-        fused_qkv=True,
-        scale_embeddings=False,
-        tie_embeddings="output" if _hf_field(hf, "tie_word_embeddings", bool) else "none",
-    )
+    ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
+    if ours["d_ff"] is None:
+        ours["d_ff"] = 4 * ours["d_model"]
+    return ModelConfig(**DESIGN, **ours, fused_qkv=True)
 
 
 def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that GPT-2 cannot express. ``fused_qkv`` and the
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
-    refuse_grouped_heads(cfg, "GPT-2")
-    needed = {
-        "arch": "decoder_only", "norm": "layernorm", "norm_placement": "pre", "position": "learned",
-        "attn_window": None, "bias": True, "scale_embeddings": False, "output_bias": False, "ffn": "plain",
-    }  # fmt: skip
-    for name, value in needed.items():
-        found = getattr(cfg, name)
-        if found != value:
-            raise ConfigError(
-                f"config field 'model.{name}': GPT-2 needs {json.dumps(value)}, got {json.dumps(found)}"
-            )
+    fields.refuse_grouped_heads(cfg, "GPT-2")
+    fields.require(cfg, "GPT-2", DESIGN)
 
 
 def config_to_hf(cfg: ModelConfig, eos_id: int | None = None) -> dict[str, Any]:
     """The ``config.json`` of ``cfg`` as a ``GPT2LMHeadModel`` (the inverse of
-    :func:`config_from_hf`); ``eos_id`` becomes its BOS and EOS token id."""
+    :func:`config_from_hf`, by :data:`CONFIG_TABLE`); ``eos_id`` becomes its BOS and EOS token id."""
     check_expressible(cfg)
-    hf: dict[str, Any] = {
-        "model_type": MODEL_TYPE,
-        "architectures": ["GPT2LMHeadModel"],
-        "vocab_size": cfg.vocab_size,
-        "n_positions": cfg.max_len,
-        "n_embd": cfg.d_model,
-        "n_layer": cfg.n_layers,
-        "n_head": cfg.n_heads,
-        "n_inner": cfg.d_ff,
-        "activation_function": ACTIVATIONS_TO_HF[cfg.activation],
-        "resid_pdrop": cfg.dropout,
-        "embd_pdrop": cfg.dropout,
-        "attn_pdrop": cfg.attn_dropout,
-        "layer_norm_epsilon": cfg.norm_eps,
-        "initializer_range": 0.02,
-        "tie_word_embeddings": cfg.tie_embeddings != "none",
-        **REQUIRED_FLAGS,
-        "use_cache": True,
-    }
+    hf = fields.to_hf(cfg, MODEL_TYPE, "GPT2LMHeadModel", CONFIG_TABLE)
     if eos_id is not None:
         hf["bos_token_id"] = hf["eos_token_id"] = eos_id
     return hf
@@ -239,7 +179,7 @@ def _our_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def state_from_hf(tensors: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
     """Our state dict (for ``GPT(cfg).load_state_dict(..., strict=True)``) of GPT-2 tensors,
-    by :data:`TABLE`. A missing, unexpected or misshapen tensor is a :class:`DataError` naming
+    by :data:`CONFIG_TABLE`. A missing, unexpected or misshapen tensor is a :class:`DataError` naming
     it. With a tied head ``output.weight`` is the token embedding itself (any stored
     ``lm_head.weight`` is ignored, as Hugging Face does)."""
     check_expressible(cfg)
@@ -264,7 +204,7 @@ def _fuse_qkv(state: Mapping[str, Tensor], n_layers: int) -> dict[str, Tensor]:
 
 def state_to_hf(state: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
     """GPT-2 tensors (``GPT2LMHeadModel`` names, contiguous, safetensors-ready) of our state
-    dict, by :data:`TABLE`. Separate q/k/v projections are fused; a tied head is left out
+    dict, by :data:`CONFIG_TABLE`. Separate q/k/v projections are fused; a tied head is left out
     (with or without ``output.weight`` in ``state``), as ``save_pretrained`` does."""
     check_expressible(cfg)
     state = dict(state)
@@ -320,10 +260,8 @@ def read_tokenizer(src: Path) -> tuple[LMTokenizer, Path]:
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the GPT-2 folder ``src``."""
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer, tokenizer_path = read_tokenizer(src)
     data = TextData(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
     write_lm_run(src, out, cfg, tokenizer, tokenizer_path, state_from_hf, data)
@@ -338,10 +276,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     vaswani never generates the padding ids, a Hugging Face model may.
     """
     tokenizer = LMTokenizer.load(run_dir / TOKENIZER)
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, tokenizer.eos_id)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     write_lm_folder(run_dir, run, out, hf_config, state_to_hf, tokenizer)
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK

@@ -44,15 +44,8 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import (
-    KeyMap,
-    check_sizes,
-    decoder_state_from_hf,
-    expand,
-    hf_field,
-    rename,
-    split_qkv,
-)
+from vaswani.interop import fields
+from vaswani.interop.common import KeyMap, decoder_state_from_hf, expand, rename, split_qkv
 from vaswani.models.gpt import GPT
 
 MODEL_TYPE = "llama"
@@ -76,40 +69,110 @@ PROJECTIONS = (
 UNTIED_HEAD = KeyMap("lm_head.weight", "output.weight")
 ROTARY_BUFFER = re.compile(r"(model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
 
-# Hugging Face activation name (hidden_act) → ours.
-ACTIVATIONS_FROM_HF = {
-    "silu": "silu",
-    "swish": "silu",
-    "gelu": "gelu",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh",
-    "relu": "relu",
-}
+# Hugging Face activation names (hidden_act) → ours, and back.
+ACTIVATIONS_FROM_HF = fields.activations("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "relu")
 ACTIVATIONS_TO_HF = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
-
-# LlamaConfig's defaults (Llama 2 7B), which apply to the fields a config.json leaves out.
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0, "attention_bias": False,
-    "attention_dropout": 0.0, "mlp_bias": False,
-}  # fmt: skip
 DEFAULT_ROPE = "default"
 
 
-def _hf_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
-    """``hf[name]`` (or LlamaConfig's default), refused when it is not a ``kind``."""
-    return hf_field(hf, name, kind, HF_DEFAULTS)
+def _even_heads(name: str, heads: int, read: Mapping[str, Any]) -> None:
+    """Refuse heads of an odd width: rotary positions turn pairs of features."""
+    d_head = read["hidden_size"] // heads
+    if d_head % 2:
+        raise ConfigError(f"field '{name}': rotary positions need an even head dimension, got {d_head}")
 
 
-def rope_settings(hf: Mapping[str, Any]) -> float:
-    """The ``rope_theta`` of a Llama ``config.json``, from ``rope_parameters`` (transformers 5) or
-    the top level (older files). Rotary scaling other than none or ``default`` (linear, dynamic,
-    yarn, llama3, longrope) is refused, naming ``rope_scaling`` and the type."""
-    parameters = hf.get("rope_parameters")
-    scaling = hf.get("rope_scaling")
-    theta = _hf_field(hf, "rope_theta", float)
-    for name, value in (("rope_parameters", parameters), ("rope_scaling", scaling)):
+def _our_head_width(name: str, head_dim: int, read: Mapping[str, Any]) -> None:
+    """Refuse a ``head_dim`` other than hidden_size / num_attention_heads, the only one we have."""
+    d_head = read["hidden_size"] // read["num_attention_heads"]
+    if head_dim != d_head:
+        raise ConfigError(
+            f"field '{name}': our attention's heads are hidden_size / num_attention_heads = {d_head} "
+            f"wide, got {head_dim}"
+        )
+
+
+def _one_bias(name: str, mlp_bias: bool, read: Mapping[str, Any]) -> None:
+    """Refuse an ``mlp_bias`` other than ``attention_bias``: our ``bias`` is both."""
+    attention_bias = read["attention_bias"]
+    if mlp_bias != attention_bias:
+        raise ConfigError(
+            f"field '{name}': {str(mlp_bias).lower()} with attention_bias {str(attention_bias).lower()} "
+            "is not supported (our bias field covers both)"
+        )
+
+
+# The config mapping, used in both directions, with LlamaConfig's defaults (Llama 2 7B) for the
+# fields a config.json leaves out: num_key_value_heads left out (or null) is num_attention_heads,
+# head_dim hidden_size / num_attention_heads. rope_theta is the top level's unless rope_parameters
+# or rope_scaling hold one (rope_settings); transformers 4 reads the top level, 5 rope_parameters.
+CONFIG_TABLE = (
+    fields.size("vocab_size", "vocab_size", 32000),
+    fields.size("hidden_size", "d_model", 4096),
+    fields.size("intermediate_size", "d_ff", 11008),
+    fields.size("num_hidden_layers", "n_layers", 32),
+    fields.Field(
+        "num_attention_heads",
+        "n_heads",
+        int,
+        32,
+        (fields.at_least_one, fields.divides("hidden_size"), _even_heads),
+    ),
+    fields.Field(
+        "num_key_value_heads",
+        "n_kv_heads",
+        int,
+        None,
+        (fields.at_least_one, fields.divides("num_attention_heads")),
+        to_hf=lambda cfg: cfg.n_kv_heads or cfg.n_heads,
+        optional=True,
+    ),
+    fields.Field(
+        "head_dim",
+        None,
+        int,
+        None,
+        (fields.at_least_one, _our_head_width),
+        to_hf=lambda cfg: cfg.d_model // cfg.n_heads,
+        optional=True,
+    ),
+    fields.Field("hidden_act", "activation", str, "silu", (), ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF),
+    fields.size("max_position_embeddings", "max_len", 2048),
+    fields.Field("rms_norm_eps", "norm_eps", float, 1e-6, (fields.positive,)),
+    fields.Field("rope_theta", "rope_theta", float, 10000.0),
+    fields.constant("rope_scaling", None),
+    fields.Field(
+        "rope_parameters",
+        None,
+        dict,
+        None,
+        to_hf=lambda cfg: {"rope_type": DEFAULT_ROPE, "rope_theta": cfg.rope_theta},
+        imported=False,
+    ),
+    fields.Field("attention_bias", "bias", bool, False),
+    fields.Field("mlp_bias", None, bool, False, (_one_bias,), to_hf=lambda cfg: cfg.bias),
+    fields.rate("attention_dropout", "attn_dropout", 0.0),
+    fields.tied_head(False),
+    fields.constant("initializer_range", 0.02),
+    fields.constant("pretraining_tp", 1),
+    fields.constant("use_cache", True),
+)
+
+# Llama's design, which our config leaves free: given to an imported config (with half-split rotary
+# positions), required of an exported one (with either rotary layout).
+DESIGN = {
+    "arch": "decoder_only", "norm": "rmsnorm", "norm_placement": "pre", "attn_window": None,
+    "scale_embeddings": False, "output_bias": False, "ffn": "gated",
+}  # fmt: skip
+
+
+def rope_settings(hf: Mapping[str, Any], theta: float) -> float:
+    """The ``rope_theta`` of a Llama ``config.json`` whose top level says ``theta``: that of
+    ``rope_parameters`` (transformers 5) or ``rope_scaling`` where they hold one. Rotary scaling
+    other than none or ``default`` (linear, dynamic, yarn, llama3, longrope) is refused, naming
+    ``rope_scaling`` and the type."""
+    for name in ("rope_parameters", "rope_scaling"):
+        value = hf.get(name)
         if value is None:
             continue
         if not isinstance(value, dict):
@@ -121,14 +184,14 @@ def rope_settings(hf: Mapping[str, Any]) -> float:
                 f"{DEFAULT_ROPE!r}: plain rotary positions)"
             )
         if "rope_theta" in value:
-            theta = hf_field(value, "rope_theta", float, {})
+            theta = fields.of_kind("rope_theta", value["rope_theta"], float)
     if not theta > 0:
         raise ConfigError(f"field 'rope_theta': must be > 0, got {theta}")
     return float(theta)
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` of a Llama ``config.json``.
+    """Our :class:`ModelConfig` of a Llama ``config.json``, by :data:`CONFIG_TABLE`.
 
     hidden_size → d_model, num_attention_heads → n_heads, num_key_value_heads → n_kv_heads,
     intermediate_size → d_ff, num_hidden_layers → n_layers, max_position_embeddings → max_len,
@@ -138,78 +201,11 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     unscaled embeddings are Llama's design. A field our GPT cannot reproduce is refused with a
     :class:`ConfigError` naming it.
     """
-    model_type = hf.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
-    names = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
-    sizes = {name: _hf_field(hf, name, int) for name in names}
-    heads = sizes["num_attention_heads"]
-    for name in ("num_key_value_heads", "head_dim"):
-        if hf.get(name) is not None:
-            sizes[name] = _hf_field(hf, name, int)
-    check_sizes(sizes)
-    if sizes["hidden_size"] % heads:
-        raise ConfigError(
-            f"field 'num_attention_heads': must divide hidden_size={sizes['hidden_size']}, got {heads}"
-        )
-    d_head = sizes["hidden_size"] // heads
-    if sizes.get("head_dim", d_head) != d_head:
-        raise ConfigError(
-            f"field 'head_dim': our attention's heads are hidden_size / num_attention_heads = {d_head} "
-            f"wide, got {sizes['head_dim']}"
-        )
-    kv_heads = sizes.get("num_key_value_heads", heads)
-    if heads % kv_heads:
-        raise ConfigError(
-            f"field 'num_key_value_heads': must divide num_attention_heads={heads}, got {kv_heads}"
-        )
-    if d_head % 2:
-        raise ConfigError(
-            f"field 'num_attention_heads': rotary positions need an even head dimension, got {d_head}"
-        )
-    activation = _hf_field(hf, "hidden_act", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'hidden_act': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    attention_bias, mlp_bias = _hf_field(hf, "attention_bias", bool), _hf_field(hf, "mlp_bias", bool)
-    if attention_bias != mlp_bias:
-        raise ConfigError(
-            f"field 'mlp_bias': {str(mlp_bias).lower()} with attention_bias {str(attention_bias).lower()} "
-            "is not supported (our bias field covers both)"
-        )
-    rate = _hf_field(hf, "attention_dropout", float)
-    if not 0.0 <= rate < 1.0:
-        raise ConfigError(f"field 'attention_dropout': must be in [0, 1), got {rate}")
-    eps = _hf_field(hf, "rms_norm_eps", float)
-    if not eps > 0:
-        raise ConfigError(f"field 'rms_norm_eps': must be > 0, got {eps}")
-    max_len = _hf_field(hf, "max_position_embeddings", int)
-    if max_len < 1:
-        raise ConfigError(f"field 'max_position_embeddings': must be >= 1, got {max_len}")
-    return ModelConfig(
-        arch="decoder_only",
-        vocab_size=sizes["vocab_size"],
-        d_model=sizes["hidden_size"],
-        n_heads=heads,
-        n_kv_heads=None if kv_heads == heads else kv_heads,
-        d_ff=sizes["intermediate_size"],
-        n_layers=sizes["num_hidden_layers"],
-        dropout=0.0,
-        attn_dropout=float(rate),
-        activation=ACTIVATIONS_FROM_HF[activation],
-        ffn="gated",
-        norm="rmsnorm",
-        norm_placement="pre",
-        norm_eps=float(eps),
-        position="rope",
-        rope_theta=rope_settings(hf),
-        max_len=max_len,
-        bias=attention_bias,
-        scale_embeddings=False,
-        tie_embeddings="output" if _hf_field(hf, "tie_word_embeddings", bool) else "none",
-    )
+    ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
+    if ours["n_kv_heads"] == ours["n_heads"]:
+        ours["n_kv_heads"] = None
+    ours["rope_theta"] = rope_settings(hf, ours["rope_theta"])
+    return ModelConfig(**DESIGN, **ours, dropout=0.0, position="rope")
 
 
 def check_expressible(cfg: ModelConfig) -> None:
@@ -221,47 +217,15 @@ def check_expressible(cfg: ModelConfig) -> None:
             f'config field \'model.position\': Llama needs "rope" (or "rope_interleaved"), got '
             f"{json.dumps(cfg.position)}"
         )
-    needed = {
-        "arch": "decoder_only", "norm": "rmsnorm", "norm_placement": "pre", "attn_window": None,
-        "scale_embeddings": False, "output_bias": False, "ffn": "gated",
-    }  # fmt: skip
-    for name, value in needed.items():
-        found = getattr(cfg, name)
-        if found != value:
-            raise ConfigError(
-                f"config field 'model.{name}': Llama needs {json.dumps(value)}, got {json.dumps(found)}"
-            )
+    fields.require(cfg, "Llama", DESIGN)
 
 
 def config_to_hf(cfg: ModelConfig, bos_id: int | None = None, eos_id: int | None = None) -> dict[str, Any]:
     """The ``config.json`` of ``cfg`` as a ``LlamaForCausalLM`` (the inverse of
-    :func:`config_from_hf`, with ``bos_id`` and ``eos_id``); ``rope_theta`` is written both at
-    the top level (transformers 4) and in ``rope_parameters`` (transformers 5)."""
+    :func:`config_from_hf`, by :data:`CONFIG_TABLE`, with ``bos_id`` and ``eos_id``); ``rope_theta`` is
+    written both at the top level (transformers 4) and in ``rope_parameters`` (transformers 5)."""
     check_expressible(cfg)
-    hf: dict[str, Any] = {
-        "model_type": MODEL_TYPE,
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.d_ff,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads,
-        "head_dim": cfg.d_model // cfg.n_heads,
-        "hidden_act": ACTIVATIONS_TO_HF[cfg.activation],
-        "max_position_embeddings": cfg.max_len,
-        "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "rope_scaling": None,
-        "rope_parameters": {"rope_type": DEFAULT_ROPE, "rope_theta": cfg.rope_theta},
-        "attention_bias": cfg.bias,
-        "mlp_bias": cfg.bias,
-        "attention_dropout": cfg.attn_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings != "none",
-        "initializer_range": 0.02,
-        "pretraining_tp": 1,
-        "use_cache": True,
-    }
+    hf = fields.to_hf(cfg, MODEL_TYPE, "LlamaForCausalLM", CONFIG_TABLE)
     if bos_id is not None:
         hf["bos_token_id"] = bos_id
     if eos_id is not None:

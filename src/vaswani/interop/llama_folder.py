@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from vaswani.config import RunConfig
 from vaswani.data.config import LMData, TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.interop.common import write_json, write_lm_folder, write_lm_run
+from vaswani.interop.common import naming, write_json, write_lm_folder, write_lm_run
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line
 from vaswani.pipelines.lm import TASK, TOKENIZER
@@ -70,24 +70,18 @@ def read_tokenizer(src: Path, hf: Mapping[str, Any]) -> LMTokenizer:
         raise DataError(f"{path}: not a readable tokenizer ({first_line(exc)})") from None
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError, DataError):
         eos = special_token(tokenizer, hf, "eos_token_id")
         if eos is None:
             raise ConfigError("field 'eos_token_id': a language model needs one, got null")
         bos = special_token(tokenizer, hf, "bos_token_id")
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
-    except DataError as exc:
-        raise DataError(f"{src / RunDir.CONFIG}: {exc}") from None
     return LMTokenizer(tokenizer, eos, bos if bos is not None and prepends(tokenizer, bos) else None)
 
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the Llama folder ``src``."""
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tokenizer = read_tokenizer(src, hf_config)
     ids = (tokenizer.eos_id, tokenizer.bos_id)
     eos, bos = (None if i is None else tokenizer.tokenizer.id_to_token(i) for i in ids)
@@ -114,10 +108,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     except RunDirError as exc:
         raise RunDirError(f"{run_dir}: {exc}") from None
     bos_id = tokenizer.eos_id if tokenizer.bos_id is None else tokenizer.bos_id
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, bos_id, tokenizer.eos_id)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     write_lm_folder(run_dir, run, out, hf_config, state_to_hf, tokenizer)
     names = {"bos_token": bos_id, "eos_token": tokenizer.eos_id}
     settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}

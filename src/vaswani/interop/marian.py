@@ -49,7 +49,8 @@ from typing import Any
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.common import KeyMap, check_sizes, hf_field, refuse_grouped_heads
+from vaswani.interop import fields
+from vaswani.interop.common import KeyMap
 from vaswani.tokenizer import TextTokenizer
 
 MODEL_TYPE = "marian"
@@ -89,51 +90,109 @@ HEAD = KeyMap("lm_head.weight", "output.weight")
 LOGITS_BIAS = KeyMap("final_logits_bias", "output.bias")
 POSITION_TABLES = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 
-# Hugging Face activation name → ours (ACT2FN: "swish" and "silu" are both x · sigmoid(x); gelu_new,
-# gelu_pytorch_tanh and gelu_fast are all the tanh approximation of GELU), and back.
-ACTIVATIONS_FROM_HF = {
-    "swish": "silu",
-    "silu": "silu",
-    "gelu": "gelu",
-    "relu": "relu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-}
+# Hugging Face activation names → ours, and back.
+ACTIVATIONS_FROM_HF = fields.activations(
+    "swish", "silu", "gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"
+)
 ACTIVATIONS_TO_HF = {"silu": "swish", "gelu": "gelu", "relu": "relu", "gelu_tanh": "gelu_new"}
 
-# MarianConfig's defaults, for the fields a config.json leaves out.
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 58101, "max_position_embeddings": 1024,
-    "encoder_layers": 12, "encoder_ffn_dim": 4096, "encoder_attention_heads": 16,
-    "decoder_layers": 12, "decoder_ffn_dim": 4096, "decoder_attention_heads": 16,
-    "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "activation_function": "gelu", "d_model": 1024,
-    "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "decoder_start_token_id": 58100,
-    "scale_embedding": False, "pad_token_id": 58100, "eos_token_id": 0,
-    "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
-}  # fmt: skip
-
-# Rates that only training uses and our model does not have: they must be 0.
-ZERO_RATES = ("activation_dropout", "encoder_layerdrop", "decoder_layerdrop")
+# MarianConfig's token ids, for those a config.json leaves out (the run's tokenizers must agree
+# with them: marian_folder.check_token_ids).
+TOKEN_IDS = {"pad_token_id": 58100, "eos_token_id": 0, "decoder_start_token_id": 58100}
 
 
-def marian_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
-    """``hf[name]`` (or MarianConfig's default), refused when it is not a ``kind``."""
-    return hf_field(hf, name, kind, HF_DEFAULTS)
+def _same_as(encoder: str) -> fields.Check:
+    """A check that a decoder's size is the encoder's (``encoder``): our model has one for both stacks."""
+
+    def check(name: str, value: int, read: Mapping[str, Any]) -> None:
+        if value != read[encoder]:
+            both = f"{encoder}={read[encoder]} (one value for both stacks)"
+            raise ConfigError(f"field '{name}': must equal {both}, got {value}")
+
+    return check
 
 
-def _same(hf: Mapping[str, Any], encoder: str, decoder: str) -> int:
-    """A size that encoder and decoder must share in our model (heads, feed-forward width)."""
-    value = marian_field(hf, encoder, int)
-    if marian_field(hf, decoder, int) != value:
+def _ties(name: str, tied: bool, read: Mapping[str, Any]) -> None:
+    """Refuse shared embeddings (``share_encoder_decoder_embeddings``) with an untied head, or with
+    two vocabulary sizes."""
+    if not read["share_encoder_decoder_embeddings"]:
+        return
+    if not tied:
+        raise ConfigError(f"field '{name}': false with share_encoder_decoder_embeddings is not supported")
+    vocab, decoder_vocab = read["vocab_size"], read["decoder_vocab_size"]
+    if decoder_vocab not in (None, vocab):
         raise ConfigError(
-            f"field '{decoder}': must equal {encoder}={value} (one value for both stacks), got {hf[decoder]}"
+            f"field 'decoder_vocab_size': shared embeddings need vocab_size={vocab}, got {decoder_vocab}"
         )
-    return value
+
+
+# The config mapping, used in both directions, with MarianConfig's defaults for the fields a
+# config.json leaves out: decoder_vocab_size left out (or null) is vocab_size. The rates of
+# ZERO_RATES only train, and our model has none of them: they must be 0.
+ZERO_RATES = ("activation_dropout", "encoder_layerdrop", "decoder_layerdrop")
+CONFIG_TABLE = (
+    fields.size("vocab_size", "src_vocab_size", 58101),
+    fields.Field("decoder_vocab_size", "tgt_vocab_size", int, None, fields.SIZE, optional=True),
+    fields.size("max_position_embeddings", "max_len", 1024),
+    fields.size("d_model", "d_model", 1024),
+    fields.size("encoder_layers", "n_encoder_layers", 12),
+    fields.size("decoder_layers", "n_decoder_layers", 12),
+    fields.Field(
+        "encoder_attention_heads", "n_heads", int, 16, (fields.at_least_one, fields.divides("d_model"))
+    ),
+    fields.Field(
+        "decoder_attention_heads",
+        None,
+        int,
+        16,
+        (_same_as("encoder_attention_heads"),),
+        to_hf=lambda cfg: cfg.n_heads,
+    ),
+    fields.size("encoder_ffn_dim", "d_ff", 4096),
+    fields.Field(
+        "decoder_ffn_dim", None, int, 4096, (_same_as("encoder_ffn_dim"),), to_hf=lambda cfg: cfg.d_ff
+    ),
+    fields.Field(
+        "activation_function", "activation", str, "gelu", (), ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
+    ),
+    fields.rate("dropout", "dropout", 0.1),
+    fields.rate("attention_dropout", "attn_dropout", 0.0),
+    *(
+        fields.Field(
+            name,
+            None,
+            float,
+            0.0,
+            (fields.a_rate, fields.needs(0.0, " (only 0: vaswani has no such rate)")),
+        )
+        for name in ZERO_RATES
+    ),
+    fields.Field("scale_embedding", "scale_embeddings", bool, False),
+    fields.Field(
+        "share_encoder_decoder_embeddings", None, bool, True, to_hf=lambda cfg: cfg.tie_embeddings == "all"
+    ),
+    fields.Field(
+        "tie_word_embeddings", None, bool, True, (_ties,), to_hf=lambda cfg: cfg.tie_embeddings != "none"
+    ),
+    fields.Field(
+        "pad_token_id",
+        "pad_id",
+        int,
+        TOKEN_IDS["pad_token_id"],
+        (fields.token_id("vocab_size", "decoder_vocab_size"),),
+    ),
+)
+
+# Marian's design, which our config leaves free: given to an imported config (with positions in
+# halves), required of an exported one (with either sinusoidal layout).
+DESIGN = {
+    "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
+    "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain", "word_dim": None,
+}  # fmt: skip
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` of a Marian ``config.json``.
+    """Our :class:`ModelConfig` of a Marian ``config.json``, by :data:`CONFIG_TABLE`.
 
     d_model → d_model, encoder/decoder_attention_heads (equal) → n_heads,
     encoder/decoder_ffn_dim (equal) → d_ff, encoder_layers → n_encoder_layers, decoder_layers →
@@ -146,73 +205,23 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     ``add_bias_logits``, ...) are ignored here too. A field our model cannot reproduce is
     refused with a :class:`ConfigError` naming it.
     """
-    model_type = hf.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
-    architectures = hf.get("architectures")
-    if architectures is not None and architectures != [ARCHITECTURE]:
+    architectures = hf.get("architectures")  # after model_type, which fields.from_hf checks
+    if (
+        hf.get("model_type", MODEL_TYPE) == MODEL_TYPE
+        and architectures is not None
+        and architectures != [ARCHITECTURE]
+    ):
         raise ConfigError(f"field 'architectures': only {ARCHITECTURE} is supported, got {architectures!r}")
-    names = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers")
-    sizes = {name: marian_field(hf, name, int) for name in names}
-    sizes["heads"] = _same(hf, "encoder_attention_heads", "decoder_attention_heads")
-    sizes["ffn_dim"] = _same(hf, "encoder_ffn_dim", "decoder_ffn_dim")
-    sizes["decoder_vocab_size"] = sizes["vocab_size"]
-    if hf.get("decoder_vocab_size") is not None:
-        sizes["decoder_vocab_size"] = marian_field(hf, "decoder_vocab_size", int)
-    check_sizes(sizes)
-    if sizes["d_model"] % sizes["heads"]:
-        raise ConfigError(
-            f"field 'encoder_attention_heads': must divide d_model={sizes['d_model']}, got {sizes['heads']}"
-        )
-    shared = marian_field(hf, "share_encoder_decoder_embeddings", bool)
-    tied = marian_field(hf, "tie_word_embeddings", bool)
-    if shared and not tied:
-        raise ConfigError(
-            "field 'tie_word_embeddings': false with share_encoder_decoder_embeddings is not supported"
-        )
-    if shared and sizes["decoder_vocab_size"] != sizes["vocab_size"]:
-        raise ConfigError(
-            f"field 'decoder_vocab_size': shared embeddings need vocab_size={sizes['vocab_size']}, "
-            f"got {sizes['decoder_vocab_size']}"
-        )
-    activation = marian_field(hf, "activation_function", str)
-    if activation not in ACTIVATIONS_FROM_HF:
-        raise ConfigError(
-            f"field 'activation_function': {activation!r} is not supported; "
-            f"supported: {', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    rates = {name: marian_field(hf, name, float) for name in ("dropout", "attention_dropout", *ZERO_RATES)}
-    for name, rate in rates.items():
-        if not 0.0 <= rate < 1.0:
-            raise ConfigError(f"field '{name}': must be in [0, 1), got {rate}")
-        if name in ZERO_RATES and rate:
-            raise ConfigError(f"field '{name}': {rate} is not supported (only 0: vaswani has no such rate)")
-    pad_id = marian_field(hf, "pad_token_id", int)
-    if not 0 <= pad_id < min(sizes["vocab_size"], sizes["decoder_vocab_size"]):
-        raise ConfigError(f"field 'pad_token_id': must be a token id, got {pad_id}")
-    tie = "all" if shared else "output" if tied else "none"
+    ours, read = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
+    if ours["tgt_vocab_size"] is None:
+        ours["tgt_vocab_size"] = ours["src_vocab_size"]
+    shared, tied = read["share_encoder_decoder_embeddings"], read["tie_word_embeddings"]
     return ModelConfig(
-        arch="encoder_decoder",
-        src_vocab_size=sizes["vocab_size"],
-        tgt_vocab_size=sizes["decoder_vocab_size"],
-        d_model=sizes["d_model"],
-        n_heads=sizes["heads"],
-        d_ff=sizes["ffn_dim"],
-        n_encoder_layers=sizes["encoder_layers"],
-        n_decoder_layers=sizes["decoder_layers"],
-        dropout=float(rates["dropout"]),
-        attn_dropout=float(rates["attention_dropout"]),
-        activation=ACTIVATIONS_FROM_HF[activation],
-        norm="layernorm",
-        norm_placement="post",
-        norm_eps=LAYER_NORM_EPS,
+        **DESIGN,
+        **ours,
         position="sinusoidal_halves",
-        max_len=sizes["max_position_embeddings"],
         fused_qkv=False,
-        bias=True,
-        scale_embeddings=marian_field(hf, "scale_embedding", bool),
-        tie_embeddings=tie,
-        pad_id=pad_id,
+        tie_embeddings="all" if shared else "output" if tied else "none",
         output_bias=True,
     )
 
@@ -221,17 +230,8 @@ def check_expressible(cfg: ModelConfig) -> None:
     """Refuse, naming the field, a config that Marian cannot express. Positions may be either
     sinusoidal layout; activation, embedding scale, ties, sizes, fused q/k/v and the output bias
     are free; everything else must be Marian's."""
-    refuse_grouped_heads(cfg, "Marian")
-    needed = {
-        "arch": "encoder_decoder", "norm": "layernorm", "norm_placement": "post", "attn_window": None,
-        "bias": True, "norm_eps": LAYER_NORM_EPS, "ffn": "plain", "word_dim": None,
-    }  # fmt: skip
-    for name, value in needed.items():
-        found = getattr(cfg, name)
-        if found != value:
-            raise ConfigError(
-                f"config field 'model.{name}': Marian needs {json.dumps(value)}, got {json.dumps(found)}"
-            )
+    fields.refuse_grouped_heads(cfg, "Marian")
+    fields.require(cfg, "Marian", DESIGN)
     if cfg.position not in ("sinusoidal", "sinusoidal_halves"):
         raise ConfigError(
             "config field 'model.position': Marian needs sinusoidal positions, "
@@ -241,30 +241,11 @@ def check_expressible(cfg: ModelConfig) -> None:
 
 def config_to_hf(cfg: ModelConfig, tgt_tok: TextTokenizer) -> dict[str, Any]:
     """The ``config.json`` of ``cfg`` as a ``MarianMTModel`` (the inverse of :func:`config_from_hf`
-    for a Marian config), with the token ids of ``tgt_tok``; ``forced_eos_token_id`` is null, as
-    vaswani's decoding does not force EOS at the length limit."""
+    for a Marian config, by :data:`CONFIG_TABLE`), with the token ids of ``tgt_tok``;
+    ``forced_eos_token_id`` is null, as vaswani's decoding does not force EOS at the length limit."""
     check_expressible(cfg)
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": [ARCHITECTURE],
-        "vocab_size": cfg.src_vocab_size,
-        "decoder_vocab_size": cfg.tgt_vocab_size,
-        "max_position_embeddings": cfg.max_len,
-        "d_model": cfg.d_model,
-        "encoder_layers": cfg.n_encoder_layers,
-        "decoder_layers": cfg.n_decoder_layers,
-        "encoder_attention_heads": cfg.n_heads,
-        "decoder_attention_heads": cfg.n_heads,
-        "encoder_ffn_dim": cfg.d_ff,
-        "decoder_ffn_dim": cfg.d_ff,
-        "activation_function": ACTIVATIONS_TO_HF[cfg.activation],
-        "dropout": cfg.dropout,
-        "attention_dropout": cfg.attn_dropout,
-        **dict.fromkeys(ZERO_RATES, 0.0),
-        "scale_embedding": cfg.scale_embeddings,
-        "share_encoder_decoder_embeddings": cfg.tie_embeddings == "all",
-        "tie_word_embeddings": cfg.tie_embeddings != "none",
-        "pad_token_id": cfg.pad_id,
+        **fields.to_hf(cfg, MODEL_TYPE, ARCHITECTURE, CONFIG_TABLE),
         "eos_token_id": tgt_tok.eos_id,
         "decoder_start_token_id": tgt_tok.bos_id,
         "forced_eos_token_id": None,

@@ -27,7 +27,18 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError, RunDirError
-from vaswani.interop.common import KeyMap, expand, read_hf_weights, rename, write_json, write_safetensors
+from vaswani.interop import fields
+from vaswani.interop.common import (
+    KeyMap,
+    expand,
+    fits_vocabulary,
+    naming,
+    read_hf_weights,
+    rename,
+    save_run,
+    write_json,
+    write_safetensors,
+)
 from vaswani.interop.marian import (
     DECODER_EMBED,
     DECODER_TABLE,
@@ -41,10 +52,10 @@ from vaswani.interop.marian import (
     POSITION_TABLES,
     SENTENCEPIECE_DIR,
     SHARED,
+    TOKEN_IDS,
     check_expressible,
     config_from_hf,
     config_to_hf,
-    marian_field,
 )
 from vaswani.interop.sentencepiece import (
     SOURCE_SPM,
@@ -197,7 +208,7 @@ def check_token_ids(hf: Mapping[str, Any], src_tok: TextTokenizer, tgt_tok: Text
         "decoder_start_token_id": (tgt_tok.bos_id, "the target tokenizer's start of decoding"),
     }
     for name, (token_id, role) in expected.items():
-        found = marian_field(hf, name, int)
+        found = fields.of_kind(name, hf.get(name, TOKEN_IDS[name]), int)
         if found != token_id:
             raise ConfigError(f"field '{name}': {found}, but {role} is {token_id}")
     if src_tok.pad_id != tgt_tok.pad_id:
@@ -256,36 +267,21 @@ def read_tokenizers(src: Path) -> tuple[TextTokenizer, TextTokenizer, Path]:
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``translation`` run directory into ``out`` from the Marian folder ``src``."""
-    try:
+    with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     src_tok, tgt_tok, tokenizer_path = read_tokenizers(src)
-    for tok, size, field in (
-        (src_tok, cfg.src_vocab_size, "vocab_size"),
-        (tgt_tok, cfg.tgt_vocab_size, "decoder_vocab_size"),
-    ):
-        if tok.vocab_size > size:
-            raise DataError(
-                f"{tokenizer_path}: vocabulary of {tok.vocab_size} does not fit the model's {field} of {size}"
-            )
-    try:
+    fits_vocabulary(tokenizer_path, src_tok.vocab_size, "vocab_size", cfg.src_vocab_size)
+    fits_vocabulary(tokenizer_path, tgt_tok.vocab_size, "decoder_vocab_size", cfg.tgt_vocab_size)
+    with naming(src / RunDir.CONFIG, ConfigError):
         check_token_ids(hf_config, src_tok, tgt_tok)
-    except ConfigError as exc:
-        raise ConfigError(f"{src / RunDir.CONFIG}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
-    try:
+    with naming(weights_path, DataError):
         state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
-    model = Transformer(cfg)
-    model.load_state_dict(state, strict=True)
     data = ParallelData(
         source="default", vocab_size=tgt_tok.vocab_size, shared_vocab=cfg.tie_embeddings == "all"
     )
-    folder = RunDir(out)
-    folder.write_config(RunConfig(TASK, cfg, registry.configure(TASK).train, data))  # the default recipe's
-    folder.save_weights(model)
+    run = RunConfig(TASK, cfg, registry.configure(TASK).train, data)  # the default recipe's
+    save_run(out, run, Transformer(cfg), state)
     for tokenizer, name in ((src_tok, SRC_TOKENIZER), (tgt_tok, TGT_TOKENIZER)):
         write_file(out / name, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
     copy_opus_files(src, out / SENTENCEPIECE_DIR)
@@ -314,10 +310,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     only shared vocabularies get right."""
     src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
     tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, tgt_tok)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     model = Transformer(run.model)
     RunDir(run_dir).load_weights(model)
     write_json(out / RunDir.CONFIG, hf_config)

@@ -33,7 +33,6 @@ exported without a head loads into ``ViTModel`` with a fresh pooler (its hidden 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,16 +42,9 @@ from torch import Tensor
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF, activation_and_rates
-from vaswani.interop.common import (
-    KeyMap,
-    check_sizes,
-    expand,
-    hf_field,
-    refuse_grouped_heads,
-    rename,
-    split_qkv,
-)
+from vaswani.interop import fields
+from vaswani.interop.bert import ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF
+from vaswani.interop.common import KeyMap, expand, rename, split_qkv
 from vaswani.models.vit import ViT
 
 MODEL_TYPE = "vit"
@@ -83,21 +75,36 @@ HEAD_TABLE = tuple(KeyMap(f"classifier.{kind}", f"head.{kind}") for kind in KIND
 SKIPPED = re.compile(r"(vit\.)?(pooler\.dense\.(weight|bias)|embeddings\.mask_token)")
 HEAD_ARCH, BASE_ARCH = "ViTForImageClassification", "ViTModel"
 
-# ViTConfig's defaults (ViT-Base/16 at 224²), for the fields a config.json leaves out.
-HF_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
-    "hidden_act": "gelu", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-    "layer_norm_eps": 1e-12, "image_size": 224, "patch_size": 16, "num_channels": 3, "qkv_bias": True,
+# The config mapping, used in both directions, with ViTConfig's defaults (ViT-Base/16 at 224²) for
+# the fields a config.json leaves out. Sizes that do not fit each other (heads and the width, the
+# image and the patches) are refused by our config, naming Hugging Face's field (config_from_hf).
+CONFIG_TABLE = (
+    fields.size("hidden_size", "d_model", 768),
+    fields.size("num_hidden_layers", "n_layers", 12),
+    fields.size("num_attention_heads", "n_heads", 12),
+    fields.size("intermediate_size", "d_ff", 3072),
+    fields.Field("hidden_act", "activation", str, "gelu", (), ACTIVATIONS_FROM_HF, ACTIVATIONS_TO_HF),
+    fields.rate("hidden_dropout_prob", "dropout", 0.0),
+    fields.rate("attention_probs_dropout_prob", "attn_dropout", 0.0),
+    fields.Field("layer_norm_eps", "norm_eps", float, 1e-12),
+    fields.constant("initializer_range", 0.02),
+    fields.size("image_size", "image_size", 224),
+    fields.size("patch_size", "patch_size", 16),
+    fields.size("num_channels", "channels", 3),
+    fields.required("qkv_bias", True, " (vaswani's ViT has every bias)"),
+    fields.Field("encoder_stride", "patch_size", int, 16, imported=False),
+)
+
+# ViT's design, which our config leaves free: given to an imported config (with [CLS] pooling),
+# required of an exported one (and [CLS] pooling of one with a classifier).
+DESIGN = {
+    "arch": "vit", "norm": "layernorm", "norm_placement": "pre", "bias": True, "ffn": "plain",
+    "attn_window": None,
 }  # fmt: skip
 
 
-def vit_field(hf: Mapping[str, Any], name: str, kind: type) -> Any:
-    """``hf[name]`` (or ViTConfig's default), refused when it is not a ``kind``."""
-    return hf_field(hf, name, kind, HF_DEFAULTS)
-
-
 def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Our :class:`ModelConfig` of a ViT ``config.json``.
+    """Our :class:`ModelConfig` of a ViT ``config.json``, by :data:`CONFIG_TABLE`.
 
     hidden_size → d_model, num_attention_heads → n_heads, intermediate_size → d_ff,
     num_hidden_layers → n_layers, hidden_act → activation, layer_norm_eps → norm_eps,
@@ -106,42 +113,12 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     drop-path and Hugging Face's initialisation are its design, and q/k/v are fused (see the module).
     A field ViT cannot follow (``qkv_bias`` false, a non-square ``image_size``, another activation, a
     size that does not fit) is refused with a :class:`ConfigError` naming it."""
-    model_type = hf.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"field 'model_type': expected {MODEL_TYPE!r}, got {model_type!r}")
-    if not vit_field(hf, "qkv_bias", bool):
-        raise ConfigError("field 'qkv_bias': false is not supported (vaswani's ViT has every bias)")
-    names = (
-        "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "image_size",
-        "patch_size", "num_channels",
-    )  # fmt: skip
-    sizes = {name: vit_field(hf, name, int) for name in names}
-    check_sizes(sizes)
-    activation, rates = activation_and_rates(lambda name, kind: vit_field(hf, name, kind))
-    eps = vit_field(hf, "layer_norm_eps", float)
-    fields = {
-        "hidden_size": "d_model", "num_attention_heads": "n_heads", "intermediate_size": "d_ff",
-        "num_hidden_layers": "n_layers", "image_size": "image_size", "patch_size": "patch_size",
-        "num_channels": "channels", "hidden_dropout_prob": "dropout",
-        "attention_probs_dropout_prob": "attn_dropout", "layer_norm_eps": "norm_eps",
-    }  # fmt: skip
-    values = {**sizes, **rates, "layer_norm_eps": eps}
+    ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
     try:
-        return ModelConfig(
-            arch="vit",
-            **{ours: values[name] for name, ours in fields.items()},
-            activation=ACTIVATIONS_FROM_HF[activation],
-            norm="layernorm",
-            norm_placement="pre",
-            fused_qkv=True,
-            bias=True,
-            pooling="cls",
-            vit_init="hf",
-            drop_path=0.0,
-        )
+        return ModelConfig(**DESIGN, **ours, fused_qkv=True, pooling="cls", vit_init="hf", drop_path=0.0)
     except ConfigError as exc:  # name Hugging Face's field, not ours
-        ours = re.search(r"'model\.(\w+)'", str(exc))
-        hf_name = next((name for name, mine in fields.items() if ours and mine == ours[1]), None)
+        named = re.search(r"'model\.(\w+)'", str(exc))
+        hf_name = next((row.hf for row in CONFIG_TABLE if named and row.ours == named[1]), None)
         raise ConfigError(f"field '{hf_name}': {exc}" if hf_name else str(exc)) from None
 
 
@@ -163,43 +140,16 @@ def check_expressible(cfg: ModelConfig, with_head: bool) -> None:
     """Refuse, naming the field, a config that Hugging Face's ViT cannot express. Sizes, dropout,
     activation, eps, fused q/k/v and the initialisation are free, and so is drop-path (training only);
     a classifier needs [CLS] pooling."""
-    refuse_grouped_heads(cfg, "ViT")
-    needed: dict[str, Any] = {
-        "arch": "vit", "norm": "layernorm", "norm_placement": "pre", "bias": True, "ffn": "plain",
-        "attn_window": None,
-    }  # fmt: skip
-    if with_head:
-        needed["pooling"] = "cls"
-    for name, value in needed.items():
-        found = getattr(cfg, name)
-        if found != value:
-            raise ConfigError(
-                f"config field 'model.{name}': ViT needs {json.dumps(value)}, got {json.dumps(found)}"
-            )
+    fields.refuse_grouped_heads(cfg, "ViT")
+    fields.require(cfg, "ViT", {**DESIGN, "pooling": "cls"} if with_head else DESIGN)
 
 
 def config_to_hf(cfg: ModelConfig, classes: Sequence[str]) -> dict[str, Any]:
     """The ``config.json`` of ``cfg`` as a ``ViTForImageClassification`` of ``classes`` (or a
-    ``ViTModel`` when there are none): the inverse of :func:`config_from_hf` and :func:`class_names`."""
+    ``ViTModel`` when there are none): the inverse of :func:`config_from_hf` (by :data:`CONFIG_TABLE`) and
+    :func:`class_names`."""
     check_expressible(cfg, bool(classes))
-    config: dict[str, Any] = {
-        "model_type": MODEL_TYPE,
-        "architectures": [HEAD_ARCH if classes else BASE_ARCH],
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.d_ff,
-        "hidden_act": ACTIVATIONS_TO_HF[cfg.activation],
-        "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.attn_dropout,
-        "layer_norm_eps": cfg.norm_eps,
-        "initializer_range": 0.02,
-        "image_size": cfg.image_size,
-        "patch_size": cfg.patch_size,
-        "num_channels": cfg.channels,
-        "qkv_bias": True,
-        "encoder_stride": cfg.patch_size,
-    }
+    config = fields.to_hf(cfg, MODEL_TYPE, HEAD_ARCH if classes else BASE_ARCH, CONFIG_TABLE)
     if classes:
         config["id2label"] = {str(i): name for i, name in enumerate(classes)}
         config["label2id"] = {name: i for i, name in enumerate(classes)}

@@ -21,7 +21,7 @@ from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import ImageData
 from vaswani.data.images import PREPROCESSOR, ImageProcessing
 from vaswani.errors import ConfigError, DataError
-from vaswani.interop.common import read_hf_weights, write_json, write_safetensors
+from vaswani.interop.common import naming, read_hf_weights, save_run, write_json, write_safetensors
 from vaswani.interop.vit import (
     BASE_ARCH,
     HEAD_ARCH,
@@ -64,10 +64,8 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     ``ViTModel``) folder ``src``: ``config.json`` (the classes from ``id2label``; none without a
     classifier), the weights, ``preprocessor_config.json``."""
     config_path = src / RunDir.CONFIG
-    try:
+    with naming(config_path, ConfigError):
         cfg = config_from_hf(hf_config)
-    except ConfigError as exc:
-        raise ConfigError(f"{config_path}: {exc}") from None
     tensors, weights_path = read_hf_weights(src)
     n_classes = n_classes_of(tensors)
     if n_classes == 1:
@@ -75,23 +73,15 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
             f"{weights_path}: a classifier of 1 class; vaswani imports a {HEAD_ARCH} of two or more "
             f"classes, or a {BASE_ARCH}"
         )
-    try:
+    with naming(config_path, ConfigError):
         classes = class_names(hf_config, n_classes)
-    except ConfigError as exc:
-        raise ConfigError(f"{config_path}: {exc}") from None
     processing = read_processing(src, cfg)
-    try:
+    with naming(weights_path, DataError):
         state = state_from_hf(tensors, cfg)
-    except DataError as exc:
-        raise DataError(f"{weights_path}: {exc}") from None
     run = RunConfig(
         TASK, cfg, registry.configure(TASK).train, ImageData(source="imported", classes=tuple(classes))
     )
-    model = model_of(run)
-    model.load_state_dict(state, strict=True)
-    folder = RunDir(out)
-    folder.write_config(run)
-    folder.save_weights(model)
+    save_run(out, run, model_of(run), state)
     processing.save(out)
 
 
@@ -102,10 +92,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     with the image task's data section.)"""
     run = RunDir(run_dir).read_config(TASK, ImageData)
     classes = run.data.classes or ()
-    try:
+    with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, classes)
-    except ConfigError as exc:
-        raise ConfigError(f"{run_dir / RunDir.CONFIG}: {exc}") from None
     processing = ImageProcessing.load(run_dir)
     model = RunDir(run_dir).load_weights(model_of(run))
     write_json(out / RunDir.CONFIG, hf_config)
