@@ -20,6 +20,9 @@ from vaswani.errors import ConfigError
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(?::(\d+))?")
+Resolved = torch.device | None
+"""A device the caller resolved already (a run's lifecycle resolves the training device once), or
+None: resolve it where it is needed."""
 
 
 def resolve_device(name: str | torch.device = "auto") -> torch.device:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -60,6 +59,7 @@ from vaswani.pipelines.classify import (
 )
 from vaswani.pipelines.lm import check_vocab
 from vaswani.recipes import Sections
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import (
     encoder_builder,
@@ -154,7 +154,7 @@ def train_classify(
     run_dir: Path,
     resume: bool = False,
     quiet: bool = False,
-    device: torch.device | None = None,
+    device: Resolved = None,
     data: Examples | None = None,
 ) -> tuple[dict[str, Any], TextClassifier]:
     """Fine-tune (or, with ``resume``, continue) a classifier in ``run_dir``; return the metrics and

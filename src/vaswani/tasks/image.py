@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -28,6 +27,7 @@ from vaswani.models.vit import ViT
 from vaswani.pipelines.image import TASK, ImageClassifier, model_of, processing_of, scores
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Confusion, Evaluation, Report
 from vaswani.tasks.finetune import epoch_settings
 from vaswani.tasks.settings import absolute, one_stack, validated
@@ -79,11 +79,7 @@ def with_pretrained(build: Callable[[], ViT], init: Path) -> Callable[[], ViT]:
 
 
 def train_image(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], ImageClassifier]:
     """Train (or, with ``resume``, continue) an image classifier in ``run_dir``; return the metrics
     and the classifier. The run directory keeps the classes (``config.json``) and the

@@ -36,6 +36,7 @@ from vaswani.pipelines.lm_text import (
 )
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import fixed_model
 from vaswani.tasks.settings import absolute, text_recipe, text_run
@@ -83,11 +84,7 @@ class LMTask:
 
 
 def train_lm(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], LanguageModel, str]:
     """Train (or, with ``resume``, continue) a language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run with ``data.init`` takes that run's

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -61,6 +60,7 @@ from vaswani.pipelines.nsp import (
     tokenized_documents,
 )
 from vaswani.recipes import Sections
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WordPieceTokenizer
@@ -127,11 +127,7 @@ class MLMTask:
 
 
 def train_mlm(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], MaskedLanguageModel, str]:
     """Train (or, with ``resume``, continue) a masked language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run trains its WordPiece tokenizer on the

@@ -33,6 +33,7 @@ from vaswani.pipelines.nat import MASK, PAPER_DECODING, TASK, NatTranslator, mas
 from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import Resolved
 from vaswani.tasks import translation
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.translation import Pairs, TranslationData, TranslationTask
@@ -152,11 +153,7 @@ def distilled(
 
 
 def train_nat(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], NatTranslator, TranslationData]:
     """Train a nat run in ``run_dir`` (or, with ``resume``, continue it); return metrics, translator
     and data."""

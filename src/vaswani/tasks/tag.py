@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -45,6 +44,7 @@ from vaswani.pipelines.tag import (
     tagging_scores,
 )
 from vaswani.recipes import Sections
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import (
     encoder_builder,
@@ -112,11 +112,7 @@ def tag_set(sentences: Sequence[Sentence], path: str | Path) -> tuple[str, ...]:
 
 
 def train_tag(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], Tagger]:
     """Train (or, with ``resume``, continue) a tagger in ``run_dir``; return the metrics and the
     tagger. A new run takes its encoder, tokenizer and model config (all but ``dropout``; no

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
@@ -41,6 +40,7 @@ from vaswani.pipelines.translation import (
 )
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
+from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import refuse_model_flags
 from vaswani.tasks.mrt import MinimumRiskTask, initialised
@@ -195,11 +195,7 @@ class TranslationTask:
 
 
 def train_translation(
-    run: RunConfig,
-    run_dir: Path,
-    resume: bool = False,
-    quiet: bool = False,
-    device: torch.device | None = None,
+    run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], Translator, TranslationData]:
     """Train a translation run in ``run_dir`` (or, with ``resume``, continue it: see
     :func:`vaswani.tasks.lifecycle.resume`); return metrics, translator and data."""
