@@ -178,6 +178,7 @@ def test_configs_convert_both_ways_and_gpt2_config_reads_ours():
         ({"attn_window": 8}, "model.attn_window"),
         ({"bias": False}, "model.bias"),
         ({"scale_embeddings": True}, "model.scale_embeddings"),
+        ({"activation": "silu"}, "model.activation"),
     ],
 )
 def test_configs_gpt2_cannot_express_are_refused(changes, field):

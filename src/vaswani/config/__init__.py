@@ -50,7 +50,6 @@ SELECT_BY = ("bleu", "chrf", "loss")
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("image_size", "patch_size", "channels", "pooling", "vit_init"), ("vit",)),
     **dict.fromkeys(("type_vocab_size", "pooler"), ("encoder_only",)),
-    **dict.fromkeys((side for sides in SIDES.values() for side in sides), ("encoder_decoder", "rnn")),
 }
 """The model fields that only some archs read → those archs; every other field is every arch's.
 A run's ``config.json`` holds its own family's fields (:meth:`ModelConfig.to_dict`)."""

@@ -153,6 +153,11 @@ def check_expressible(cfg: ModelConfig) -> None:
     activation among relu, gelu and gelu_tanh are free; everything else must be GPT-2's."""
     fields.refuse_grouped_heads(cfg, "GPT-2")
     fields.require(cfg, "GPT-2", DESIGN)
+    if cfg.activation not in ACTIVATIONS_TO_HF:
+        raise ConfigError(
+            f"config field 'model.activation': GPT-2 has {', '.join(ACTIVATIONS_TO_HF)}, "
+            f"got {cfg.activation!r}"
+        )
 
 
 def config_to_hf(cfg: ModelConfig, eos_id: int | None = None) -> dict[str, Any]:
