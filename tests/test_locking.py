@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +75,29 @@ def test_a_second_writer_is_refused_in_one_line_and_touches_nothing(run, argv, c
     )
     assert snapshot(run) == before
     assert not (run / ".lock").exists(), "the lock file outlived its holder"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "lm", "--resume", "{run}", "--max-steps", "30", "--quiet"],
+        ["average", "{run}", "--last", "1"],
+    ],
+    ids=["resume", "average"],
+)
+def test_a_lock_planted_as_a_link_is_refused_and_its_target_untouched(run, argv, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (copy / ".lock").symlink_to(victim)
+    before = snapshot(copy)
+    assert main([a.format(run=copy) for a in argv]) == 2
+    assert one_line(capsys) == (
+        f"vaswani: error: {copy / '.lock'}: a symbolic link; vaswani writes no file of a run through a "
+        "link (remove it)"
+    )
+    assert victim.read_text() == "precious\n" and snapshot(copy) == before
 
 
 def test_a_new_run_in_an_empty_folder_that_is_held_is_refused(tmp_path, capsys):

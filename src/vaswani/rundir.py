@@ -25,6 +25,7 @@ import fcntl
 import math
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -230,7 +231,7 @@ class RunDir:
     def held_by(self) -> str | None:
         """Who holds this run (:func:`holder`), or None when no process does; changes nothing."""
         try:
-            fd = os.open(self.path / self.LOCK, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path / self.LOCK, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
@@ -253,12 +254,21 @@ class RunDir:
         run held by another process is a one-line :class:`RunDirError` naming its pid and command."""
         path = self.path / self.LOCK
         while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:  # never through a link: a .lock planted as one would have its target overwritten
+                fd = os.open(
+                    path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644
+                )
             except OSError as exc:
                 if not self.path.is_dir():
                     raise RunDirError(f"{self.path}: no such run directory") from None
+                if path.is_symlink():
+                    raise RunDirError(
+                        f"{path}: a symbolic link; vaswani writes no file of a run through a link (remove it)"
+                    ) from None
                 raise write_error(path, exc) from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise RunDirError(f"{path}: not a regular file; remove it")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
