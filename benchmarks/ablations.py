@@ -62,10 +62,9 @@ class Variant:
 
 def base_run(config: Path, data: Path) -> Any:
     """The recipe's run config, reading Multi30k from ``data``."""
-    from vaswani.cli import build_parser
-    from vaswani.cli.translation import run_config_from_args
+    from vaswani.tasks import registry
 
-    run = run_config_from_args(build_parser().parse_args(["train", "translation", "--config", str(config)]))
+    run = registry.configure("translation", config=config)
     paths = {key: str((data / name).resolve()) for key, name in SPLITS.items()}
     return dataclasses.replace(run, data=run.data.replace(**paths))
 
