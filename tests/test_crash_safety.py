@@ -308,3 +308,26 @@ def test_a_checkpoint_restores_the_python_numpy_and_torch_generators(tmp_path):
 def test_a_deterministic_run_uses_one_thread():
     with pytest.raises(ConfigError, match=r"train\.threads"):
         TrainConfig(deterministic=True, threads=2)
+
+
+def test_pruning_leaves_what_it_did_not_write_and_goes_on(tmp_path, capsys):
+    """A link or a stray file in checkpoints/ is never listed, pruned or followed, and training goes
+    on: a link at the trainer's temporary name is unlinked with a warning, a link named like a
+    checkpoint is left alone, and the target outside the run is untouched."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_00000000").symlink_to(outside, target_is_directory=True)
+    (run / "checkpoints" / ".tmp_step_00000001").symlink_to(outside, target_is_directory=True)
+    (run / "checkpoints" / "notes.txt").write_text("a note")
+    for step in (1, 2, 3):
+        save_checkpoint(run, model, optimizer, {"step": step}, keep=1)
+    assert [p.name for p in list_checkpoints(run)] == ["step_00000003"]
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert (run / "checkpoints" / "step_00000000").is_symlink()
+    assert (run / "checkpoints" / "notes.txt").read_text() == "a note"
+    assert "unlinked" in capsys.readouterr().err and not (run / "checkpoints" / ".tmp_step_00000001").exists()

@@ -34,6 +34,7 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -50,6 +51,7 @@ from vaswani.training.signals import uninterrupted
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 FILES = (WEIGHTS, "optimizer.pt", "trainer_state.json")
+STEP_FOLDER = re.compile(r"step_\d+")  # a checkpoint's folder, as write_checkpoint names it
 
 
 def rng_state(device: torch.device | None = None) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def write_checkpoint(
         raise RunDirError(f"{run_dir}: the run directory was removed during training; stopping")
     root.mkdir(exist_ok=True)
     for stale in root.glob(".tmp_*"):  # left by a crash or a kill during an earlier write
-        shutil.rmtree(stale)
+        clear_temporary(stale)
     final = root / f"step_{state['step']:08d}"
     tmp = root / f".tmp_{final.name}"
     optimizer_file = io.BytesIO()
@@ -115,17 +117,33 @@ def write_checkpoint(
         ordered = list_checkpoints(run_dir)
         index = ordered.index(final)
         for old in ordered[: max(0, index + 1 - keep)] + ordered[index + 1 :]:
-            shutil.rmtree(old)
+            shutil.rmtree(old)  # a step_N folder the trainer wrote (list_checkpoints lists no link)
         shutil.rmtree(root / f".tmp_replaced_{final.name}", ignore_errors=True)
     return final
 
 
+def clear_temporary(path: Path) -> None:
+    """Clear the trainer's temporary name ``path`` in ``checkpoints/``: a folder left by an
+    interrupted write is removed; a link or a file found there is unlinked itself, with a warning,
+    never followed (its target, wherever it is, stays as it was)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+        return
+    print(
+        f"vaswani: warning: {path}: a link or a file where checkpoints are written; unlinked", file=sys.stderr
+    )
+    path.unlink()
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoint folders, oldest first (temporary folders are not listed)."""
+    """Checkpoint folders, oldest first: ``step_N`` folders (not links to one); temporary folders
+    and anything else are not listed."""
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+    return sorted(
+        p for p in root.iterdir() if STEP_FOLDER.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
 
 
 def checkpoint_problem(path: Path, files: Sequence[str] = FILES) -> str | None:
