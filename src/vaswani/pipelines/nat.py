@@ -17,13 +17,10 @@ from torch import Tensor
 from vaswani.data.config import NatData
 from vaswani.errors import RunDirError
 from vaswani.generation.mask_predict import MaskPredictConfig, check_length_beam, mask_predict
-from vaswani.io import load_weights
 from vaswani.models.cmlm import CMLM
-from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
+from vaswani.pipelines.translation import TGT_TOKENIZER, Translator, read_translation_run
 from vaswani.rundir import RunDir
-from vaswani.runtime import resolve_device
 from vaswani.tokenizer import TextTokenizer
-from vaswani.training.selection import chosen_weights
 
 TASK = "nat"
 MASK = "<mask>"
@@ -66,19 +63,13 @@ class NatTranslator(Translator):
         """The translator of a nat run, its model on ``device`` (auto, cpu, cuda, cuda:N, mps); the
         weights (the best by ``train.select_by`` where the run kept them, else the last:
         :attr:`weights_note` says which) are read on the CPU, then moved."""
-        where = resolve_device(device)
-        folder = RunDir(run_dir)
-        run = folder.read_config(TASK, NatData)
-        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
-        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
-        check_vocab(run.model, src_tok, tgt_tok, folder.path)
-        mask_id = mask_id_of(tgt_tok, folder.file(TGT_TOKENIZER))
-        path, note = chosen_weights(folder, run.train.select_by)
-        model = CMLM(run.model)
-        load_weights(model, path)
-        model.to(where).eval()
-        translator = cls(model, src_tok, tgt_tok, mask_id, run.data.bleu_tokenize or "13a")
-        translator.weights_note = note
+        found = read_translation_run(run_dir, TASK, NatData, CMLM, device)
+        mask_id = mask_id_of(found.tgt_tok, RunDir(run_dir).file(TGT_TOKENIZER))
+        assert isinstance(found.model, CMLM)
+        translator = cls(
+            found.model, found.src_tok, found.tgt_tok, mask_id, found.run.data.bleu_tokenize or "13a"
+        )
+        translator.weights_note = found.weights_note
         return translator
 
     @property

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm import tqdm
 
-from vaswani.config import ModelConfig
+from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import ParallelData
 from vaswani.errors import ConfigError, DataError
@@ -74,18 +74,9 @@ class Translator:
         mps: :func:`~vaswani.runtime.resolve_device`); the weights are read on the CPU, then moved.
         They are the best by ``train.select_by`` where the run kept them, else the last
         (:func:`~vaswani.training.selection.chosen_weights`; :attr:`weights_note` says which)."""
-        where = resolve_device(device)
-        folder = RunDir(run_dir)
-        run = folder.read_config(TASK, ParallelData)
-        src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
-        tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
-        check_vocab(run.model, src_tok, tgt_tok, folder.path)
-        path, note = chosen_weights(folder, run.train.select_by)
-        model = translation_model(run.model)
-        load_weights(model, path)
-        model.to(where).eval()
-        translator = cls(model, src_tok, tgt_tok, run.data.bleu_tokenize or "13a")
-        translator.weights_note = note
+        found = read_translation_run(run_dir, TASK, ParallelData, translation_model, device)
+        translator = cls(found.model, found.src_tok, found.tgt_tok, found.run.data.bleu_tokenize or "13a")
+        translator.weights_note = found.weights_note
         return translator
 
     def translate(
@@ -213,3 +204,39 @@ def check_vocab(cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer
                 f"{run_dir / name}: its padding id is {tok.pad_id}, the model's pad_id is {cfg.pad_id} "
                 f"({run_dir / 'config.json'})"
             )
+
+
+@dataclass(frozen=True)
+class TranslationRun:
+    """A translation-shaped run (``translation``, ``nat``) read from its directory: its config,
+    both tokenizers (checked against the model), the model with its chosen weights on its device,
+    and which weights those are."""
+
+    run: RunConfig
+    src_tok: TextTokenizer
+    tgt_tok: TextTokenizer
+    model: nn.Module
+    weights_note: str
+
+
+def read_translation_run(
+    run_dir: str | Path,
+    task: str,
+    data: type[ParallelData],
+    build: Callable[[ModelConfig], nn.Module],
+    device: str | torch.device,
+) -> TranslationRun:
+    """The run ``run_dir`` of ``task`` (its data section of class ``data``), its model built by
+    ``build`` with the best weights by ``train.select_by`` where the run kept them, else the last
+    (:func:`~vaswani.training.selection.chosen_weights`), read on the CPU and moved to ``device``
+    (:func:`~vaswani.runtime.resolve_device`) in eval mode."""
+    where = resolve_device(device)
+    folder = RunDir(run_dir)
+    run = folder.read_config(task, data)
+    src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
+    tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
+    check_vocab(run.model, src_tok, tgt_tok, folder.path)
+    path, note = chosen_weights(folder, run.train.select_by)
+    model = build(run.model)
+    load_weights(model, path)
+    return TranslationRun(run, src_tok, tgt_tok, model.to(where).eval(), note)
