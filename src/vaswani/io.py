@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
@@ -306,23 +307,50 @@ def safetensors_metadata(path: Path) -> dict[str, str]:
         raise RunDirError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
 
 
+def _dtype(tensor: Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def tensor_problem(tensor: Tensor, expected: Tensor | None = None) -> str | None:
+    """What is wrong with a weight read from a file, or None: a dtype the model's tensor of that
+    name (``expected``) cannot take (a floating tensor loads into a floating one; any other, such
+    as a quantized run's int8, only into its own dtype), a dtype that is not floating point when no
+    model tensor is given, or NaN or infinite values (one pass over a floating tensor)."""
+    if expected is None:
+        if not tensor.is_floating_point():
+            return f"has dtype {_dtype(tensor)}, expected a floating-point type"
+    elif tensor.dtype != expected.dtype and not (tensor.is_floating_point() and expected.is_floating_point()):
+        return f"has dtype {_dtype(tensor)}, the model expects {_dtype(expected)}"
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        return f"has non-finite values ({'nan' if bool(torch.isnan(tensor).any()) else 'inf'})"
+    return None
+
+
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load safetensors weights, refusing a file that is not safetensors and tensors that are
-    missing, unexpected or of another shape (the first offender is named)."""
+    missing, unexpected, of another shape or dtype than the model's, or not finite (the first
+    offender is named, with the file)."""
     if not path.is_file():
         raise RunDirError(f"{path}: no such weights file")
+    expected = model.state_dict()
     try:
         with safe_open(str(path), framework="pt") as f:
-            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+            for name in f.keys():  # noqa: SIM118
+                shape = tuple(f.get_slice(name).get_shape())
+                if name not in expected:
+                    continue
+                if tuple(expected[name].shape) != shape:
+                    raise RunDirError(
+                        f"{path}: tensor '{name}' has shape {list(shape)}, the model expects "
+                        f"{list(expected[name].shape)}: weights and config.json do not match"
+                    )
+                problem = tensor_problem(f.get_tensor(name), expected[name])
+                if problem:
+                    raise RunDirError(f"{path}: tensor '{name}' {problem}")
+    except RunDirError:
+        raise
     except Exception as exc:  # safetensors raises its own error types on foreign or corrupt files
         raise RunDirError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    for name, shape in shapes.items():
-        if name in expected and expected[name] != shape:
-            raise RunDirError(
-                f"{path}: tensor '{name}' has shape {list(shape)}, the model expects "
-                f"{list(expected[name])}: weights and config.json do not match"
-            )
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
     except Exception as exc:

@@ -31,6 +31,7 @@ from vaswani.io import (
     fsync_path,
     json_text,
     read_json,
+    tensor_problem,
     write_error,
     write_file,
 )
@@ -81,8 +82,9 @@ def rename(
     Face names without. Transposed rows are transposed; every result is contiguous.
 
     Each row's tensor must be present and have the shape that ``our_shapes`` (in our naming and
-    orientation) implies, and no tensor may be left over: the first offender is named in a
-    one-line :class:`~vaswani.errors.DataError`.
+    orientation) implies (read into ours, also a floating-point dtype and finite values: an int8,
+    bool, NaN or infinite weight), and no tensor may be left over: the first offender is named in
+    a one-line :class:`~vaswani.errors.DataError`.
     """
     converted: dict[str, Tensor] = {}
     for row in rows:
@@ -97,6 +99,9 @@ def rename(
             raise DataError(
                 f"tensor '{source}' has shape {list(tensor.shape)}, the config expects {list(expected)}"
             )
+        problem = tensor_problem(tensor) if to_ours else None
+        if problem:
+            raise DataError(f"tensor '{source}' {problem}")
         converted[target] = (tensor.t() if row.transposed else tensor).contiguous()
     known = {row.hf if to_ours else row.ours for row in rows}
     extra = sorted(set(tensors) - known)
