@@ -30,9 +30,17 @@ from vaswani import io as vio
 from vaswani import resources
 from vaswani.cli import main
 from vaswani.cli.common import read_stdin
-from vaswani.config import ModelConfig
+from vaswani.config import POSITIONS, ModelConfig
 from vaswani.data.readers import read_lines
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.layers.positions import (
+    ALiBiPositions,
+    LearnedPositions,
+    RelativePositions,
+    SinusoidalPositions,
+    T5Bias,
+)
+from vaswani.layers.rotary import RotaryPositions
 from vaswani.models.bert import MaskedLM
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
@@ -260,6 +268,41 @@ def test_the_estimate_is_a_close_lower_bound_of_the_stored_weights(name):
     assert 0.8 * stored <= estimate <= stored, (estimate, stored)
 
 
+def position_elements(model: torch.nn.Module) -> int:
+    """The elements of every position table ``model`` builds: the parameters and buffers of its
+    position modules (a rotary module's cos/sin tables as its first use builds them) and a ViT's
+    [CLS] and patch positions."""
+    total, seen = 0, set()
+    for module in model.modules():
+        if isinstance(module, RotaryPositions):
+            total += sum(t.numel() for t in module.table(1, torch.device("cpu")))
+        elif isinstance(module, POSITION_MODULES):
+            tensors = [*module.parameters(), *module.buffers()]
+            total += sum(t.numel() for t in tensors if id(t) not in seen)
+            seen.update(id(t) for t in tensors)
+        elif isinstance(module, ViT):
+            total += module.position_embeddings.numel() + module.cls_token.numel()
+    return total
+
+
+POSITION_MODULES = (SinusoidalPositions, LearnedPositions, RelativePositions, ALiBiPositions, T5Bias)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("name", ["gpt", "transformer-untied", "bert", "vit"])
+def test_the_estimate_counts_every_position_table_the_model_builds(name, position):
+    """Each position scheme (and a ViT's patch positions) is counted as large as the model makes it:
+    a scheme left out of the estimate is allocated unchecked (``--rel-clip 1e9``: out of memory)."""
+    fields = {**SHAPES[name], "position": position, "max_len": 40, "rel_clip": 5, "rel_buckets": 8,
+              "rel_max_distance": 20}  # fmt: skip
+    cfg = ModelConfig.from_dict(fields)
+    models = {"decoder_only": GPT, "encoder_decoder": Transformer, "encoder_only": MaskedLM}
+    model = ViT(cfg, 10) if cfg.arch == "vit" else models[cfg.arch](cfg)
+    terms = resources.model_terms(cfg)
+    estimated = sum(terms[key].elements for key in ("positions", "patch positions") if key in terms)
+    assert estimated == position_elements(model) > 0
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
@@ -267,6 +310,15 @@ def test_the_estimate_is_a_close_lower_bound_of_the_stored_weights(name):
         (dict(arch="decoder_only", vocab_size=10**9, d_model=64, n_heads=8), "model.vocab_size=1000000000"),
         (dict(vocab_size=10**9, d_model=64, n_heads=8), "model.vocab_size=1000000000"),
         (dict(arch="vit", d_model=64, n_heads=8, image_size=10**6, patch_size=1), "model.image_size=1000000"),
+        (
+            dict(arch="vit", d_model=64, n_heads=8, image_size=10**6, patch_size=16),
+            "model.image_size=1000000",
+        ),
+        (dict(d_model=64, n_heads=8, position="relative", rel_clip=10**9), "model.rel_clip=1000000000"),
+        (
+            dict(arch="decoder_only", d_model=64, n_heads=8, position="rope", max_len=10**12),
+            "model.max_len=1000000000000",
+        ),
     ],
 )
 def test_a_model_that_cannot_fit_is_refused_naming_its_field(fields, named):

@@ -5,10 +5,11 @@ allocated, and a run directory's weights are checked against their safetensors h
 model is built.
 
 The estimate is a lower bound: the parameters every model of the config has (embeddings, attention,
-feed-forward, patch projection, the position scheme's as ``config.POSITIONS`` counts them) and its
-large buffers (sinusoidal tables), 4 bytes an element; training adds the gradients and Adam's two
-moments (4 times the parameters in all). A config is refused only when that much does not fit, so
-nothing that could train is refused.
+feed-forward, a ViT's patch projection and patch positions, every table of the position scheme as
+``config.POSITIONS`` counts it: an absolute table, Shaw et al.'s relative tables, T5's buckets) and
+its large buffers (sinusoidal tables, rotary cos/sin tables), 4 bytes an element; training adds
+the gradients and Adam's two moments (4 times the parameters in all). A config is refused only
+when that much does not fit, so nothing that could train is refused.
 
 The memory available is the least of ``MemAvailable`` (``/proc/meminfo``, else ``os.sysconf``), the
 cgroup's limit less its usage (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), the address space
@@ -25,7 +26,7 @@ import math
 import multiprocessing
 import os
 import resource
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -123,6 +124,7 @@ def model_terms(cfg: ModelConfig) -> dict[str, Term]:
     block = attention + (3 if cfg.ffn == "gated" else 2) * d * cfg.d_ff
     layer_fields = ("d_model", "d_ff", "n_layers")
     vocab = cfg.vocab_size
+    terms: dict[str, Term] = {}
     if cfg.arch == "encoder_decoder":
         src, tgt = cfg.src_vocab_size or vocab, cfg.tgt_vocab_size or vocab
         enc, dec = cfg.n_encoder_layers or cfg.n_layers, cfg.n_decoder_layers or cfg.n_layers
@@ -134,20 +136,19 @@ def model_terms(cfg: ModelConfig) -> dict[str, Term]:
         src, tgt = cfg.src_vocab_size or vocab, cfg.tgt_vocab_size or vocab
         tables = tgt * (1 + (cfg.tie_embeddings == "none")) + src * (cfg.tie_embeddings != "all")
         embeddings = Term(tables * d, ("vocab_size", "d_model"))
-    elif cfg.arch == "vit":
+    elif cfg.arch == "vit":  # the patch projection; [CLS] and the positions of the patches
         layers = Term(cfg.n_layers * block, layer_fields)
+        embeddings = Term(cfg.channels * cfg.patch_size**2 * d, ("patch_size", "channels", "d_model"))
         patches = (cfg.image_size // cfg.patch_size) ** 2
-        embeddings = Term(
-            (cfg.channels * cfg.patch_size**2 + patches + 1) * d, ("image_size", "patch_size", "d_model")
-        )
+        terms["patch positions"] = Term((patches + 2) * d, ("image_size", "patch_size", "d_model"))
     else:
         layers = Term(cfg.n_layers * block, layer_fields)
         tables = vocab * (1 + (cfg.arch == "decoder_only" and cfg.tie_embeddings == "none"))
         segments = cfg.type_vocab_size if cfg.arch == "encoder_only" else 0
         embeddings = Term((tables + segments) * d, ("vocab_size", "d_model"))
-    terms = {"layers": layers, "embeddings": embeddings}
-    kind = POSITIONS[cfg.position]
-    if cfg.arch not in ("vit", "rnn") and kind.elements(cfg):
+    terms |= {"layers": layers, "embeddings": embeddings}
+    kind = POSITIONS[cfg.position]  # a ViT's blocks build a scheme of its scores or its queries and keys
+    if cfg.arch != "rnn" and (cfg.arch != "vit" or kind.acts != "embedding") and kind.elements(cfg):
         terms["positions"] = Term(kind.elements(cfg), kind.fields, kind.stored)
     return terms
 
@@ -162,24 +163,31 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.3g} GiB"
 
 
-def _largest_fields(cfg: ModelConfig) -> str:
-    """``model.FIELD=VALUE, ...`` of the largest part of the model's size."""
+def _largest_fields(cfg: ModelConfig, names: Mapping[str, str] | None = None) -> str:
+    """``model.FIELD=VALUE, ...`` of the largest part of the model's size (a field spelled as
+    ``names`` has it where it does: another format's name for it)."""
     term = max(model_terms(cfg).values(), key=lambda t: t.elements)
-    return ", ".join(f"model.{name}={getattr(cfg, name)}" for name in term.fields)
+    names = names or {}
+    return ", ".join(f"{names.get(name, 'model.' + name)}={getattr(cfg, name)}" for name in term.fields)
 
 
 def check_fits(
-    cfg: ModelConfig, training: bool = False, device: torch.device | None = None, where: str = ""
+    cfg: ModelConfig,
+    training: bool = False,
+    device: torch.device | None = None,
+    where: str = "",
+    names: Mapping[str, str] | None = None,
 ) -> None:
-    """Refuse ``cfg`` in one line naming its largest fields when its estimate (with the gradients and
-    optimizer state when ``training``) passes :func:`memory_available`; ``where`` prefixes the line."""
+    """Refuse ``cfg`` in one line naming its largest fields (as ``names`` spells them, where it
+    does) when its estimate (with the gradients and optimizer state when ``training``) passes
+    :func:`memory_available`; ``where`` prefixes the line."""
     need = parameter_elements(cfg) * FLOAT_BYTES * (TRAINING_COPIES if training else 1)
     available = memory_available(device)
     if need > available:
         what = "parameters, gradients and optimizer state" if training else "parameters and buffers"
         raise ConfigError(
             f"{where}the model does not fit in memory: at least {_gib(need)} of {what} "
-            f"({_largest_fields(cfg)}), {_gib(available)} available"
+            f"({_largest_fields(cfg, names)}), {_gib(available)} available"
         )
 
 

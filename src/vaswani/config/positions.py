@@ -42,13 +42,25 @@ def self_attention_layers(cfg: ModelConfig) -> int:
 
 
 def table(cfg: ModelConfig) -> int:
-    """The elements of an absolute table, (max_len, d_model)."""
-    return cfg.max_len * cfg.d_model
+    """The elements of the absolute tables, (max_len, d_model): one in each embedding (an
+    encoder-decoder's source and target have one each)."""
+    return (1 + (cfg.arch == "encoder_decoder")) * cfg.max_len * cfg.d_model
 
 
 def shaw(cfg: ModelConfig) -> int:
     """Shaw et al.'s a^K and a^V, (2 · rel_clip + 1, d_head) each, in every self-attention layer."""
     return self_attention_layers(cfg) * 2 * (2 * cfg.rel_clip + 1) * (cfg.d_model // cfg.n_heads)
+
+
+def rotary_table(cfg: ModelConfig) -> int:
+    """The cos and sin tables of rotary positions, (max_len, d_head / 2) each, in every attention
+    layer that rotates (each builds its own on first use)."""
+    return self_attention_layers(cfg) * cfg.max_len * (cfg.d_model // cfg.n_heads)
+
+
+def alibi(cfg: ModelConfig) -> int:
+    """ALiBi's slope of each head, in every self-attention layer (a buffer)."""
+    return self_attention_layers(cfg) * cfg.n_heads
 
 
 def t5(cfg: ModelConfig) -> int:
@@ -57,14 +69,15 @@ def t5(cfg: ModelConfig) -> int:
 
 
 TABLE = ("max_len", "d_model")
+ROTARY_FIELDS = ("max_len", "d_model", "n_layers")
 POSITIONS: dict[str, PositionKind] = {
     "sinusoidal": PositionKind("embedding", table, TABLE, stored=False),
     "learned": PositionKind("embedding", table, TABLE),
     "relative": PositionKind("scores", shaw, ("rel_clip", "d_model", "n_layers")),
     "sinusoidal_halves": PositionKind("embedding", table, TABLE, stored=False),
-    "rope": PositionKind("queries_keys", rotary=True),
-    "rope_interleaved": PositionKind("queries_keys", rotary=True),
-    "alibi": PositionKind("scores"),
+    "rope": PositionKind("queries_keys", rotary_table, ROTARY_FIELDS, stored=False, rotary=True),
+    "rope_interleaved": PositionKind("queries_keys", rotary_table, ROTARY_FIELDS, stored=False, rotary=True),
+    "alibi": PositionKind("scores", alibi, ("n_heads", "n_layers"), stored=False),
     "t5_bias": PositionKind("scores", t5, ("rel_buckets", "n_heads", "n_layers")),
 }
 """Every value of ``ModelConfig.position``. A new scheme is one entry here and one in

@@ -71,7 +71,7 @@ def import_hf(src_dir: Path, out_dir: Path) -> Path:
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     hf_config = read_hf_config(src_dir)
     model_type = hf_config.get("model_type")
-    if model_type not in IMPORTERS:
+    if not isinstance(model_type, str) or model_type not in IMPORTERS:
         raise ConfigError(
             f"{src_dir / RunDir.CONFIG}: model_type {model_type!r} is not supported; "
             f"supported: {', '.join(sorted(IMPORTERS))}"

@@ -20,6 +20,7 @@ from typing import Any
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
+from vaswani.resources import check_fits
 
 # A check of a value read: (its Hugging Face name, the value, the values of the rows read before it).
 Check = Callable[[str, Any, Mapping[str, Any]], None]
@@ -51,10 +52,13 @@ class Field:
 
 def of_kind(name: str, value: Any, kind: type) -> Any:
     """``value`` of the field ``name``, refused with a :class:`~vaswani.errors.ConfigError` naming
-    the field when it is not a ``kind`` (an int is a float; a bool is neither)."""
+    the field when it is not a ``kind`` (an int is a float; a float without a fraction, JSON's
+    ``1e6``, is an int, and given as one; a bool is neither)."""
     if kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif kind is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         ok = isinstance(value, int) and not isinstance(value, bool)
     else:
         ok = isinstance(value, kind)
@@ -118,6 +122,14 @@ def to_hf(cfg: ModelConfig, model_type: str, architecture: str, table: Sequence[
             value = getattr(cfg, row.ours)
             hf[row.hf] = value if row.to_hf is None else row.to_hf[value]
     return hf
+
+
+def fitting(cfg: ModelConfig, table: Sequence[Field]) -> ModelConfig:
+    """``cfg``, once a model of it is seen to fit in memory (:func:`~vaswani.resources.check_fits`,
+    before anything is allocated); refused in one line naming its largest fields by their names in
+    ``table`` (``max_position_embeddings=…``)."""
+    check_fits(cfg, names={row.ours: row.hf for row in table if row.ours is not None and row.imported})
+    return cfg
 
 
 def at_least_one(name: str, value: int, read: Mapping[str, Any]) -> None:

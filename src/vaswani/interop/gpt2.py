@@ -145,7 +145,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
     if ours["d_ff"] is None:
         ours["d_ff"] = 4 * ours["d_model"]
-    return ModelConfig(**DESIGN, **ours, fused_qkv=True)
+    return fields.fitting(ModelConfig(**DESIGN, **ours, fused_qkv=True), CONFIG_TABLE)
 
 
 def check_expressible(cfg: ModelConfig) -> None:

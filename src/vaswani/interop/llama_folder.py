@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from vaswani.config import RunConfig
 from vaswani.data.config import LMData, TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop import fields
 from vaswani.interop.common import naming, write_json, write_lm_folder, write_lm_run
 from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line
@@ -31,16 +32,18 @@ from vaswani.tokenizer import LM_UNK, LMTokenizer
 DEFAULT_IDS = {"bos_token_id": 1, "eos_token_id": 2}
 
 
-def special_token(tokenizer: Tokenizer, hf: Mapping[str, Any], name: str) -> str | None:
+def special_token(tokenizer: Tokenizer, hf: Mapping[str, Any], name: str, vocab_size: int) -> str | None:
     """The token of the config's ``name`` (``bos_token_id``, ``eos_token_id``; of a list of ids,
-    the first: generation ends at one EOS here); None when the config sets it to null."""
+    the first: generation ends at one EOS here); None when the config sets it to null. An id that
+    is no integer, or not below the model's ``vocab_size``, is refused naming the field."""
     value = hf.get(name, DEFAULT_IDS[name])
     if isinstance(value, list) and value:
         value = value[0]
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"field '{name}': expected a token id, got {value!r}")
+    value = fields.of_kind(name, value, int)
+    if not 0 <= value < vocab_size:
+        raise ConfigError(f"field '{name}': must be a token id in [0, vocab_size={vocab_size}), got {value}")
     token = tokenizer.id_to_token(value)
     if token is None:
         raise DataError(f"field '{name}': id {value} is not a token of {TOKENIZER}")
@@ -55,9 +58,9 @@ def prepends(tokenizer: Tokenizer, token: str) -> bool:
     return processed[:1] == [token_id] and plain[:1] != [token_id]
 
 
-def read_tokenizer(src: Path, hf: Mapping[str, Any]) -> LMTokenizer:
+def read_tokenizer(src: Path, hf: Mapping[str, Any], vocab_size: int) -> LMTokenizer:
     """The ``tokenizer.json`` of a Llama folder, as it is (truncation and padding dropped), with
-    the config's EOS and, when the tokenizer prepends it, BOS."""
+    the config's EOS and, when the tokenizer prepends it, BOS (ids of the model's ``vocab_size``)."""
     path = src / TOKENIZER
     if not path.is_file():
         raise DataError(
@@ -71,10 +74,10 @@ def read_tokenizer(src: Path, hf: Mapping[str, Any]) -> LMTokenizer:
     tokenizer.no_truncation()
     tokenizer.no_padding()
     with naming(src / RunDir.CONFIG, ConfigError, DataError):
-        eos = special_token(tokenizer, hf, "eos_token_id")
+        eos = special_token(tokenizer, hf, "eos_token_id", vocab_size)
         if eos is None:
             raise ConfigError("field 'eos_token_id': a language model needs one, got null")
-        bos = special_token(tokenizer, hf, "bos_token_id")
+        bos = special_token(tokenizer, hf, "bos_token_id", vocab_size)
     return LMTokenizer(tokenizer, eos, bos if bos is not None and prepends(tokenizer, bos) else None)
 
 
@@ -82,7 +85,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the Llama folder ``src``."""
     with naming(src / RunDir.CONFIG, ConfigError):
         cfg = config_from_hf(hf_config)
-    tokenizer = read_tokenizer(src, hf_config)
+    tokenizer = read_tokenizer(src, hf_config, cfg.vocab_size)
     ids = (tokenizer.eos_id, tokenizer.bos_id)
     eos, bos = (None if i is None else tokenizer.tokenizer.id_to_token(i) for i in ids)
     assert eos is not None  # an LMTokenizer always has its EOS
