@@ -470,14 +470,16 @@ def test_a_table_scheme_gives_its_whole_table(kind):
 
 @pytest.mark.parametrize("kind", [k for k, v in POSITIONS.items() if v.acts == "scores"])
 def test_the_config_table_counts_a_score_scheme_s_parameters(kind):
-    """``config.POSITIONS`` (the memory estimate) counts the parameters a model's scheme has."""
+    """``config.POSITIONS`` (the memory estimate) counts the parameters and buffers a model's scheme
+    has (ALiBi's slopes are a buffer)."""
     cfg = ModelConfig(
         d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=3, vocab_size=40,
         position=kind, max_len=16, rel_clip=2, rel_buckets=8, rel_max_distance=20,
     )  # fmt: skip
     layers = [m for m in Transformer(cfg).modules() if isinstance(m, MultiHeadAttention) and m.relative]
     assert len(layers) == 5
-    assert POSITIONS[kind].elements(cfg) == sum(p.numel() for m in layers for p in m.relative.parameters())
+    tensors = [t for m in layers for t in (*m.relative.parameters(), *m.relative.buffers())]
+    assert POSITIONS[kind].elements(cfg) == sum(t.numel() for t in tensors)
 
 
 def _positionless(model: nn.Module) -> nn.Module:
