@@ -49,7 +49,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from tests.helpers import (
     encoder_run,
@@ -158,7 +158,56 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Paths:
     nat_args = tiny_args(src, tgt, nat, "--max-steps", "2", "--max-len", "24")
     nat_args[1] = "nat"  # the same tiny job, trained as a CMLM
     assert main(nat_args) == 0
+    weight_files(data, lm, mlm)
     return Paths(data, tr, lm, mlm, cls, encoder_run(data), newer, future, img, data, nat)
+
+
+def weight_files(data: Path, lm: Path, mlm: Path) -> None:
+    """Copies of the lm run whose ``model.safetensors`` holds a NaN, an int8 or a bool tensor
+    (``nan_run``, ``int8_run``, ``bool_run``); the lm run exported as GPT-2 with an infinite or an
+    int8 weight (``hf_inf``, ``hf_int8``) or two tokens of one id in its ``tokenizer.json``
+    (``hf_shared``); the mlm run exported as BERT with a ``vocab.txt`` that repeats a token
+    (``hf_vocab``); Llama folders whose ``config.json`` has the BOS id 1e6, the EOS id -5 or a
+    context of 1e12 (``llama_bos``, ``llama_eos``, ``llama_context``); a ``model_type`` that is a
+    list (``hf_listed``)."""
+    tensors = load_file(str(lm / "model.safetensors"))
+    name = next(n for n in tensors if n.endswith("out_proj.weight"))
+    for kind, bad in (("nan", float("nan")), ("int8", torch.int8), ("bool", torch.bool)):
+        run = shutil.copytree(lm, data / f"{kind}_run", ignore=shutil.ignore_patterns("checkpoints"))
+        changed = tensors[name].clone()
+        changed = changed.fill_(bad) if isinstance(bad, float) else changed.to(bad)
+        save_file({**tensors, name: changed}, str(run / "model.safetensors"))
+    export_hf(lm, data / "hf_lm")
+    hf_tensors = load_file(str(data / "hf_lm" / "model.safetensors"))
+    hf_name = next(n for n in hf_tensors if n.endswith("attn.c_proj.weight"))
+    for kind, change in (("inf", lambda t: t.fill_(float("inf"))), ("int8", lambda t: t.to(torch.int8))):
+        folder = shutil.copytree(data / "hf_lm", data / f"hf_{kind}")
+        save_file(
+            {**hf_tensors, hf_name: change(hf_tensors[hf_name].clone())}, str(folder / "model.safetensors")
+        )
+    shared = shutil.copytree(data / "hf_lm", data / "hf_shared")
+    tokenizer = json.loads((shared / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    vocab[max(vocab, key=vocab.get)] = vocab["a"]  # the last token takes the id of "a"
+    (shared / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    bert = export_hf(mlm, data / "hf_vocab")
+    (bert / "tokenizer.json").unlink()
+    lines = (bert / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (bert / "vocab.txt").write_text("\n".join([*lines, lines[7]]) + "\n", encoding="utf-8")
+    llama = {
+        "model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64,
+        "bos_token_id": 0, "eos_token_id": 0,
+    }  # fmt: skip
+    for folder, change in (
+        ("llama_bos", {"bos_token_id": 1e6}),
+        ("llama_eos", {"eos_token_id": -5}),
+        ("llama_context", {"max_position_embeddings": 1e12}),
+        ("hf_listed", {"model_type": ["gpt2"]}),
+    ):
+        (data / folder).mkdir()
+        shutil.copy(lm / "tokenizer.json", data / folder)
+        (data / folder / "config.json").write_text(json.dumps({**llama, **change}), encoding="utf-8")
 
 
 def bad_files(tmp: Path, data: Path) -> None:
@@ -422,6 +471,9 @@ CLI = [
         ["bad.yaml", "model.n_head"]),
     Cli("translation", "broken YAML", tr_train("--config", "{tmp}/broken.yaml"), ["broken.yaml:", "YAML"]),
     Cli("translation", "heads do not divide d_model", tr_train("--heads", "5"), ["model.n_heads", "divide"]),
+    Cli("translation", "relative tables that cannot fit",
+        tr_train("--position", "relative", "--rel-clip", "1000000000"),
+        ["does not fit in memory", "model.rel_clip=1000000000"]),
     Cli("translation", "attention window 0", tr_train("--attn-window", "0"), ["model.attn_window", ">= 1"]),
     Cli("translation", "negative steps", tr_train("--max-steps", "-1"), ["train.max_steps", "> 0"]),
     Cli("translation", "--src without --tgt", ["train", "translation", "--src", "{data}/train.src"],
@@ -497,6 +549,15 @@ CLI = [
     Cli("translation", "translate an empty line of standard input", ["translate", "{tr}"],
         ["input line 2 is empty"], stdin=b"a b\n \nc\n"),
     # train lm, generate
+    Cli("lm", "a NaN weight in a run", ["generate", "{data}/nan_run", "a"],
+        ["nan_run/model.safetensors", "tensor 'blocks.layers.0.self_attn.out_proj.weight'",
+         "has non-finite values (nan)"]),
+    Cli("lm", "an int8 weight in a run", ["generate", "{data}/int8_run", "a"],
+        ["int8_run/model.safetensors", "out_proj.weight' has dtype int8, the model expects float32"]),
+    Cli("lm", "a bool weight in a run", ["generate", "{data}/bool_run", "a"],
+        ["bool_run/model.safetensors", "out_proj.weight' has dtype bool, the model expects float32"]),
+    Cli("lm", "--threads 5000", lm_train("--threads", "5000"), ["--threads", "must be at most", "got 5000"]),
+    Cli("lm", "--nproc 1000", lm_train("--nproc", "1000"), ["--nproc", "must be in [1, ", "got 1000"]),
     Cli("lm", "missing text", lm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
     Cli("lm", "non-UTF-8 text", lm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),
     Cli("lm", "empty text", lm_train(text="{tmp}/empty.txt"), ["empty.txt", "empty"]),
@@ -649,6 +710,22 @@ CLI = [
         ["hf_deep/config.json", "nested too deeply"]),
     Cli("interop", "import GPT-2 without a tokenizer", ["import-hf", "{tmp}/hf_gpt2", "{tmp}/out"],
         ["hf_gpt2", "no tokenizer"]),
+    Cli("interop", "a GPT-2 weight with inf", ["import-hf", "{data}/hf_inf", "{tmp}/out"],
+        ["hf_inf/model.safetensors", "h.0.attn.c_proj.weight' has non-finite values (inf)"]),
+    Cli("interop", "an int8 GPT-2 weight", ["import-hf", "{data}/hf_int8", "{tmp}/out"],
+        ["hf_int8/model.safetensors", "h.0.attn.c_proj.weight' has dtype int8", "floating-point"]),
+    Cli("interop", "two tokens of one id in tokenizer.json", ["import-hf", "{data}/hf_shared", "{tmp}/out"],
+        ["hf_shared/tokenizer.json", "share id"]),
+    Cli("interop", "a BERT vocab.txt that repeats a token", ["import-hf", "{data}/hf_vocab", "{tmp}/out"],
+        ["hf_vocab/vocab.txt", "is on lines 8 and"]),
+    Cli("interop", "a Llama BOS id of 1e6", ["import-hf", "{data}/llama_bos", "{tmp}/out"],
+        ["llama_bos/config.json", "field 'bos_token_id'", "vocab_size=64", "got 1000000"]),
+    Cli("interop", "a Llama EOS id of -5", ["import-hf", "{data}/llama_eos", "{tmp}/out"],
+        ["llama_eos/config.json", "field 'eos_token_id'", "got -5"]),
+    Cli("interop", "a Llama context of 1e12", ["import-hf", "{data}/llama_context", "{tmp}/out"],
+        ["llama_context/config.json", "does not fit in memory", "max_position_embeddings=1000000000000"]),
+    Cli("interop", "a model_type that is a list", ["import-hf", "{data}/hf_listed", "{tmp}/out"],
+        ["hf_listed/config.json", "model_type ['gpt2'] is not supported"]),
     Cli("interop", "export a classify run", ["export-hf", "{cls}", "{tmp}/out"],
         ["'classify'", "cannot be exported"]),
     Cli("interop", "export into a run", ["export-hf", "{lm}", "{mlm}"], ["mlm_run", "already exists"]),
@@ -719,6 +796,11 @@ CLI = [
     Cli("image", "image size not divisible by the patch size",
         ["train", "image", "--image-size", "10", "--patch-size", "4", "--out", "{tmp}/out"],
         ["--image-size", "model.image_size", "divisible by patch_size=4", "got 10"]),
+    Cli("image", "an image size of 1e6", ["train", "image", "--image-size", "1000000", "--out", "{tmp}/out"],
+        ["--image-size", "model.image_size", "(0, 4096]", "got 1000000"]),
+    Cli("image", "patch positions that cannot fit",
+        ["train", "image", "--image-size", "4096", "--patch-size", "1", "--d-model", "4096", "--heads", "8",
+         "--out", "{tmp}/out"], ["does not fit in memory", "model.image_size=4096", "model.patch_size=1"]),
     Cli("image", "a run of another task to classify-image", ["classify-image", "{cls}", "{tmp}/empty.txt"],
         ["classify_run", "task 'classify'", "vaswani classify-image", "task image"]),
     Cli("image", "a non-image file to classify-image", ["classify-image", "{img}", "{tmp}/empty.txt"],

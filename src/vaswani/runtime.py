@@ -7,6 +7,7 @@ building a model; nothing here depends on a model or a task.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sys
@@ -89,6 +90,39 @@ def seed_everything(seed: int) -> None:
 def set_threads(threads: int) -> None:
     """Use ``threads`` intra-op threads for torch's CPU kernels."""
     torch.set_num_threads(threads)
+
+
+THREADS_PER_CORE = 4
+"""The most intra-op threads a run may ask for, per CPU core: past the cores, more threads only
+slow torch's kernels down (thousands of them: a hundred times slower, or out of memory)."""
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system says, else all)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> None:
+    """Refuse ``threads`` (``train.threads``) above :data:`THREADS_PER_CORE` times the cores."""
+    limit = THREADS_PER_CORE * cpu_cores()
+    if threads is not None and threads > limit:
+        raise ConfigError(
+            f"config field 'train.threads': must be at most {limit} ({THREADS_PER_CORE} per CPU core, "
+            f"{cpu_cores()} here), got {threads}"
+        )
+
+
+def check_processes(nproc: int) -> None:
+    """Refuse ``--nproc`` below 1 or above this machine's processors: its CPU cores, or its CUDA
+    devices where it has more (one process each)."""
+    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    limit = max(cpu_cores(), devices)
+    if not 1 <= nproc <= limit:
+        raise ConfigError(
+            f"--nproc: must be in [1, {limit}] (one process per CPU core or CUDA device of this machine), "
+            f"got {nproc}"
+        )
 
 
 def use_deterministic_mode() -> None:

@@ -22,7 +22,7 @@ tokens ([PAD], [UNK], [CLS], [SEP], [MASK]) at the ids its vocabulary gives them
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,29 @@ MARIAN_SPECIALS = (MARIAN_EOS, UNK, PAD)
 T = TypeVar("T", bound="TokenizerFile")
 
 
+def shared_id(vocab: Mapping[str, int]) -> tuple[str, str, int] | None:
+    """Two tokens of ``vocab`` (token → id) with one id, and the id (the first such pair in id
+    order); None when every id is one token's. A model reads one embedding row per id, so a
+    tokenizer whose two tokens share one would decode one of them as the other."""
+    seen: dict[int, str] = {}
+    for token, token_id in sorted(vocab.items(), key=lambda item: (item[1], item[0])):
+        if token_id in seen:
+            return seen[token_id], token, token_id
+        seen[token_id] = token
+    return None
+
+
+def repeated_line(lines: Sequence[str]) -> tuple[str, int, int] | None:
+    """The first token of a ``vocab.txt`` (one token a line, its line number its id) that is on
+    two lines, with the two line numbers (1-based); None when every token is on one line."""
+    first: dict[str, int] = {}
+    for number, token in enumerate(lines, start=1):
+        if token in first:
+            return token, first[token], number
+        first[token] = number
+    return None
+
+
 class TokenizerFile:
     """What every vaswani tokenizer shares: a Hugging Face ``tokenizers`` object, saved as one
     JSON file in the run directory, that never reads typed text as a special token.
@@ -48,6 +71,10 @@ class TokenizerFile:
     post_process = False
 
     def __init__(self, tokenizer: Tokenizer) -> None:
+        clash = shared_id(tokenizer.get_vocab(with_added_tokens=True))
+        if clash is not None:
+            first, second, token_id = clash
+            raise RunDirError(f"tokens {first!r} and {second!r} share id {token_id}: one id is one token")
         self.tokenizer = tokenizer
         tokenizer.encode_special_tokens = True  # "<eos>" typed by a user is text, not EOS
 
@@ -325,6 +352,10 @@ class WordPieceTokenizer(TokenizerFile):
     ) -> WordPieceTokenizer:
         """BERT's tokenizer of a ``vocab.txt`` (one piece a line, the line number its id), as
         Hugging Face's ``BertTokenizer`` builds it (uncased models lowercase, cased ones not)."""
+        repeated = repeated_line(read_bytes_bounded(path).decode("utf-8", errors="replace").splitlines())
+        if repeated is not None:
+            token, line, again = repeated
+            raise RunDirError(f"token {token!r} is on lines {line} and {again}: one token is one id")
         try:
             model = models.WordPiece.from_file(str(path), unk_token=WP_UNK)
         except Exception as exc:  # tokenizers raises a bare Exception on an unreadable file

@@ -24,6 +24,7 @@ from vaswani.cli.outputs import check_new_run
 from vaswani.config import ModelConfig, TrainConfig, presets
 from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
+from vaswani.runtime import check_processes, check_threads
 from vaswani.tasks import lifecycle, registry
 from vaswani.training import distributed
 
@@ -122,8 +123,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     assert spec.train is not None
     started = time.perf_counter()
     flags = flags_of(args, spec)
-    if args.nproc is not None and args.nproc < 1:
-        raise ConfigError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.nproc is not None:
+        check_processes(args.nproc)
     if args.resume:
         changes = resume_changes(args, spec, flags)
         if launch.wanted(args.nproc):
@@ -136,6 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_new_run(args.out)
     try:
         run = registry.configure(spec.name, flags, config=args.config)
+        check_threads(run.train.threads)
     except ConfigError as exc:
         raise named_flag(exc, args, spec, flags) from None
     if run.train.fsdp and not launch.wanted(args.nproc) and not distributed.world().many:

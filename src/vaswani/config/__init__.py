@@ -186,7 +186,9 @@ class ModelConfig(Config):
     type_vocab_size: int = flag(2, "segment embeddings (BERT; 0: none)", range="[0, inf)")
     pooler: bool = flag(True, "the [CLS] pooler (BERT)")
     word_dim: int | None = no_flag(None, range="(0, inf)")  # word vectors' width, projected (None: d_model)
-    image_size: int = flag(224, "side of a ViT's square images, in pixels", range="(0, inf)")
+    image_size: int = flag(
+        224, "side of a ViT's square images, in pixels (at most 4096)", range="(0, 4096]"
+    )  # a data set is read whole at this size, before the model is built
     patch_size: int = flag(
         16, "side of a ViT's square patches, in pixels (divides --image-size)", range="(0, inf)"
     )

@@ -78,7 +78,10 @@ def read_tokenizer(src: Path, hf: Mapping[str, Any], vocab_size: int) -> LMToken
         if eos is None:
             raise ConfigError("field 'eos_token_id': a language model needs one, got null")
         bos = special_token(tokenizer, hf, "bos_token_id", vocab_size)
-    return LMTokenizer(tokenizer, eos, bos if bos is not None and prepends(tokenizer, bos) else None)
+    try:
+        return LMTokenizer(tokenizer, eos, bos if bos is not None and prepends(tokenizer, bos) else None)
+    except RunDirError as exc:  # two tokens of one id
+        raise DataError(f"{path}: {exc}") from None
 
 
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:

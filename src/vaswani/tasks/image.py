@@ -26,6 +26,7 @@ from vaswani.errors import ConfigError
 from vaswani.models.vit import ViT
 from vaswani.pipelines.image import TASK, ImageClassifier, model_of, processing_of, scores
 from vaswani.recipes import Sections
+from vaswani.resources import check_fits
 from vaswani.rundir import RunDir
 from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Confusion, Evaluation, Report
@@ -89,6 +90,7 @@ def train_image(
         processing = ImageProcessing.load(run_dir)
     else:
         processing = processing_of(run) if init is None else ImageProcessing.load(init)
+    check_fits(run.model, training=True)  # before the images are read at the model's size
     splits = load_images(run.data, processing, quiet=not world().main)
     if not resume:
         run = RunConfig(run.task, run.model, run.train, run.data.replace(classes=splits.classes))
