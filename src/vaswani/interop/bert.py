@@ -170,7 +170,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     ``add_cross_attention``, another activation) is refused with a :class:`ConfigError` naming it.
     """
     ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
-    return fields.fitting(ModelConfig(**DESIGN, **ours, fused_qkv=False, pooler=True), CONFIG_TABLE)
+    return ModelConfig(**DESIGN, **ours, fused_qkv=False, pooler=True)
 
 
 def check_expressible(cfg: ModelConfig) -> None:

@@ -15,7 +15,9 @@ from torch import Tensor
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
+from vaswani.interop import fields
 from vaswani.interop.bert import (
+    CONFIG_TABLE,
     DECODER_BIAS,
     HEAD_BIAS,
     HEAD_PREFIX,
@@ -176,7 +178,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani run directory into ``out`` from the BERT folder ``src``: task ``mlm`` when
     the weights hold an MLM head, ``encoder`` when they do not (see the module docstring)."""
     with naming(src / RunDir.CONFIG, ConfigError):
-        cfg = config_from_hf(hf_config)
+        cfg = fields.fitting(config_from_hf(hf_config), CONFIG_TABLE)
     tensors, weights_path = read_hf_weights(src)
     mlm_head = has_mlm_head(tensors)
     nsp = mlm_head and has_nsp_head(tensors)

@@ -145,7 +145,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
     if ours["d_ff"] is None:
         ours["d_ff"] = 4 * ours["d_model"]
-    return fields.fitting(ModelConfig(**DESIGN, **ours, fused_qkv=True), CONFIG_TABLE)
+    return ModelConfig(**DESIGN, **ours, fused_qkv=True)
 
 
 def check_expressible(cfg: ModelConfig) -> None:
@@ -266,7 +266,7 @@ def read_tokenizer(src: Path) -> tuple[LMTokenizer, Path]:
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the GPT-2 folder ``src``."""
     with naming(src / RunDir.CONFIG, ConfigError):
-        cfg = config_from_hf(hf_config)
+        cfg = fields.fitting(config_from_hf(hf_config), CONFIG_TABLE)
     tokenizer, tokenizer_path = read_tokenizer(src)
     data = TextData(source="default", tokenizer="bpe", vocab_size=tokenizer.vocab_size)
     write_lm_run(src, out, cfg, tokenizer, tokenizer_path, state_from_hf, data)

@@ -21,7 +21,7 @@ from vaswani.data.config import LMData, TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop import fields
 from vaswani.interop.common import naming, write_json, write_lm_folder, write_lm_run
-from vaswani.interop.llama import config_from_hf, config_to_hf, state_from_hf, state_to_hf
+from vaswani.interop.llama import CONFIG_TABLE, config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line
 from vaswani.pipelines.lm import TASK, TOKENIZER
 from vaswani.pipelines.lm_text import run_tokenizer
@@ -87,7 +87,7 @@ def read_tokenizer(src: Path, hf: Mapping[str, Any], vocab_size: int) -> LMToken
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``lm`` run directory into ``out`` from the Llama folder ``src``."""
     with naming(src / RunDir.CONFIG, ConfigError):
-        cfg = config_from_hf(hf_config)
+        cfg = fields.fitting(config_from_hf(hf_config), CONFIG_TABLE)
     tokenizer = read_tokenizer(src, hf_config, cfg.vocab_size)
     ids = (tokenizer.eos_id, tokenizer.bos_id)
     eos, bos = (None if i is None else tokenizer.tokenizer.id_to_token(i) for i in ids)

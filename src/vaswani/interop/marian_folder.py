@@ -40,6 +40,7 @@ from vaswani.interop.common import (
     write_safetensors,
 )
 from vaswani.interop.marian import (
+    CONFIG_TABLE,
     DECODER_EMBED,
     DECODER_TABLE,
     ENCODER_EMBED,
@@ -268,7 +269,7 @@ def read_tokenizers(src: Path) -> tuple[TextTokenizer, TextTokenizer, Path]:
 def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     """Write a vaswani ``translation`` run directory into ``out`` from the Marian folder ``src``."""
     with naming(src / RunDir.CONFIG, ConfigError):
-        cfg = config_from_hf(hf_config)
+        cfg = fields.fitting(config_from_hf(hf_config), CONFIG_TABLE)
     src_tok, tgt_tok, tokenizer_path = read_tokenizers(src)
     fits_vocabulary(tokenizer_path, src_tok.vocab_size, "vocab_size", cfg.src_vocab_size)
     fits_vocabulary(tokenizer_path, tgt_tok.vocab_size, "decoder_vocab_size", cfg.tgt_vocab_size)

@@ -115,12 +115,11 @@ def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
     size that does not fit) is refused with a :class:`ConfigError` naming it."""
     ours, _ = fields.from_hf(hf, MODEL_TYPE, CONFIG_TABLE)
     try:
-        cfg = ModelConfig(**DESIGN, **ours, fused_qkv=True, pooling="cls", vit_init="hf", drop_path=0.0)
+        return ModelConfig(**DESIGN, **ours, fused_qkv=True, pooling="cls", vit_init="hf", drop_path=0.0)
     except ConfigError as exc:  # name Hugging Face's field, not ours
         named = re.search(r"'model\.(\w+)'", str(exc))
         hf_name = next((row.hf for row in CONFIG_TABLE if named and row.ours == named[1]), None)
         raise ConfigError(f"field '{hf_name}': {exc}" if hf_name else str(exc)) from None
-    return fields.fitting(cfg, CONFIG_TABLE)
 
 
 def class_names(hf: Mapping[str, Any], n_classes: int) -> list[str]:

@@ -21,9 +21,11 @@ from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.config import ImageData
 from vaswani.data.images import PREPROCESSOR, ImageProcessing
 from vaswani.errors import ConfigError, DataError
+from vaswani.interop import fields
 from vaswani.interop.common import naming, read_hf_weights, save_run, write_json, write_safetensors
 from vaswani.interop.vit import (
     BASE_ARCH,
+    CONFIG_TABLE,
     HEAD_ARCH,
     class_names,
     config_from_hf,
@@ -65,7 +67,7 @@ def import_folder(src: Path, hf_config: Mapping[str, Any], out: Path) -> None:
     classifier), the weights, ``preprocessor_config.json``."""
     config_path = src / RunDir.CONFIG
     with naming(config_path, ConfigError):
-        cfg = config_from_hf(hf_config)
+        cfg = fields.fitting(config_from_hf(hf_config), CONFIG_TABLE)
     tensors, weights_path = read_hf_weights(src)
     n_classes = n_classes_of(tensors)
     if n_classes == 1:
