@@ -154,6 +154,11 @@ def test_bad_llama_folders_are_refused_in_one_line(tmp_path):
     path = src / "config.json"
     config = json.loads(path.read_text())
     path.write_text(json.dumps({**config, "eos_token_id": 100000}))
+    with pytest.raises(
+        ConfigError, match=r"'eos_token_id': must be a token id in \[0, vocab_size=\d+\), got 100000"
+    ):
+        import_hf(src, tmp_path / "run1")
+    path.write_text(json.dumps({**config, "vocab_size": 100001, "eos_token_id": 100000}))
     with pytest.raises(DataError, match="'eos_token_id': id 100000 is not a token"):
         import_hf(src, tmp_path / "run1")
     path.write_text(json.dumps({**config, "eos_token_id": None}))
