@@ -14,11 +14,14 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save
 from tokenizers import Tokenizer, models
 
 from tests.helpers import load_checkpoint, resign, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.errors import RunDirError
+from vaswani.io import load_weights, model_bytes
+from vaswani.layers.quantize import quantize_int8
 from vaswani.models.transformer import Transformer
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import TextTokenizer
@@ -255,3 +258,33 @@ def test_the_untouched_copy_still_translates(run, capsys):
     """The damaged runs above fail because of their damage, not because a copy cannot be used."""
     assert main(["translate", str(run), "a b c"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_a_weight_loads_only_into_a_tensor_of_a_type_it_fits(tmp_path):
+    """A quantized model's int8 weights load into int8 (the check goes by the model, not by a fixed
+    type); a float tensor into an int8 one, an int8 or bool tensor into a float one, or a NaN, is
+    refused naming the file and the tensor, and leaves the model's weights as they were."""
+    quantized = quantize_int8(torch.nn.Sequential(torch.nn.Linear(4, 3)))
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(model_bytes(quantized))
+    again = quantize_int8(torch.nn.Sequential(torch.nn.Linear(4, 3)))
+    load_weights(again, path)
+    assert again[0].weight_int8.dtype == torch.int8 and torch.equal(
+        again[0].weight_int8, quantized[0].weight_int8
+    )
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    before = {name: t.clone() for name, t in plain.state_dict().items()}
+    weight, bias = plain[0].weight.detach(), torch.zeros(3)
+    cases = (
+        (again, {**quantized.state_dict(), "0.weight_int8": weight}, "'0.weight_int8' has dtype float32"),
+        (plain, {"0.weight": weight.to(torch.int8), "0.bias": bias}, "'0.weight' has dtype int8"),
+        (plain, {"0.weight": weight.bool(), "0.bias": bias}, "'0.weight' has dtype bool"),
+        (plain, {"0.weight": weight, "0.bias": torch.full((3,), float("inf"))}, "'0.bias' has non-finite"),
+    )
+    expects = ("int8", "float32", "float32", None)
+    for (model, tensors, words), dtype in zip(cases, expects, strict=True):
+        words += f", the model expects {dtype}" if dtype else r" values \(inf\)"
+        path.write_bytes(save({name: t.contiguous() for name, t in tensors.items()}))
+        with pytest.raises(RunDirError, match=f"^{path}: tensor {words}$"):
+            load_weights(model, path)
+    assert all(torch.equal(plain.state_dict()[name], t) for name, t in before.items())
