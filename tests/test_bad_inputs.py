@@ -27,6 +27,12 @@ loop of links or a path through a file where a file is read, inputs past the lim
 ``VASWANI_MAX_INPUT_BYTES``, ``VASWANI_MAX_LINE_CHARS``), a model that cannot fit in memory and a
 run whose ``config.json`` vocabulary was edited to 1e9; the rest of those bounds is tested in
 ``tests/test_resources.py``, under a memory cap.
+
+The weight and folder rows (issue 34) give a run whose ``model.safetensors`` holds a NaN, an int8
+or a bool tensor (:func:`weight_files`), Hugging Face folders with an infinite or an int8 weight,
+two tokens of one id or a repeated ``vocab.txt`` line, a Llama ``config.json`` with ids or a
+context out of range, a ``model_type`` that is a list, and sizes past what memory or the machine
+allows (``--image-size``, ``--rel-clip``, ``--threads``, ``--nproc``).
 """
 
 from __future__ import annotations
