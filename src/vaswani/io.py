@@ -177,7 +177,7 @@ def open_input(path: Path, expected: str = "a file") -> BinaryIO:
                 os.close(fd)
                 raise DataError(f"{path}: is a FIFO (named pipe) without a writer, expected {expected}")
         os.set_blocking(fd, True)
-        return io.BufferedReader(_Prefixed(first, os.fdopen(fd, "rb")))
+        return io.BufferedReader(Replayed(first, os.fdopen(fd, "rb")))
     if not stat.S_ISREG(mode):  # replaced between the check and the open
         os.close(fd)
         raise DataError(f"{path}: not a regular file, expected {expected}")
@@ -185,9 +185,9 @@ def open_input(path: Path, expected: str = "a file") -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-class _Prefixed(io.RawIOBase):
-    """A pipe whose first bytes were read already (by :func:`open_input`, to see its writer):
-    those bytes, then the rest of the pipe."""
+class Replayed(io.RawIOBase):
+    """A stream whose first bytes were read already (a pipe, by :func:`open_input`, to see its
+    writer; a file's head, to detect its format): those bytes, then the rest of the stream."""
 
     def __init__(self, first: bytes, rest: BinaryIO) -> None:
         super().__init__()
