@@ -144,8 +144,11 @@ def clear_temporary(path: Path) -> None:
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoint folders, oldest first: ``step_N`` folders (not links to one); temporary folders
-    and anything else are not listed."""
+    and anything else are not listed. A ``checkpoints`` that is itself a link is refused in one
+    line naming it (pruning would remove folders wherever it leads)."""
     root = run_dir / CHECKPOINTS
+    if root.is_symlink():
+        raise link_refused(root)
     if not root.is_dir():
         return []
     return sorted(
