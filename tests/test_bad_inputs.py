@@ -27,6 +27,13 @@ loop of links or a path through a file where a file is read, inputs past the lim
 ``VASWANI_MAX_INPUT_BYTES``, ``VASWANI_MAX_LINE_CHARS``), a model that cannot fit in memory and a
 run whose ``config.json`` vocabulary was edited to 1e9; the rest of those bounds is tested in
 ``tests/test_resources.py``, under a memory cap.
+
+The rows of issue 34 give a NUL byte to every text reader (standard input, a text, TSV or CoNLL-U
+file, word vectors), word vectors with ``nan``, ``-inf`` or ``1e999``, and symbolic links planted
+where a run is written (its log, ``checkpoints/``, the weights ``average`` keeps, the run folder
+itself, a new run's ``--out``, ``evaluate --out``), each pointing outside the run: the snapshot
+checks that nothing, the link's target included, was written. The rest is in
+``tests/test_no_write_through_links.py`` and ``tests/test_reader_properties.py``.
 """
 
 from __future__ import annotations
@@ -942,7 +949,8 @@ CLI = [
     Cli("average", "average a run whose kept weights are a link",
         ["average", "{tmp}/linked_model.before-average.safetensors", "--last", "1"],
         ["/model.before-average.safetensors", "a symbolic link"]),
-    Cli("evaluate", "evaluate --out a link", evaluate_out("{tmp}/hyp_link", "--force"), ["hyp_link", "a symbolic link"]),
+    Cli("evaluate", "evaluate --out a link", evaluate_out("{tmp}/hyp_link", "--force"),
+        ["hyp_link", "a symbolic link"]),
     Cli("tag", "vaswani tag with a classifier run", ["tag", "{cls}", "a b"],
         ["classify_run", "a run of task 'classify'", "tagging needs a run of task tag"]),
 ]  # fmt: skip

@@ -12,7 +12,9 @@
         .lock                while a process writes the run (train, resume, average): its pid
 
 :class:`RunDir` knows these files, reads and validates them (``config.json`` like a config from
-the user) and writes them atomically. Turning a run directory into a usable model (a
+the user) and writes them atomically, never through a symbolic link (:mod:`vaswani.io`): a run
+directory that is a link, or that holds one, is refused in one line when a process takes it
+(:meth:`RunDir.lock`). Turning a run directory into a usable model (a
 ``Translator``, a ``LanguageModel``...) is the task registry's job
 (:func:`vaswani.tasks.registry.load`), which reads the directory through this class.
 """
