@@ -156,6 +156,15 @@ def test_a_fifo_where_a_file_is_written_is_refused_not_waited_on(tmp_path):
         append_text(tmp_path / "fifo", "new")
 
 
+def test_atomic_write_never_replaces_what_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    for name in ("fifo", "folder"):
+        with pytest.raises(RunDirError, match=f"{name}: not a regular file"):
+            atomic_write(tmp_path / name, b"new")
+    assert (tmp_path / "fifo").is_fifo() and (tmp_path / "folder").is_dir()
+
+
 def test_atomic_write_unlinks_a_link_at_its_temporary_name_without_following_it(tmp_path):
     (tmp_path / "target").write_bytes(SENTINEL)
     (tmp_path / ".a.txt.tmp").symlink_to(tmp_path / "target")

@@ -360,9 +360,12 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder (created exclusively,
     never through a link) and a rename: on failure ``path`` keeps its old content and the temporary
     file is removed. A symbolic link at ``path`` is refused in one line naming it (a rename would
-    replace the link itself, never its target, were one planted meanwhile)."""
+    replace the link itself, never its target, were one planted meanwhile), and so is anything else
+    that is not a regular file (``--out /dev/null`` is never replaced by a file)."""
     if path.is_symlink():
         raise link_refused(path)
+    if path.exists() and not path.is_file():
+        raise RunDirError(f"{path}: not a regular file; vaswani writes only regular files (remove it)")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         if os.path.lexists(tmp):  # left by a crash (a link planted there is unlinked, not followed)
