@@ -134,7 +134,7 @@ def not_regular(path: str | Path) -> str | None:
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
 
 
-DESCRIPTOR_FOLDERS = ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/")
+DESCRIPTOR_FOLDERS = ("/dev/fd/", "/proc/self/fd/")
 """Where a path names a descriptor the process already holds (``<(…)``, a shell's process
 substitution, gives ``/dev/fd/63``): such a path is read as given, never resolved."""
 
@@ -172,6 +172,9 @@ def open_input(path: Path, expected: str = "a file") -> BinaryIO:
             first = os.read(fd, CHUNK)
         except BlockingIOError:  # a writer that has not written yet
             first = b""
+        except OSError as exc:
+            os.close(fd)
+            raise read_error(path, exc) from None
         else:
             if not first:
                 os.close(fd)
