@@ -33,6 +33,13 @@ or a bool tensor (:func:`weight_files`), Hugging Face folders with an infinite o
 two tokens of one id or a repeated ``vocab.txt`` line, a Llama ``config.json`` with ids or a
 context out of range, a ``model_type`` that is a list, and sizes past what memory or the machine
 allows (``--image-size``, ``--rel-clip``, ``--threads``, ``--nproc``).
+
+The other rows of issue 34 give a NUL byte to every text reader (standard input, a text, TSV or CoNLL-U
+file, word vectors), word vectors with ``nan``, ``-inf`` or ``1e999``, and symbolic links planted
+where a run is written (its log, ``checkpoints/``, the weights ``average`` keeps, the run folder
+itself, a new run's ``--out``, ``evaluate --out``), each pointing outside the run: the snapshot
+checks that nothing, the link's target included, was written. The rest is in
+``tests/test_no_write_through_links.py`` and ``tests/test_reader_properties.py``.
 """
 
 from __future__ import annotations
@@ -274,6 +281,37 @@ def bad_files(tmp: Path, data: Path) -> None:
     (tmp / "link.src").symlink_to(data / "train.src")
     (tmp / "dangling").symlink_to(tmp / "nothing")
     (tmp / "loop").symlink_to(tmp / "loop")
+    nul_files(tmp)
+    linked_runs(tmp, data / "lm_run")
+
+
+def nul_files(tmp: Path) -> None:
+    """Texts with a NUL byte on their second line: plain text, a TSV file, CoNLL-U."""
+    (tmp / "nul.txt").write_bytes(b"a few words\nand a\0NUL\n")
+    (tmp / "nul.tsv").write_bytes(b"good\tpositive\nba\0d\tnegative\n")
+    good = conllu_word(1, "the", "DET").encode()
+    (tmp / "tag_nul.conllu").write_bytes(good + conllu_word(2, "c\0t", "NOUN").encode() + b"\n")
+
+
+def linked_runs(tmp: Path, lm: Path) -> None:
+    """Symbolic links where a run is written, each to ``sentinel.txt`` (or ``sentinel_dir/``)
+    outside the run: copies of the lm run whose ``train_log.csv``, ``checkpoints`` or
+    ``model.before-average.safetensors`` (the weights ``average`` keeps) is a link, a link to the
+    run folder itself, a link to an empty folder as a new run's ``--out``, and a link as
+    ``evaluate --out``."""
+    (tmp / "sentinel.txt").write_text("outside the run\n")
+    (tmp / "sentinel_dir").mkdir()
+    for name in ("train_log.csv", "model.before-average.safetensors", "checkpoints"):
+        run = shutil.copytree(lm, tmp / f"linked_{name}", ignore=shutil.ignore_patterns(".lock"))
+        if name == "checkpoints":
+            shutil.rmtree(run / name)
+            (run / name).symlink_to(tmp / "sentinel_dir", target_is_directory=True)
+        else:
+            (run / name).unlink(missing_ok=True)
+            (run / name).symlink_to(tmp / "sentinel.txt")
+    (tmp / "run_link").symlink_to(tmp / "linked_train_log.csv", target_is_directory=True)
+    (tmp / "out_link").symlink_to(tmp / "sentinel_dir", target_is_directory=True)
+    (tmp / "hyp_link").symlink_to(tmp / "sentinel.txt")
 
 
 def draft_runs(tmp: Path, lm: Path) -> None:
@@ -300,6 +338,10 @@ def vector_files(tmp: Path) -> None:
         "vec_count.txt": "3 2\ngood 0.1 0.2\nbad 0.3 0.4\n",
         "vec_width.txt": "2 3\ngood 0.1 0.2\nbad 0.3 0.4\n",
         "vec_value.txt": "good 0.1 0.2\nbad 0.3 zero\n",
+        "vec_nan.txt": "good 0.1 0.2\nbad 0.3 nan\n",
+        "vec_inf.txt": "good 0.1 0.2\nbad -inf 0.4\n",
+        "vec_1e999.txt": "good 0.1 0.2\nbad 1e999 0.4\n",
+        "vec_nul.txt": "good 0.1 0.2\nb\0d 0.3 0.4\n",
     }
     for name, text in texts.items():
         (tmp / name).write_text(text, encoding="utf-8")
@@ -881,7 +923,17 @@ CLI = [
         ["vec_cut.bin: row 2 of the 2", "ends inside its 2 values"]),
     Cli("word-vectors", "a named format the file is not", vec_train("vec_ragged.txt", "--word-vectors-format",
         "word2vec"), ["vec_ragged.txt:1", "starts with a header"]),
-    Cli("word-vectors", "no such file", vec_train("nowhere.txt"), ["nowhere.txt", "cannot read"]),
+    Cli("word-vectors", "no such file", vec_train("nowhere.txt"), ["nowhere.txt", "no such file"]),
+    Cli("word-vectors", "a value that is nan", vec_train("vec_nan.txt"),
+        ["vec_nan.txt:2", "the value 'nan' is not a finite number"]),
+    Cli("word-vectors", "a value that is -inf", vec_train("vec_inf.txt"),
+        ["vec_inf.txt:2", "the value '-inf' is not a finite number"]),
+    Cli("word-vectors", "a value past float's range (1e999)", vec_train("vec_1e999.txt"),
+        ["vec_1e999.txt:2", "the value '1e999' is not a finite number"]),
+    Cli("word-vectors", "a NUL byte in a text file", vec_train("vec_nul.txt"),
+        ["vec_nul.txt:2", "a NUL byte at column 2"]),
+    Cli("word-vectors", "a FIFO without a writer", vec_train("fifo"),
+        ["fifo", "FIFO (named pipe) without a writer"]),
     Cli("word-vectors", "without the word-level tokenizer",
         cls_train("--word-vectors", "{tmp}/vec_ragged.txt"), ["data.word_vectors", "--tokenizer word"]),
     Cli("word-vectors", "a word-level source with a shared vocabulary",
@@ -959,6 +1011,34 @@ CLI = [
         ["tag_pairs.txt", "--column XPOS", "column number"]),
     Cli("tag", "--column that names no column", tag_train("--column", "lemmas"),
         ["data.column", "--column", "'lemmas'"]),
+    Cli("tag", "a NUL byte in a CoNLL-U word", tag_train(train="{tmp}/tag_nul.conllu"),
+        ["tag_nul.conllu:2", "a NUL byte at column 4"]),
+    # NUL bytes: no text holds one (issue 34)
+    Cli("translation", "a NUL byte in a line of standard input", ["translate", "{tr}"],
+        ["<stdin>:2", "a NUL byte at column 2"], stdin=b"a b\nc\0d\n"),
+    Cli("classify", "a NUL byte in a text of standard input", ["classify", "{cls}"],
+        ["<stdin>:1", "a NUL byte at column 5"], stdin=b"good\0 movie\n"),
+    Cli("lm", "a NUL byte in the training text", lm_train(text="{tmp}/nul.txt"), ["nul.txt:2", "a NUL byte"]),
+    Cli("classify", "a NUL byte in a TSV file", cls_train(train="{tmp}/nul.tsv"),
+        ["nul.tsv:2", "a NUL byte"]),
+    # no write through a symbolic link (issue 34): refused in one line naming it, before anything is written
+    Cli("lm", "resume a run whose train_log.csv is a link",
+        ["train", "lm", "--resume", "{tmp}/linked_train_log.csv", "--max-steps", "30"],
+        ["linked_train_log.csv/train_log.csv", "a symbolic link", "no file of a run through a link"]),
+    Cli("lm", "resume a run whose checkpoints/ is a link",
+        ["train", "lm", "--resume", "{tmp}/linked_checkpoints", "--max-steps", "30"],
+        ["linked_checkpoints/checkpoints", "a symbolic link"]),
+    Cli("lm", "resume a run folder that is a link",
+        ["train", "lm", "--resume", "{tmp}/run_link", "--max-steps", "30"],
+        ["run_link", "a symbolic link", "the run directory itself"]),
+    Cli("lm", "a new run's --out that is a link to an empty folder",
+        tiny_lm_args(Path("{data}/lm.txt"), Path("{tmp}/out_link")),
+        ["out_link", "a symbolic link", "itself"]),
+    Cli("average", "average a run whose kept weights are a link",
+        ["average", "{tmp}/linked_model.before-average.safetensors", "--last", "1"],
+        ["/model.before-average.safetensors", "a symbolic link"]),
+    Cli("evaluate", "evaluate --out a link", evaluate_out("{tmp}/hyp_link", "--force"),
+        ["hyp_link", "a symbolic link"]),
     Cli("tag", "vaswani tag with a classifier run", ["tag", "{cls}", "a b"],
         ["classify_run", "a run of task 'classify'", "tagging needs a run of task tag"]),
 ]  # fmt: skip

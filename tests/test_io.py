@@ -27,7 +27,7 @@ def test_a_failed_atomic_write_keeps_the_old_content_and_says_why_in_one_line(tm
     path = tmp_path / "a.txt"
     io.atomic_write_text(path, "old")
 
-    def full(target: Path, data: bytes) -> None:
+    def full(target: Path, data: bytes, flags: int = 0) -> None:
         target.write_bytes(data[:1])  # a partial write, then the disk is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 

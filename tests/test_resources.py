@@ -73,7 +73,7 @@ def test_a_device_and_a_fifo_without_a_writer_are_refused_without_blocking(tmp_p
     assert not reader.is_alive(), "reading a FIFO without a writer blocked"
     assert errors == [
         "/dev/zero: is a device, expected a text file",
-        f"{fifo}: is a FIFO (named pipe), expected a text file",
+        f"{fifo}: is a FIFO (named pipe) without a writer, expected a text file",
     ]
 
 

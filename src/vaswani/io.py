@@ -6,16 +6,26 @@ A full disk or another write failure surfaces as an ``OSError`` at :func:`write_
 turned into a one-line :class:`~vaswani.errors.VaswaniError` by :func:`write_error`, e.g.
 ``runs/x/model.safetensors: cannot write: no space left on device``.
 
+Every file vaswani writes is opened by :func:`open_for_write`, through :func:`write_file`,
+:func:`atomic_write` (a temporary file in the same folder, created exclusively, then renamed) or
+:func:`append_text`: never through a symbolic link (``O_NOFOLLOW``) and only as a regular file. A
+link planted where a file is written is refused in one line naming it (:func:`link_refused`), and
+its target, wherever it is, is never touched.
+
 Every file the user names is read through :func:`read_bytes_bounded` (standard input through
-:func:`read_stream_bounded`): only a regular file is opened (a device, a FIFO or a socket is refused
-from its type, before it is opened, so that a FIFO without a writer cannot block), it is read in
-chunks and refused once it passes :func:`max_input_bytes` (``VASWANI_MAX_INPUT_BYTES``, default
-1 GiB), and every ``OSError`` becomes one line naming the path.
+:func:`read_stream_bounded`), which opens it with :func:`open_input`: a regular file, or a pipe
+that has a writer (``<(…)``, ``/dev/fd/N``, a named FIFO), opened without blocking so that a FIFO
+without a writer is refused at once instead of hanging; a directory, a device or a socket is
+refused from its type, before it is opened. It is read in chunks and refused once it passes
+:func:`max_input_bytes` (``VASWANI_MAX_INPUT_BYTES``, default 1 GiB), and every ``OSError`` becomes
+one line naming the path. A path naming a descriptor (``/dev/fd/63``) is never resolved to the
+name of its link (:func:`absolute_path`).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
@@ -87,13 +97,18 @@ def read_error(path: Path, exc: OSError) -> DataError:
 
 def absolute_path(value: str | Path) -> str:
     """``value`` made absolute, its symbolic links resolved; a dangling link or a loop of links is
-    refused in one line naming it (a missing file is left to its reader, which names it)."""
+    refused in one line naming it (a missing file is left to its reader, which names it). A pipe
+    (``/dev/fd/63`` from ``<(…)``, a named FIFO) is made absolute without resolving its links: the
+    link of a descriptor names no file (``pipe:[123]``)."""
     path = Path(value)
     try:
-        os.stat(path)
+        mode = os.stat(path).st_mode
     except OSError as exc:
         if path.is_symlink():
             raise read_error(path, exc) from None
+    else:
+        if stat.S_ISFIFO(mode) or is_descriptor_path(path):
+            return os.path.abspath(path)
     try:
         return str(path.resolve())
     except (RuntimeError, OSError):  # a loop further up the path
@@ -120,16 +135,98 @@ def not_regular(path: str | Path) -> str | None:
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
 
 
+DESCRIPTOR_FOLDERS = ("/dev/fd/", "/proc/self/fd/")
+"""Where a path names a descriptor the process already holds (``<(…)``, a shell's process
+substitution, gives ``/dev/fd/63``): such a path is read as given, never resolved."""
+
+
+def is_descriptor_path(path: str | Path) -> bool:
+    """Whether ``path`` names an open descriptor of this process (``/dev/fd/N``,
+    ``/proc/self/fd/N``, ``/dev/stdin``), whose link must not be resolved to a name."""
+    text = str(path)
+    return text == "/dev/stdin" or any(text.startswith(folder) for folder in DESCRIPTOR_FOLDERS)
+
+
+def _refuse_kind(path: Path, mode: int, expected: str) -> None:
+    """A directory, a device or a socket is refused from its type (a FIFO is :func:`open_input`'s)."""
+    if stat.S_ISDIR(mode):
+        raise DataError(f"{path}: is a directory, expected {expected}")
+    if not stat.S_ISREG(mode) and not stat.S_ISFIFO(mode):
+        raise DataError(f"{path}: is {_kind(mode)}, expected {expected}")
+
+
+def open_input(path: Path, expected: str = "a file") -> BinaryIO:
+    """``path`` opened for reading: a regular file, or a pipe (``<(…)``, ``/dev/fd/N``,
+    ``/dev/stdin``, a named FIFO) that has a writer. A directory, a device or a socket is refused
+    from its type before it is opened; the file is opened without blocking, so that a FIFO
+    without a writer is refused at once (``is a FIFO (named pipe) without a writer``: Linux reads
+    end-of-file from it, where a pipe with a writer has data or would block) instead of hanging,
+    then read blocking. Errors name the path."""
+    try:
+        _refuse_kind(path, os.stat(path).st_mode, expected)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise read_error(path, exc) from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode):
+        try:
+            first = os.read(fd, CHUNK)
+        except BlockingIOError:  # a writer that has not written yet
+            first = b""
+        except OSError as exc:
+            os.close(fd)
+            raise read_error(path, exc) from None
+        else:
+            if not first:
+                os.close(fd)
+                raise DataError(f"{path}: is a FIFO (named pipe) without a writer, expected {expected}")
+        os.set_blocking(fd, True)
+        return io.BufferedReader(Replayed(first, os.fdopen(fd, "rb")))
+    if not stat.S_ISREG(mode):  # replaced between the check and the open
+        os.close(fd)
+        raise DataError(f"{path}: not a regular file, expected {expected}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+class Replayed(io.RawIOBase):
+    """A stream whose first bytes were read already (a pipe, by :func:`open_input`, to see its
+    writer; a file's head, to detect its format): those bytes, then the rest of the stream."""
+
+    def __init__(self, first: bytes, rest: BinaryIO) -> None:
+        super().__init__()
+        self.first = first
+        self.rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.first:
+            n = min(len(buffer), len(self.first))
+            buffer[:n] = self.first[:n]
+            self.first = self.first[n:]
+            return n
+        return self.rest.readinto(buffer)  # type: ignore[attr-defined]
+
+    def fileno(self) -> int:
+        return self.rest.fileno()
+
+    def close(self) -> None:
+        self.rest.close()
+        super().close()
+
+
 def open_regular(path: Path, expected: str = "a file") -> BinaryIO:
     """``path`` opened for reading, once it is seen to be a regular file: a directory, a device, a
     FIFO or a socket is refused from its type before it is opened (and checked again on the open
-    file, opened without blocking); errors name the path."""
+    file, opened without blocking); errors name the path. For files that are read by position
+    (weights); text inputs are :func:`open_input`'s."""
     try:
         mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode):
-            raise DataError(f"{path}: is a directory, expected {expected}")
-        if not stat.S_ISREG(mode):
+        if stat.S_ISFIFO(mode):
             raise DataError(f"{path}: is {_kind(mode)}, expected {expected}")
+        _refuse_kind(path, mode, expected)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise read_error(path, exc) from None
@@ -162,11 +259,11 @@ def read_stream_bounded(stream: BinaryIO, name: str, limit: int | None = None) -
 
 
 def read_bytes_bounded(path: str | Path, expected: str = "a file", limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`open_regular`), refused in one line once
+    """The bytes of the file or pipe ``path`` (see :func:`open_input`), refused in one line once
     they pass ``limit`` (default :func:`max_input_bytes`): read in chunks, never whole first."""
     path = Path(path)
     limit = max_input_bytes() if limit is None else limit
-    with open_regular(path, expected) as f:
+    with open_input(path, expected) as f:
         if os.fstat(f.fileno()).st_size > limit:
             raise too_large(str(path), limit)
         return read_stream_bounded(f, str(path), limit)
@@ -181,14 +278,49 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` and flush it to disk. Every file of a run goes through here, so that a
-    full disk surfaces as an ``OSError`` (safetensors and ``torch.save`` writing to a path
-    would raise their own, less clear errors)."""
-    with path.open("wb") as f:
+def link_refused(path: Path) -> RunDirError:
+    """The one line for a symbolic link where vaswani writes a file: never followed."""
+    return RunDirError(f"{path}: a symbolic link; vaswani writes no file of a run through a link (remove it)")
+
+
+def open_for_write(path: Path, flags: int = os.O_TRUNC) -> int:
+    """A descriptor of ``path`` opened for writing (created if missing, with ``flags``: ``O_TRUNC``,
+    ``O_APPEND``, ``O_EXCL``), never through a symbolic link (``O_NOFOLLOW``: a link is refused in
+    one line naming it, its target untouched) and only as a regular file (a FIFO or a device is
+    refused, without blocking on it). Other failures are the ``OSError``, for :func:`write_error`."""
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | flags, 0o666
+        )
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise link_refused(path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunDirError(f"{path}: not a regular file; vaswani writes only regular files (remove it)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def write_file(path: Path, data: bytes, flags: int = os.O_TRUNC) -> None:
+    """Write ``data`` and flush it to disk, never through a link (:func:`open_for_write`). Every
+    file of a run goes through here, so that a full disk surfaces as an ``OSError`` (safetensors
+    and ``torch.save`` writing to a path would raise their own, less clear errors)."""
+    with os.fdopen(open_for_write(path, flags), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` (created if missing), never through a link
+    (:func:`open_for_write` with ``O_APPEND``); a failure is one line naming the file."""
+    try:
+        with os.fdopen(open_for_write(path, os.O_APPEND), "a", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as exc:
+        raise write_error(path, exc) from None
 
 
 def write_error(path: Path, exc: OSError, note: str = "") -> VaswaniError:
@@ -229,11 +361,20 @@ def json_text(value: Any, ensure_ascii: bool = True) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: on failure ``path``
-    keeps its old content and the temporary file is removed."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder (created exclusively,
+    never through a link) and a rename: on failure ``path`` keeps its old content and the temporary
+    file is removed. A symbolic link at ``path`` is refused in one line naming it (a rename would
+    replace the link itself, never its target, were one planted meanwhile), and so is anything else
+    that is not a regular file (``--out /dev/null`` is never replaced by a file)."""
+    if path.is_symlink():
+        raise link_refused(path)
+    if path.exists() and not path.is_file():
+        raise RunDirError(f"{path}: not a regular file; vaswani writes only regular files (remove it)")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        write_file(tmp, data)
+        if os.path.lexists(tmp):  # left by a crash (a link planted there is unlinked, not followed)
+            tmp.unlink()
+        write_file(tmp, data, os.O_EXCL)
         os.replace(tmp, path)
     except BaseException as exc:  # KeyboardInterrupt too: no temporary file is left
         tmp.unlink(missing_ok=True)

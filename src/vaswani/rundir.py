@@ -12,7 +12,9 @@
         .lock                while a process writes the run (train, resume, average): its pid
 
 :class:`RunDir` knows these files, reads and validates them (``config.json`` like a config from
-the user) and writes them atomically. Turning a run directory into a usable model (a
+the user) and writes them atomically, never through a symbolic link (:mod:`vaswani.io`): a run
+directory that is a link, or that holds one, is refused in one line when a process takes it
+(:meth:`RunDir.lock`). Turning a run directory into a usable model (a
 ``Translator``, a ``LanguageModel``...) is the task registry's job
 (:func:`vaswani.tasks.registry.load`), which reads the directory through this class.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import fcntl
+import io
 import math
 import os
 import shutil
@@ -37,10 +40,12 @@ from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.io import (
     WEIGHTS,
+    append_text,
     atomic_save_model,
     atomic_write,
     atomic_write_text,
     json_text,
+    link_refused,
     load_weights,
     read_json,
     write_error,
@@ -251,8 +256,17 @@ class RunDir:
     def lock(self, command: str | None = None) -> RunLock:
         """Hold the run for this process (train, resume and average do, for their whole time):
         ``.lock`` is created, locked with ``fcntl.flock`` and given this pid and ``command``. A
-        run held by another process is a one-line :class:`RunDirError` naming its pid and command."""
+        run held by another process is a one-line :class:`RunDirError` naming its pid and command.
+        A run directory that is a symbolic link, or that holds one (a ``checkpoints`` or a
+        ``train_log.csv`` planted as a link to elsewhere), is refused in one line naming the link
+        (:meth:`refuse_links`): no file of a run is written through a link."""
         path = self.path / self.LOCK
+        if self.path.is_symlink():
+            raise RunDirError(
+                f"{self.path}: a symbolic link; give the run directory itself, not a link to it"
+            )
+        if self.path.is_dir():
+            self.refuse_links()
         while True:
             try:  # never through a link: a .lock planted as one would have its target overwritten
                 fd = os.open(
@@ -262,9 +276,7 @@ class RunDir:
                 if not self.path.is_dir():
                     raise RunDirError(f"{self.path}: no such run directory") from None
                 if path.is_symlink():
-                    raise RunDirError(
-                        f"{path}: a symbolic link; vaswani writes no file of a run through a link (remove it)"
-                    ) from None
+                    raise link_refused(path) from None
                 raise write_error(path, exc) from None
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
@@ -284,6 +296,14 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{command or this_command()}\n".encode(), 0)
         return RunLock(path, fd)
+
+    def refuse_links(self) -> None:
+        """A symbolic link among the run's own entries (its files, ``checkpoints``) is a one-line
+        :class:`RunDirError` naming it: vaswani would write there (links inside ``checkpoints/`` are
+        never listed, pruned or followed: :mod:`vaswani.training.checkpoint`)."""
+        for child in sorted(self.path.iterdir()):
+            if child.is_symlink():
+                raise link_refused(child)
 
     def remove_stub(self, lock: RunLock) -> bool:
         """After a failure: remove this run if it has no checkpoint to resume from (what
@@ -394,12 +414,12 @@ class RunDir:
         during training is refused, not recreated."""
         if not self.path.is_dir():
             raise RunDirError(f"{self.path}: the run directory was removed during training; stopping")
-        new = not self.log.exists()
-        with self.log.open("a", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(row))
+        if not os.path.lexists(self.log):
+            writer.writeheader()
+        writer.writerow(row)
+        append_text(self.log, text.getvalue())
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         """Write ``metrics.json``; a metric that is not a finite number (the loss of a diverged run)

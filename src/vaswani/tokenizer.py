@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from vaswani.errors import RunDirError
-from vaswani.io import json_text, read_bytes_bounded
+from vaswani.io import atomic_write_text, json_text, read_bytes_bounded
 from vaswani.resources import train_tokenizer
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -90,7 +90,8 @@ class TokenizerFile:
             raise RunDirError(f"{path}: not a readable tokenizer file ({exc})") from None
 
     def save(self, path: Path) -> None:
-        self.tokenizer.save(str(path))
+        """Write the tokenizer to ``path`` atomically, never through a link (:mod:`vaswani.io`)."""
+        atomic_write_text(path, self.tokenizer.to_str(pretty=True))
 
     @property
     def vocab_size(self) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vaswani.data.readers import text_lines
 from vaswani.errors import DataError
 from vaswani.io import read_stream_bounded
 
@@ -32,14 +33,10 @@ def add_device_flag(p: argparse.ArgumentParser) -> None:
 
 
 def read_stdin() -> list[str]:
-    """The lines of standard input (UTF-8; a byte-order mark at its start is dropped), refused past
-    the input limit (``VASWANI_MAX_INPUT_BYTES``)."""
-    data = read_stream_bounded(sys.stdin.buffer, "<stdin>")
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff").splitlines()
-    except UnicodeDecodeError as exc:
-        number = data[: exc.start].count(b"\n") + 1
-        raise DataError(f"<stdin>:{number}: not valid UTF-8") from None
+    """The lines of standard input, read as every text file is (:func:`vaswani.data.readers.text_lines`:
+    UTF-8, no NUL byte, lines within the limit; a byte-order mark at its start is dropped), refused
+    past the input limit (``VASWANI_MAX_INPUT_BYTES``); empty lines are left to the command."""
+    return text_lines(read_stream_bounded(sys.stdin.buffer, "<stdin>"), "<stdin>", allow_empty_lines=True)
 
 
 def refuse_empty(texts: list[str], what: str) -> list[str]:

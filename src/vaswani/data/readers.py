@@ -9,21 +9,35 @@ from vaswani.io import MAX_LINE_ENV, max_line_chars, read_bytes_bounded
 
 
 def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
-    """The lines of a UTF-8 text file, without their line endings.
+    """The lines of a UTF-8 text file (or a pipe: ``<(…)``, ``/dev/fd/N``), without their line
+    endings, as :func:`text_lines` reads them.
 
-    A UTF-8 byte-order mark at the start of the file is dropped. Raises :class:`DataError` for a
-    missing file, a directory, a device or FIFO, a file past the input limit
-    (:func:`vaswani.io.read_bytes_bounded`), bytes that are not UTF-8 (naming the line), a line
-    longer than :func:`vaswani.io.max_line_chars` characters (before any tokenizer is trained on
-    it), a file with no text, or (unless ``allow_empty_lines``) an empty line.
+    Raises :class:`DataError` for a missing file, a directory, a device, a FIFO without a writer, a
+    file past the input limit (:func:`vaswani.io.read_bytes_bounded`), what :func:`text_lines`
+    refuses, or a file with no text.
     """
     path = Path(path)
-    data = read_bytes_bounded(path, "a text file")
+    found = text_lines(read_bytes_bounded(path, "a text file"), str(path), allow_empty_lines)
+    if not found:
+        raise DataError(f"{path}: file is empty")
+    return found
+
+
+def text_lines(data: bytes, name: str, allow_empty_lines: bool = False) -> list[str]:
+    """The lines of ``data`` (the text of the file or stream ``name``), split at ``\\n``, without
+    their line endings: the one reader of every text vaswani is given (files, standard input, and
+    through them TSV, JSONL, CSV and CoNLL-U files).
+
+    A UTF-8 byte-order mark at the start is dropped. Refused in one line naming ``name`` and the
+    line: bytes that are not UTF-8, a NUL byte (no text holds one; a binary file given as text
+    does), a line longer than :func:`vaswani.io.max_line_chars` characters (before any tokenizer
+    is trained on it), or (unless ``allow_empty_lines``) an empty line.
+    """
     longest = max_line_chars()
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    text_lines = []
+    decoded = []
     for number, raw in enumerate(lines, start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
@@ -31,19 +45,20 @@ def read_lines(path: str | Path, allow_empty_lines: bool = False) -> list[str]:
                 line = line.removeprefix("\ufeff")
         except UnicodeDecodeError as exc:
             raise DataError(
-                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                f"{name}:{number}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
             ) from None
+        if "\0" in line:
+            column = line.index("\0") + 1
+            raise DataError(f"{name}:{number}: a NUL byte at column {column}; text has none (a binary file?)")
         if len(line) > longest:
             raise DataError(
-                f"{path}:{number}: a line of {len(line)} characters, more than the limit of {longest}; "
+                f"{name}:{number}: a line of {len(line)} characters, more than the limit of {longest}; "
                 f"raise it with {MAX_LINE_ENV}"
             )
         if not allow_empty_lines and not line.strip():
-            raise DataError(f"{path}:{number}: empty line")
-        text_lines.append(line)
-    if not text_lines:
-        raise DataError(f"{path}: file is empty")
-    return text_lines
+            raise DataError(f"{name}:{number}: empty line")
+        decoded.append(line)
+    return decoded
 
 
 def read_parallel(src: str | Path, tgt: str | Path) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from vaswani.config import RunConfig
 from vaswani.data.batching import pad
 from vaswani.data.config import DataConfig, TextData
 from vaswani.errors import ConfigError, RunDirError
-from vaswani.io import write_file
+from vaswani.io import atomic_write
 from vaswani.models.bert import Bert, MaskedLM
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import WordPieceTokenizer
@@ -67,7 +67,7 @@ def check_tokenizer(run: RunConfig, tokenizer: WordPieceTokenizer, run_dir: Path
 
 def save_tokenizer(tokenizer: WordPieceTokenizer, run_dir: Path) -> None:
     """``tokenizer.json`` as ``import-hf`` writes it (the length limit is the model's max_len)."""
-    write_file(run_dir / TOKENIZER, tokenizer.to_json())
+    atomic_write(run_dir / TOKENIZER, tokenizer.to_json())
 
 
 def model_of(run: RunConfig) -> Bert | MaskedLM:

@@ -26,6 +26,7 @@ from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig
+from vaswani.io import atomic_write_text
 from vaswani.metrics import bleu, chrf, perplexity, translation_scores
 from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.common import on_model_device
@@ -238,7 +239,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
         pairs, name = (data.test, "test") if data.test else (data.valid, "valid")
     scores = score_split(translator, pairs, PAPER_DECODING, request.batch_size, quiet=False)
     out = request.out or run_dir / f"hypotheses.{name}"
-    Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    atomic_write_text(Path(out), "\n".join(scores.pop("hypotheses")) + "\n")
     return Report(
         [
             f"{name}: {translation.describe_scores(scores)}  ({len(pairs)} sentences, "

@@ -24,6 +24,7 @@ from vaswani.data.splits import hold_out
 from vaswani.data.words import train_source_words
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import GREEDY, DecodingConfig, describe_decoding
+from vaswani.io import atomic_write_text
 from vaswani.layers.embedding import Embeddings
 from vaswani.layers.quantize import prepare_weights
 from vaswani.metrics import bleu, chrf, is_cjk, perplexity, translation_scores
@@ -314,7 +315,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
     decoding = request.decoding or GREEDY
     scores = evaluate_split(translator, pairs, batch_size=request.batch_size, quiet=False, decoding=decoding)
     out = request.out or run_dir / f"hypotheses.{name}"
-    Path(out).write_text("\n".join(scores.pop("hypotheses")) + "\n", encoding="utf-8")
+    atomic_write_text(Path(out), "\n".join(scores.pop("hypotheses")) + "\n")
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
     return Report(
         [

@@ -22,8 +22,10 @@ write failure removes the temporary folder and raises a one-line
 :class:`~vaswani.errors.VaswaniError`; the checkpoints already there are untouched. A second
 Ctrl-C waits until the write, its rename and the removal of older checkpoints are done
 (:func:`vaswani.training.signals.uninterrupted`); a run directory removed during training is
-refused, not recreated. The
-writing itself (fsync, atomic replace, safetensors weights) is :mod:`vaswani.io`'s.
+refused, not recreated; a ``checkpoints`` that is a symbolic link is refused in one line, never
+followed, and a link or a stray file inside it is never listed, pruned or followed. The
+writing itself (fsync, atomic replace, no write through a link, safetensors weights) is
+:mod:`vaswani.io`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 import torch
 
 from vaswani.errors import RunDirError
-from vaswani.io import WEIGHTS, first_line, fsync_path, write_error, write_file
+from vaswani.io import WEIGHTS, first_line, fsync_path, link_refused, write_error, write_file
 from vaswani.training.signals import uninterrupted
 
 CHECKPOINTS = "checkpoints"
@@ -88,7 +90,12 @@ def write_checkpoint(
     root = run_dir / CHECKPOINTS
     if not run_dir.is_dir():  # never recreated: the run's other files are gone with it
         raise RunDirError(f"{run_dir}: the run directory was removed during training; stopping")
-    root.mkdir(exist_ok=True)
+    if root.is_symlink():  # pruning would remove folders wherever it leads
+        raise link_refused(root)
+    try:
+        root.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise write_error(root, exc) from None
     for stale in root.glob(".tmp_*"):  # left by a crash or a kill during an earlier write
         clear_temporary(stale)
     final = root / f"step_{state['step']:08d}"
@@ -137,8 +144,11 @@ def clear_temporary(path: Path) -> None:
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoint folders, oldest first: ``step_N`` folders (not links to one); temporary folders
-    and anything else are not listed."""
+    and anything else are not listed. A ``checkpoints`` that is itself a link is refused in one
+    line naming it (pruning would remove folders wherever it leads)."""
     root = run_dir / CHECKPOINTS
+    if root.is_symlink():
+        raise link_refused(root)
     if not root.is_dir():
         return []
     return sorted(
