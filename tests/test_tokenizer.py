@@ -5,6 +5,7 @@ accents, ``vocab.txt``, the same vocabulary from every training)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,21 @@ def test_saved_tokenizer_loads_with_identical_ids(tmp_path, kind):
     for text in [*LM_TEXTS, UNICODE, f"x{END_OF_TEXT}y"]:
         assert loaded.encode(text) == tok.encode(text)
         assert loaded.decode(tok.encode(text)) == tok.decode(tok.encode(text))
+
+
+@pytest.mark.parametrize("taken, words", [(True, "which is 't''s"), (False, "not an id of the vocabulary")])
+def test_an_added_token_that_would_be_renumbered_is_refused(tmp_path, taken, words):
+    """``tokenizers`` gives an added token whose id is another token's, or past the vocabulary, a
+    new id without a word: the load refuses it, naming the file and the token."""
+    tok = LMTokenizer.train(LM_TEXTS * 5, "char", vocab_size=300)
+    path = tmp_path / "tokenizer.json"
+    tok.save(path)
+    saved = json.loads(path.read_text())
+    assert saved["added_tokens"], "the trained tokenizer has added (special) tokens"
+    saved["added_tokens"][0]["id"] = tok.tokenizer.token_to_id("t") if taken else 10**6
+    path.write_text(json.dumps(saved))
+    with pytest.raises(RunDirError, match=rf"{path}: added token .* {words}"):
+        LMTokenizer.load(path)
 
 
 @pytest.fixture(scope="module")

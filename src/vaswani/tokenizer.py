@@ -52,6 +52,25 @@ def shared_id(vocab: Mapping[str, int]) -> tuple[str, str, int] | None:
     return None
 
 
+def renumbered(saved: Any, tokenizer: Tokenizer) -> str | None:
+    """What is wrong when an added token of the saved JSON ``saved`` (``added_tokens``: content and
+    id) did not keep its id in the loaded ``tokenizer``, else None. ``tokenizers`` silently gives
+    a new id to an added token whose id is another token's or past the vocabulary, so that the
+    embedding row the file meant would be read for another token."""
+    entries = saved.get("added_tokens") if isinstance(saved, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        content, token_id = entry.get("content"), entry.get("id")
+        if not isinstance(content, str) or tokenizer.token_to_id(content) == token_id:
+            continue
+        holder = tokenizer.id_to_token(token_id) if isinstance(token_id, int) and token_id >= 0 else None
+        if holder is not None:
+            return f"added token {content!r} has id {token_id}, which is {holder!r}'s: one id is one token"
+        return f"added token {content!r} has id {token_id!r}, not an id of the vocabulary"
+    return None
+
+
 def repeated_line(lines: Sequence[str]) -> tuple[str, int, int] | None:
     """The first token of a ``vocab.txt`` (one token a line, its line number its id) that is on
     two lines, with the two line numbers (1-based); None when every token is on one line."""
@@ -83,7 +102,12 @@ class TokenizerFile:
         """The tokenizer saved at ``path``; ``options`` go to the class (an
         :class:`LMTokenizer`'s special tokens)."""
         try:
-            return cls(Tokenizer.from_str(read_bytes_bounded(path).decode("utf-8")), **options)
+            text = read_bytes_bounded(path).decode("utf-8")
+            tokenizer = Tokenizer.from_str(text)
+            moved = renumbered(json.loads(text), tokenizer)
+            if moved is not None:
+                raise RunDirError(moved)
+            return cls(tokenizer, **options)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             if isinstance(exc, RunDirError):
                 raise RunDirError(f"{path}: {exc}") from None
