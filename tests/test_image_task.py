@@ -19,6 +19,7 @@ from vaswani.config import ModelConfig
 from vaswani.data.config import ImageData
 from vaswani.data.image_sets import digit_images, held_out, load_images
 from vaswani.data.images import ImageProcessing, image_tensor, read_image
+from vaswani.errors import ConfigError
 from vaswani.inspect.attention import ATTENTION, attention_rollout, image_attention
 from vaswani.models.vit import ViT
 from vaswani.pipelines.image import ImageClassifier
@@ -63,6 +64,21 @@ def test_the_splits_are_fixed_and_disjoint():
     parts = held_out(1797, (0.2, 0.1), 0)
     assert [len(p) for p in parts] == [359, 180, 1258]
     assert len(torch.cat(parts).unique()) == 1797
+
+
+def test_images_that_would_not_fit_are_refused_before_one_is_read(folder, monkeypatch):
+    """The digits (1,797) and a folder's 16 images at 8 × 8 in 3 channels: refused in one line
+    naming ``model.image_size`` when their uint8 pixels pass the memory available by one byte,
+    read when they fit exactly (a cap the check must compute, not a fixed size)."""
+    processing = ImageProcessing(size=(8, 8))  # three channels
+    for data, count in ((ImageData(), 1797), (ImageData(source="folder", data_dir=str(folder)), 16)):
+        need = count * 3 * 8 * 8
+        monkeypatch.setattr("vaswani.data.image_sets.host_memory_available", lambda n=need: n - 1)
+        with pytest.raises(ConfigError, match=rf"model.image_size.*{count} images of 3×8×8 pixels"):
+            load_images(data, processing)
+        monkeypatch.setattr("vaswani.data.image_sets.host_memory_available", lambda n=need: n)
+        splits = load_images(data, processing)
+        assert sum(len(part.labels) for part in (splits.train, splits.valid, splits.test) if part) == count
 
 
 def write_digits(folder: Path, indices: list[int]) -> list[Path]:

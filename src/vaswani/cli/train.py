@@ -145,9 +145,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if launch.wanted(args.nproc):
         RunDir.new(args.out, spec.name)  # an existing run: one line, before launching
         return launch.launch(args.argv, args.nproc)
-    with lifecycle.new_run(args.out, spec.name, run.train.device) as (run_dir, device):
-        result = spec.train(run, run_dir, resume=False, quiet=args.quiet, device=device)
-        finish(spec, result, run_dir, started, args.quiet)
+    try:
+        with lifecycle.new_run(args.out, spec.name, run.train.device) as (run_dir, device):
+            result = spec.train(run, run_dir, resume=False, quiet=args.quiet, device=device)
+            finish(spec, result, run_dir, started, args.quiet)
+    except ConfigError as exc:  # a field found too large once the data is known (the images' memory)
+        raise named_flag(exc, args, spec, flags) from None
     return 0
 
 

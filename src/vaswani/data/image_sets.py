@@ -29,7 +29,10 @@ from vaswani.data.images import (
     load_folder,
     random_flip,
     random_resized_crop,
+    scan_folder,
 )
+from vaswani.errors import ConfigError
+from vaswani.resources import host_memory_available
 
 
 @dataclass
@@ -61,11 +64,28 @@ class ImageBatch:
     labels: Tensor
 
 
+def check_pixels_fit(count: int, processing: ImageProcessing) -> None:
+    """Refuse, before any is read, ``count`` images that ``processing`` resizes to (H, W) when
+    their uint8 pixels (count · C · H · W bytes) pass the memory available: one line naming
+    ``model.image_size`` (``--image-size``). Nothing is known before reading when it does not resize."""
+    if not processing.do_resize:
+        return
+    height, width = processing.size
+    need = count * processing.channels * height * width
+    available = host_memory_available()
+    if need > available:
+        raise ConfigError(
+            f"config field 'model.image_size': {count} images of {processing.channels}×{height}×{width} "
+            f"pixels take {need / 2**30:.3g} GiB, {available / 2**30:.3g} GiB available"
+        )
+
+
 def digit_images(processing: ImageProcessing) -> Images:
     """scikit-learn's digits as 8-bit grey images in ``processing``'s channels (grey repeated), resized."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
+    check_pixels_fit(len(digits.images), processing)
     grey = (digits.images * 255 / 16).round().astype("uint8")
     pixels = [
         image_tensor(processing.resize(convert_image(Image.fromarray(image), processing.channels)))
@@ -97,6 +117,7 @@ def load_images(spec: ImageData, processing: ImageProcessing, quiet: bool = Fals
         )
         return Splits(images.take(train), images.take(valid), images.take(test), classes)
     assert spec.data_dir is not None
+    check_pixels_fit(len(scan_folder(spec.data_dir, spec.classes).files), processing)
     found = load_folder(spec.data_dir, processing, spec.skip_bad_images, spec.classes)
     if found.skipped and not quiet:
         print(
