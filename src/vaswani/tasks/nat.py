@@ -282,10 +282,11 @@ def finish(
     default = data.train_name.startswith(translation.DEFAULT_CORPUS)
     if default:
         lines.append("")
+        shown = translation.EmptyTranslations()
         for sentence, out in zip(
             translation.EXAMPLES, translator.translate(translation.EXAMPLES), strict=True
         ):
-            lines.append(f"  {sentence}  →  {out}")
+            lines.append(f"  {sentence}  →  {shown(out)}")
     example = translation.EXAMPLES[0] if default else pairs[0][0]
     lines.append(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}" --iterations 10')
     return lines

@@ -56,6 +56,29 @@ DEFAULT_CORPUS = "the default corpus"
 PATH_FIELDS = (
     "src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors", "init",
 )  # fmt: skip
+EMPTY = "(empty)"
+"""How an empty translation is displayed to a person; a file or a pipe keeps an empty line."""
+UNDERTRAINED = "vaswani: note: an empty translation: the model may be undertrained (train it longer)"
+
+
+class EmptyTranslations:
+    """Shows translations to a person: an empty one as :data:`EMPTY` where ``display`` (else as
+    it is, for a file or a pipe), and, at the first one, :data:`UNDERTRAINED` on standard error."""
+
+    def __init__(self, display: bool = True) -> None:
+        self.display = display
+        self.noted = False
+
+    def __call__(self, translation: str) -> str:
+        """``translation`` as shown."""
+        if translation:
+            return translation
+        if not self.noted:
+            print(UNDERTRAINED, file=sys.stderr)
+            self.noted = True
+        return EMPTY if self.display else translation
+
+
 EXAMPLES = [
     "Tom chases Jerry",
     "Tom chased Jerry yesterday",
@@ -389,8 +412,9 @@ def finish(
     ]
     if data.train_name == DEFAULT_CORPUS:
         lines.append("")
+        shown = EmptyTranslations()
         for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
-            lines.append(f"  {sentence}  →  {translation}")
+            lines.append(f"  {sentence}  →  {shown(translation)}")
     example = EXAMPLES[0] if data.train_name == DEFAULT_CORPUS else pairs[0][0]
     lines.append(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}"')
     return lines
