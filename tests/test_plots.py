@@ -271,3 +271,18 @@ def test_cli_bad_input_is_one_line(translation_run, tmp_path, capsys):
         assert main(argv) == 2, message
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and err.startswith("vaswani: error: ") and message in err, err
+
+
+@pytest.mark.parametrize(("heads", "grid"), [(12, (6, 4)), (2, (2, 2)), (6, (4, 4))])
+def test_a_layers_heads_wrap_into_rows_of_at_most_four(heads, grid):
+    fig = attention_figure([random_map(["a", "b"], ["c", "d", "e"], layers=2, heads=heads)])
+    drawn = panels(fig)
+    assert len(drawn) == 2 * heads
+    assert {ax.get_subplotspec().get_geometry()[:2] for ax in drawn} == {grid}  # rows, columns
+    # row by row: layer 0's heads first, then layer 1's, each layer starting a new row
+    first_of_layer_1 = drawn[heads].get_subplotspec()
+    assert (first_of_layer_1.rowspan.start, first_of_layer_1.colspan.start) == (grid[0] // 2, 0)
+    assert [ax.get_title() for ax in drawn[heads - 1 : heads + 1]] == [
+        f"layer 0 · head {heads - 1}",
+        "layer 1 · head 0",
+    ]

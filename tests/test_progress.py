@@ -17,6 +17,7 @@ import torch
 from tests.helpers import LineTask, tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import TrainConfig
+from vaswani.data.grammar import generate_pairs
 from vaswani.training import progress
 from vaswani.training.progress import Progress, expected_end
 from vaswani.training.trainer import Trainer
@@ -125,3 +126,24 @@ def test_the_printed_command_trains_on_to_max_steps(tmp_path, capsys):
     assert command[:5] == ["vaswani", "train", "translation", "--resume", str(run)]
     assert main([*command[1:], "--quiet"]) == 0
     assert json.loads((run / "metrics.json").read_text())["steps"] == 400
+
+
+def test_data_preparation_shows_each_stage_in_a_log_and_counts_on_a_terminal():
+    log = io.StringIO()
+    with progress.Stage("generating 3,000 sentence pairs", 3000, stream=log) as shown:
+        pairs = generate_pairs(3000, progress=shown)
+    assert len(pairs) == 3000
+    first, last = log.getvalue().splitlines()
+    assert first == "generating 3,000 sentence pairs…"
+    assert re.fullmatch(r"generating 3,000 sentence pairs: done in \d+:\d\d", last)
+    terminal = _Terminal()
+    counts: list[int] = []
+    with progress.Stage("generating", 3000, stream=terminal) as shown:
+        generate_pairs(3000, progress=lambda n: (counts.append(n), shown(n)))
+        assert shown.bar is not None and shown.bar.n == 3000
+    assert counts == [1000, 2000, 3000]
+    assert "3000/3000" in terminal.getvalue()
+    quiet = io.StringIO()
+    with progress.Stage("generating", 10, quiet=True, stream=quiet):
+        pass
+    assert quiet.getvalue() == ""

@@ -13,10 +13,10 @@ import pytest
 
 from tests.helpers import FIXTURES, copied_run
 from vaswani import recipes
-from vaswani.cli import main
-from vaswani.cli.flags import add_fields, given
-from vaswani.config import ModelConfig
-from vaswani.data.config import LabeledData, ParallelData, TextData
+from vaswani.cli import build_parser, main
+from vaswani.cli.flags import add_fields, flag_names, given
+from vaswani.config import FAMILY_FIELDS, ModelConfig, TrainConfig
+from vaswani.data.config import LabeledData, LMData, ParallelData, TextData
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.rundir import RunDir
 from vaswani.schema import Config, flag
@@ -133,19 +133,13 @@ def test_a_new_field_gets_its_flag_help_and_value():
 
 
 def test_every_config_field_has_a_flag():
-    """The train command offers every field of the model's and the training's configs."""
-    from vaswani.cli import build_parser
-
-    help_text = build_parser().parse_args(["train", "lm"])  # builds every subparser
-    assert help_text.task == "lm"
-    options = {
-        o for action in build_parser()._subparsers._group_actions[0].choices["train"]._subparsers  # type: ignore[union-attr]
-        ._group_actions[0].choices["lm"]._actions for o in action.option_strings
-    }  # fmt: skip
-    for cls in (ModelConfig, TextData):
+    """The train command offers every field of the training's and the task's data configs (the
+    model's: those of the task's archs, below)."""
+    options = _flags_of(build_parser(), "lm")
+    for cls in (TrainConfig, LMData):
         for f in dataclasses.fields(cls):
             if f.metadata.get("flag", "") is not None:
-                assert f"--{f.name.replace('_', '-')}" in options, f.name
+                assert set(flag_names(f)) <= options, f.name
 
 
 def test_a_flag_that_sets_a_bad_value_is_named(capsys, tmp_path):
@@ -153,3 +147,39 @@ def test_a_flag_that_sets_a_bad_value_is_named(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("vaswani: error: --warmup: config field 'train.warmup_steps'"), err
     assert not Path(tmp_path / "r").exists()
+
+
+def _help(task: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", task, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_each_train_help_offers_only_its_own_familys_model_flags(capsys):
+    translation, image, classify = (_help(task, capsys) for task in ("translation", "image", "classify"))
+    for other in ("--image-size", "--patch-size", "--pooler", "--type-vocab-size"):
+        assert other not in translation
+    assert "--image-size" in image and "--patch-size" in image and "--pooler" not in image
+    assert "--pooler" in classify and "--type-vocab-size" in classify and "--image-size" not in classify
+
+
+def test_every_model_field_a_task_trains_is_still_a_flag_of_its_train_command():
+    parser = build_parser()
+    for spec in registry.trainable():
+        flags = _flags_of(parser, spec.name)
+        for field in dataclasses.fields(ModelConfig):
+            if set(FAMILY_FIELDS.get(field.name, spec.archs)) & set(spec.archs):
+                assert set(flag_names(field)) <= flags, (spec.name, field.name)
+    image = parser.parse_args(["train", "image", "--image-size", "16", "--patch-size", "4"])
+    assert (getattr(image, "model.image_size"), getattr(image, "model.patch_size")) == (16, 4)
+    assert (
+        getattr(parser.parse_args(["train", "mlm", "--type-vocab-size", "3"]), "model.type_vocab_size") == 3
+    )
+
+
+def _flags_of(parser: argparse.ArgumentParser, task: str) -> set[str]:
+    """Every option string of ``vaswani train TASK``."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    tasks = next(a for a in commands.choices["train"]._actions if isinstance(a, argparse._SubParsersAction))
+    return {name for action in tasks.choices[task]._actions for name in action.option_strings}

@@ -21,12 +21,15 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from tests.helpers import write
 from tests.serving import serving
 from vaswani.cli import main
 from vaswani.data.grammar import generate_pairs
+from vaswani.inspect.attention import AttentionMap
+from vaswani.plots import attention_figure
 from vaswani.serve.app import create_app
 from vaswani.serve.page import FILES, page_file
 from vaswani.serve.settings import ServeSettings
@@ -211,6 +214,8 @@ def test_the_page_streams_a_translation_and_draws_its_attention(server: httpx.Cl
     last_layer, last_head = cross["weights"][-1][-1], len(cross["weights"][-1]) - 1
     Select(browser.find_element(By.ID, "attention-layer")).select_by_index(len(cross["weights"]) - 1)
     Select(browser.find_element(By.ID, "attention-head")).select_by_index(last_head)
+    layers = [o.text for o in Select(browser.find_element(By.ID, "attention-layer")).options]
+    assert layers == [str(i) for i in range(len(cross["weights"]))]  # from 0, as the PNGs number them
     cells, _ = heatmap(browser, wait)
     drawn = [float(c.get_attribute("data-weight")) for c in cells]
     assert drawn == pytest.approx([w for row in last_layer for w in row])
@@ -288,3 +293,13 @@ def test_the_page_fetches_nothing_from_elsewhere() -> None:
         text = page_file(name).decode("utf-8")
         assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), name
         assert "@import" not in text and "url(" not in text, name
+
+
+def test_the_page_numbers_layers_and_heads_from_0_as_the_pngs_do() -> None:
+    """The same head has one number on the page and in ``vaswani attention``'s PNG titles."""
+    script = page_file("app.js").decode("utf-8")
+    assert "new Option(String(i), String(i))" in script  # each option shows its index
+    assert "layer ${layer}, head ${head}" in script
+    maps = [AttentionMap("self-attention", torch.full((2, 3, 1, 1), 1.0), ["a"], ["a"], "query", "key")]
+    titles = [ax.get_title() for ax in attention_figure(maps).axes if ax.images]
+    assert titles[0] == "layer 0 · head 0" and titles[-1] == "layer 1 · head 2"

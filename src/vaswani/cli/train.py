@@ -1,7 +1,8 @@
 """``vaswani train TASK``: one command for every task of the registry.
 
-Its flags are generated from the config dataclasses (:mod:`vaswani.cli.flags`): the model's, the
-training's and the task's data config. Settings come from the task's packaged recipe, then
+Its flags are generated from the config dataclasses (:mod:`vaswani.cli.flags`): the model's (those
+of the archs the task trains: no ``--image-size`` for a translator), the training's and the task's
+data config. Settings come from the task's packaged recipe, then
 ``--preset``, then ``--config FILE``, then the flags (:mod:`vaswani.tasks.settings`). ``--resume
 RUN_DIR`` continues a stopped run with its own settings; it takes only ``--max-steps``,
 ``--max-minutes`` and the settings of how it runs (``--device``, ``--compile``,
@@ -51,7 +52,7 @@ def add_parsers(commands: Any) -> None:
         run.add_argument(
             "--nproc", type=int, metavar="N", help="train on N processes of this machine (DDP; --fsdp: FSDP2)"
         )
-        add_fields(p.add_argument_group("model"), ModelConfig)
+        add_fields(p.add_argument_group("model"), ModelConfig, skip=registry.model_fields_skipped(spec))
         training = p.add_argument_group("training")
         add_fields(training, TrainConfig)
         training.add_argument(

@@ -26,6 +26,7 @@ from vaswani.errors import ConfigError
 
 if TYPE_CHECKING:
     from vaswani.generation.mask_predict import MaskPredictConfig
+    from vaswani.tasks.translation import EmptyTranslations
 
 T = TypeVar("T")
 NAT = "nat"  # the task of a CMLM run (vaswani.tasks.nat)
@@ -91,16 +92,25 @@ def cmd_translate(args: argparse.Namespace) -> None:
         translator.compile_decoding()
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
+    shown = terminal_display()
     if args.n_best is None:
         for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
-            print(line, flush=True)
+            print(shown(line), flush=True)
         compile_report(translator)
     else:
         found = translator.translate_n_best(sentences, decoding, batch_size=args.batch_size)
         for index, hypotheses in enumerate(found):
             for hypothesis in hypotheses:
-                print(f"{index}\t{hypothesis.score:.4f}\t{hypothesis.text}", flush=True)
+                print(f"{index}\t{hypothesis.score:.4f}\t{shown(hypothesis.text)}", flush=True)
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)  # after: a refusal stays one line
+
+
+def terminal_display() -> EmptyTranslations:
+    """How ``translate`` prints: an empty translation as ``(empty)`` on a terminal, as an empty line
+    into a file or a pipe (one line per sentence), with a note on standard error either way."""
+    from vaswani.tasks.translation import EmptyTranslations
+
+    return EmptyTranslations(display=sys.stdout.isatty())
 
 
 def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
@@ -122,8 +132,9 @@ def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None
     flag_errors(lambda: translator.check(decoding))
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
+    shown = terminal_display()
     for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
-        print(line, flush=True)
+        print(shown(line), flush=True)
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)
 
 

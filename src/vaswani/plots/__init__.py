@@ -46,6 +46,7 @@ FONT_HINT = (
 MAX_TICKS = 40  # at most this many labelled tokens along an axis; longer sequences label every k-th
 CELL_INCHES = 0.22  # a panel's side grows by this much per token...
 PANEL_INCHES = (1.4, 4.5)  # ...between these bounds
+HEAD_COLUMNS = 4  # a layer's heads wrap into rows of at most this many panels (BERT's 12: 3 rows of 4)
 DPI, MAX_PIXELS = 150, 12_000  # resolution, lowered so that no side of a huge grid exceeds MAX_PIXELS
 
 
@@ -174,22 +175,27 @@ def attention_figure(
     title: str | None = None,
     out: str | Path | None = None,
 ) -> Figure:
-    """Heatmaps of attention weights: for each map a block of panels, one row per layer and one
-    column per head (all of them, or the chosen ``layers`` and ``heads``), each panel keys (x)
-    against queries (y), weights on one 0–1 colour scale. Written to ``out`` when given.
+    """Heatmaps of attention weights: for each map a block of panels, one band of rows per layer
+    with its heads (all of them, or the chosen ``layers`` and ``heads``) wrapped at
+    :data:`HEAD_COLUMNS` a row, each panel keys (x) against queries (y), weights on one 0–1 colour
+    scale. Written to ``out`` when given.
 
     A translation gives two maps (:func:`translation_attention`), a language model one
     (:func:`lm_attention`). The figure grows with the panels and the tokens; an axis with more than
-    ``MAX_TICKS`` tokens labels every k-th one.
+    ``MAX_TICKS`` tokens labels every k-th one. Layers and heads are numbered from 0, as the code,
+    ``--layers``/``--heads`` and Hugging Face's outputs index them (the web page numbers them so too).
     """
     if not maps:
         raise ValueError("no attention maps to draw")
     layer_ids = _select(layers, min(m.n_layers for m in maps), "layers")
     head_ids = _select(heads, min(m.n_heads for m in maps), "heads")
+    columns = min(len(head_ids), HEAD_COLUMNS)
+    bands = math.ceil(len(head_ids) / columns)  # rows of panels per layer
+    rows = len(layer_ids) * bands
     texts = [title or ""] + [label for m in maps for label in (*m.queries, *m.keys)]
     label_inches = 0.09 * max((len(label) for label in texts[1:]), default=1) + 0.3
-    widths = [len(head_ids) * (_panel_inches(len(m.keys)) + 0.15) for m in maps]
-    heights = [len(layer_ids) * (_panel_inches(len(m.queries)) + 0.3) + label_inches + 0.5 for m in maps]
+    widths = [columns * (_panel_inches(len(m.keys)) + 0.15) for m in maps]
+    heights = [rows * (_panel_inches(len(m.queries)) + 0.3) + label_inches + 0.5 for m in maps]
     size = (max(widths) + label_inches + 1.2, sum(heights) + (0.4 if title else 0.0))
     dpi = min(DPI, MAX_PIXELS / max(size))
     out_path = None if out is None else Path(out)
@@ -199,10 +205,13 @@ def attention_figure(
             fig.suptitle(title, fontsize=10)
         blocks = fig.subfigures(len(maps), 1, squeeze=False, height_ratios=heights)[:, 0]
         for block, m in zip(blocks, maps, strict=True):
-            axes = block.subplots(len(layer_ids), len(head_ids), squeeze=False)
-            for r, layer in enumerate(layer_ids):
-                for c, head in enumerate(head_ids):
+            axes = block.subplots(rows, columns, squeeze=False)
+            drawn = []
+            for i, layer in enumerate(layer_ids):
+                for j, head in enumerate(head_ids):
+                    r, c = i * bands + j // columns, j % columns
                     ax = axes[r, c]
+                    drawn.append(ax)
                     ax.imshow(
                         m.weights[layer, head].detach().cpu().numpy(),
                         cmap="viridis",
@@ -212,12 +221,16 @@ def attention_figure(
                         interpolation="nearest",
                     )
                     ax.set_title(f"layer {layer} · head {head}", fontsize=8)
-                    _set_ticks(ax, m.keys, "x", show=r == len(layer_ids) - 1)
+                    below = j + columns < len(head_ids) or i + 1 < len(layer_ids)  # a panel under it
+                    _set_ticks(ax, m.keys, "x", show=not below)
                     _set_ticks(ax, m.queries, "y", show=c == 0)
+            for ax in axes.flat:
+                if ax not in drawn:
+                    ax.set_axis_off()
             block.suptitle(m.name, fontsize=11)
             block.supxlabel(m.key_axis, fontsize=8)
             block.supylabel(m.query_axis, fontsize=8)
-            block.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.9, aspect=30, label="attention weight")
+            block.colorbar(drawn[0].images[0], ax=drawn, shrink=0.9, aspect=30, label="attention weight")
         return _finish(fig, out_path)
 
 

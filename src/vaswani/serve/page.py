@@ -4,6 +4,10 @@ data), served as they are: no build step, nothing fetched from elsewhere, so the
 ``router`` (included by :func:`vaswani.serve.app.create_app`) serves ``/`` and ``/static/NAME`` for
 the files of :data:`FILES` only. The page needs no API key to load; the key, if the server has one,
 is entered in the page and sent as a bearer token with each ``/v1`` request.
+
+The attention view numbers layers and heads from 0, as the PNGs of ``vaswani attention``
+(:func:`vaswani.plots.attention_figure`), its ``--layers``/``--heads`` flags, the code and Hugging
+Face's outputs do: one head has one number wherever it is shown or chosen.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.translation import Pairs, TranslationData, TranslationTask
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
+from vaswani.training.distributed import world
 from vaswani.training.losses import label_smoothed_nll
 from vaswani.training.trainer import fit_run
 
@@ -159,7 +160,7 @@ def train_nat(
     """Train a nat run in ``run_dir`` (or, with ``resume``, continue it); return metrics, translator
     and data."""
     assert isinstance(run.data, NatData)
-    data = translation.load_data(run.data)
+    data = translation.load_data(run.data, quiet or not world().main)
     rows = None
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
@@ -168,7 +169,7 @@ def train_nat(
             data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet)
     else:
         src_tok, tgt_tok = translation.build_tokenizers(
-            data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer
+            data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer, quiet or not world().main
         )
         if run.data.distill_from is not None:
             data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet)
@@ -282,10 +283,11 @@ def finish(
     default = data.train_name.startswith(translation.DEFAULT_CORPUS)
     if default:
         lines.append("")
+        shown = translation.EmptyTranslations()
         for sentence, out in zip(
             translation.EXAMPLES, translator.translate(translation.EXAMPLES), strict=True
         ):
-            lines.append(f"  {sentence}  →  {out}")
+            lines.append(f"  {sentence}  →  {shown(out)}")
     example = translation.EXAMPLES[0] if default else pairs[0][0]
     lines.append(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}" --iterations 10')
     return lines

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vaswani.config import RunConfig
+from vaswani.config import ARCHS, FAMILY_FIELDS, RunConfig
 from vaswani.data.config import (
     DataConfig,
     ImageData,
@@ -61,7 +61,9 @@ class TaskSpec:
     training and returns the report's lines; ``evaluate(run_dir, request)`` scores a run and
     returns a :class:`~vaswani.tasks.evaluation.Report`, ``evaluates`` says what it scores and on
     which inputs (None: ``cannot_evaluate`` says why and what to do instead); ``hf_family`` names
-    the Hugging Face family that ``export-hf`` writes (:mod:`vaswani.interop`)."""
+    the Hugging Face family that ``export-hf`` writes (:mod:`vaswani.interop`); ``archs`` are the
+    model archs its runs may have (``vaswani train TASK`` offers only their fields' flags:
+    :func:`model_fields_skipped`)."""
 
     name: str
     summary: str
@@ -76,11 +78,13 @@ class TaskSpec:
     evaluates: str = ""
     cannot_evaluate: str = ""
     hf_family: str | None = None
+    archs: tuple[str, ...] = ARCHS
 
 
 ENTRIES = (
     TaskSpec(
         name="lm",
+        archs=("decoder_only",),
         summary="train a decoder-only language model (GPT)",
         data=LMData,
         model=lm_run.model_of,
@@ -95,6 +99,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="translation",
+        archs=("encoder_decoder", "rnn"),
         summary="train an encoder-decoder translator",
         data=ParallelData,
         model=translation.model_of,
@@ -110,6 +115,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="nat",
+        archs=("encoder_decoder",),
         summary="train a non-autoregressive translator (CMLM, decoded by Mask-Predict)",
         data=NatData,
         model=nat.model_of,
@@ -124,6 +130,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="mlm",
+        archs=("encoder_only",),
         summary="pretrain a BERT by masked language modelling",
         data=TextData,
         model=bert_run.model_of,
@@ -139,6 +146,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="encoder",
+        archs=("encoder_only",),
         summary="a BERT encoder without a head, as imported (sentence vectors)",
         data=TextData,
         model=bert_run.model_of,
@@ -149,6 +157,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="classify",
+        archs=("encoder_only", "decoder_only"),
         summary="fine-tune a BERT text classifier",
         data=LabeledData,
         model=classify_run.model_of,
@@ -162,6 +171,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="tag",
+        archs=("encoder_only",),
         summary="train a BERT token tagger (CoNLL-U, or CoNLL-2003-style columns)",
         data=TagData,
         model=tag_run.model_of,
@@ -175,6 +185,7 @@ ENTRIES = (
     ),
     TaskSpec(
         name="image",
+        archs=("vit",),
         summary="train a ViT image classifier (default: scikit-learn's digits)",
         data=ImageData,
         model=image_run.model_of,
@@ -202,6 +213,12 @@ def get(name: str, where: object = "") -> TaskSpec:
             "was it written by a newer vaswani?"
         )
     return TASKS[name]
+
+
+def model_fields_skipped(spec: TaskSpec) -> tuple[str, ...]:
+    """The model fields that no arch of ``spec`` reads (:data:`~vaswani.config.FAMILY_FIELDS`),
+    such as a ViT's ``image_size`` for a translator: no flag of ``vaswani train TASK``."""
+    return tuple(name for name, archs in FAMILY_FIELDS.items() if not set(archs) & set(spec.archs))
 
 
 def trainable() -> list[TaskSpec]:

@@ -48,7 +48,9 @@ from vaswani.tasks.mrt import MinimumRiskTask, initialised
 from vaswani.tasks.settings import absolute, validated
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
+from vaswani.training.distributed import world
 from vaswani.training.losses import label_smoothed_nll
+from vaswani.training.progress import Stage
 from vaswani.training.trainer import fit_run
 
 Pairs = list[tuple[str, str]]
@@ -56,6 +58,29 @@ DEFAULT_CORPUS = "the default corpus"
 PATH_FIELDS = (
     "src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors", "init",
 )  # fmt: skip
+EMPTY = "(empty)"
+"""How an empty translation is displayed to a person; a file or a pipe keeps an empty line."""
+UNDERTRAINED = "vaswani: note: an empty translation: the model may be undertrained (train it longer)"
+
+
+class EmptyTranslations:
+    """Shows translations to a person: an empty one as :data:`EMPTY` where ``display`` (else as
+    it is, for a file or a pipe), and, at the first one, :data:`UNDERTRAINED` on standard error."""
+
+    def __init__(self, display: bool = True) -> None:
+        self.display = display
+        self.noted = False
+
+    def __call__(self, translation: str) -> str:
+        """``translation`` as shown."""
+        if translation:
+            return translation
+        if not self.noted:
+            print(UNDERTRAINED, file=sys.stderr)
+            self.noted = True
+        return EMPTY if self.display else translation
+
+
 EXAMPLES = [
     "Tom chases Jerry",
     "Tom chased Jerry yesterday",
@@ -76,12 +101,13 @@ class TranslationData:
     valid_name: str = "valid"
 
 
-def load_data(spec: ParallelData) -> TranslationData:
-    """Read the data a run's ``data`` config section describes."""
+def load_data(spec: ParallelData, quiet: bool = True) -> TranslationData:
+    """Read the data a run's ``data`` config section describes (the default corpus generated with
+    a progress line on standard error unless ``quiet``)."""
     if spec.source == "default":
-        corpus = grammar.default_corpus(
-            seed=spec.seed, n_train=spec.n_train, n_valid=spec.n_valid, n_test=spec.n_test
-        )
+        n = spec.n_train + spec.n_valid + spec.n_test
+        with Stage(f"generating {n:,} sentence pairs", n, quiet) as shown:
+            corpus = grammar.default_corpus(spec.seed, spec.n_train, spec.n_valid, spec.n_test, shown)
         return TranslationData(corpus.train, corpus.valid, corpus.test, DEFAULT_CORPUS)
     if spec.source == "tsv":
         assert spec.pairs is not None  # DataConfig checks it
@@ -111,18 +137,21 @@ def load_data(spec: ParallelData) -> TranslationData:
 
 
 def build_tokenizers(
-    data: TranslationData, vocab_size: int, shared: bool, source_kind: str = "bpe"
+    data: TranslationData, vocab_size: int, shared: bool, source_kind: str = "bpe", quiet: bool = True
 ) -> tuple[TextTokenizer, TextTokenizer]:
     """BPE on the training text: one vocabulary for both sides, or one per side (the source's
-    word-level with ``source_kind`` "word")."""
-    if shared:
-        both = TextTokenizer.train_bpe([t for pair in data.train for t in pair], vocab_size)
-        return both, both
-    sources = [s for s, _ in data.train]
-    word = source_kind == "word"
-    src = train_source_words(sources, vocab_size) if word else TextTokenizer.train_bpe(sources, vocab_size)
-    tgt = TextTokenizer.train_bpe([t for _, t in data.train], vocab_size)
-    return src, tgt
+    word-level with ``source_kind`` "word"); a progress line on standard error unless ``quiet``."""
+    with Stage(f"training tokenizers on {len(data.train):,} pairs", quiet=quiet):
+        if shared:
+            both = TextTokenizer.train_bpe([t for pair in data.train for t in pair], vocab_size)
+            return both, both
+        sources = [s for s, _ in data.train]
+        word = source_kind == "word"
+        src = (
+            train_source_words(sources, vocab_size) if word else TextTokenizer.train_bpe(sources, vocab_size)
+        )
+        tgt = TextTokenizer.train_bpe([t for _, t in data.train], vocab_size)
+        return src, tgt
 
 
 def encode_pairs(
@@ -203,13 +232,13 @@ def train_translation(
     rows, start = None, None
     if not resume and run.data.init is not None:  # type: ignore[union-attr]
         run, src_tok, tgt_tok, start = initialised(run)
-    data = load_data(run.data)
+    data = load_data(run.data, quiet or not world().main)
     if resume:
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
     elif start is None:
         src_tok, tgt_tok = build_tokenizers(
-            data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer
+            data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer, quiet or not world().main
         )
         run = fit_vocab(run, src_tok, tgt_tok, data)
         if run.data.word_vectors is not None:
@@ -389,8 +418,9 @@ def finish(
     ]
     if data.train_name == DEFAULT_CORPUS:
         lines.append("")
+        shown = EmptyTranslations()
         for sentence, translation in zip(EXAMPLES, translator.translate(EXAMPLES), strict=True):
-            lines.append(f"  {sentence}  →  {translation}")
+            lines.append(f"  {sentence}  →  {shown(translation)}")
     example = EXAMPLES[0] if data.train_name == DEFAULT_CORPUS else pairs[0][0]
     lines.append(f'\nrun directory: {run_dir}\n  vaswani translate {run_dir} "{example}"')
     return lines

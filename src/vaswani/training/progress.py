@@ -9,6 +9,10 @@ every :data:`LINE_SECONDS` seconds and once at the end::
     step 120/623  loss 3.412  lr 1.00e-03  tokens/s 12,345  elapsed 0:41  eta 2:49
 
 Evaluation and warning lines go to stdout through :meth:`Progress.write`, beside the display.
+
+Data preparation before training (generating the default corpus, training tokenizers) shows its
+stages the same way (:class:`Stage`): a bar on a terminal, a plain line as each starts and ends
+in a log.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import TextIO
 
 from tqdm import tqdm
@@ -156,3 +161,48 @@ def budget_note(
         f"minutes ran out. To train on to step {max_steps} (about "
         f"{max(0.0, total - train_seconds / 60):.0f} more minutes at this pace):\n  {command}"
     )
+
+
+class Stage:
+    """The display of one stage of data preparation, ``what`` (e.g. ``generating 61,500 sentence
+    pairs``), on standard error: a tqdm bar counting to ``total`` on a terminal (calling the stage
+    with a count moves it there); elsewhere a plain line as it starts and one as it ends, with its
+    seconds; nothing when ``quiet``. Use it as a context manager."""
+
+    def __init__(
+        self, what: str, total: int | None = None, quiet: bool = False, stream: TextIO | None = None
+    ):
+        self.what, self.total, self.quiet = what, total, quiet
+        self.stream = sys.stderr if stream is None else stream
+        self.started = time.perf_counter()
+        self.bar: tqdm | None = None
+
+    def __enter__(self) -> Stage:
+        if self.quiet:
+            return self
+        if self.stream.isatty():
+            self.bar = tqdm(
+                total=self.total, desc=self.what, file=self.stream, dynamic_ncols=True, mininterval=0.5
+            )
+        else:
+            print(f"{self.what}…", file=self.stream, flush=True)
+        return self
+
+    def __call__(self, count: int) -> None:
+        """``count`` done so far."""
+        if self.bar is not None:
+            self.bar.update(count - self.bar.n)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.bar is not None:
+            if kind is None and self.bar.total is not None:
+                self.bar.update(self.bar.total - self.bar.n)
+            self.bar.close()
+        elif not self.quiet and kind is None:
+            print(
+                f"{self.what}: done in {clock(time.perf_counter() - self.started)}",
+                file=self.stream,
+                flush=True,
+            )

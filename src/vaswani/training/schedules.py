@@ -1,7 +1,9 @@
 """Learning-rate schedules as plain functions of the step (1-based).
 
 Being pure functions of the step, they need no state in a checkpoint: a
-resumed run recomputes the same rate.
+resumed run recomputes the same rate. The one exception is a run that a time budget ends: its
+warmup and total steps are planned once from the pace of its first steps (:func:`budget_plan`),
+and that plan is kept in the trainer's state.
 """
 
 from __future__ import annotations
@@ -29,6 +31,25 @@ def cosine(step: int, peak: float, warmup: int, total: int, floor: float = 0.0) 
 def constant(step: int, peak: float, warmup: int) -> float:
     """Linear warmup to ``peak``, then constant."""
     return peak * min(1.0, step / warmup) if warmup else peak
+
+
+WARMUP_SHARE = 0.1
+"""The most of a time budget's planned steps that warmup may take."""
+
+
+def budget_plan(
+    step: int, seconds_per_step: float, seconds_left: float, max_steps: int, warmup: int
+) -> tuple[int, int]:
+    """The schedule's (warmup, total steps) for a run at ``step`` with ``seconds_left`` of its time
+    budget at ``seconds_per_step``: where the budget ends the run before ``max_steps``, the total
+    is the step it ends at and warmup is capped to :data:`WARMUP_SHARE` of it (so that a short
+    budget still reaches the peak rate and decays to the end exactly when its time runs out);
+    otherwise ``(warmup, max_steps)``, the schedule without a budget."""
+    reachable = step + int(seconds_left / max(seconds_per_step, 1e-12))
+    if reachable >= max_steps:
+        return warmup, max_steps
+    total = max(step + 1, reachable)
+    return min(warmup, math.ceil(WARMUP_SHARE * total)), total
 
 
 def learning_rate(name: str, step: int, peak: float, warmup: int, total: int, floor: float = 0.0) -> float:

@@ -50,10 +50,13 @@ from vaswani.training.distributed import World
 from vaswani.training.optimizer import make_optimizer
 from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
-from vaswani.training.schedules import learning_rate
+from vaswani.training.schedules import budget_plan, learning_rate
 from vaswani.training.selection import update_best
 from vaswani.training.signals import stop_requests
 from vaswani.training.state import TrainerState, restored_state
+
+PLAN_STEPS = 4
+"""Steps timed before a time budget plans the schedule (:meth:`Trainer._schedule`)."""
 
 
 class Task(Protocol):
@@ -120,6 +123,7 @@ class Trainer:
         self.task_name = task_name
         self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainerState()
+        self._timed_from: tuple[int, float] | None = None  # (step, train_seconds) where pacing starts
         self.stop_signal: int | None = None
         self.batches = task.train_batches()
         self.take_rows = getattr(task, "take_rows", take_rows)
@@ -193,13 +197,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             scaled = self.precision.overflowed()  # fp16's scaler lowers its scale on any skipped step
             return loss_value, tokens, "overflow" if scaled and math.isfinite(loss_value) else "skipped"
+        warmup, total = self._schedule()
         lr = learning_rate(
-            self.cfg.schedule,
-            self.state.step + 1,
-            self.cfg.lr,
-            self.cfg.warmup_steps,
-            self._expected_steps(),
-            self.cfg.min_lr,
+            self.cfg.schedule, self.state.step + 1, self.cfg.lr, warmup, total, self.cfg.min_lr
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -207,15 +207,35 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, tokens, "applied"
 
-    def _expected_steps(self) -> int:
-        """Where a decaying schedule should end: ``max_steps``, or sooner when ``max_minutes``
-        will run out first, extrapolated from the pace so far (so a time-limited run still
-        decays fully; such a run is not step-for-step reproducible, so a ``deterministic`` one
-        keeps ``max_steps`` and lets the clock decide only where to stop)."""
-        if self.cfg.max_minutes is None or self.cfg.deterministic or self.state.step < self.cfg.warmup_steps:
-            return self.cfg.max_steps
-        pace = self.state.step / max(self.state.train_seconds, 1e-9)
-        return max(self.state.step + 1, min(self.cfg.max_steps, int(pace * self.cfg.max_minutes * 60)))
+    def _schedule(self) -> tuple[int, int]:
+        """The schedule's (warmup, total steps): the config's, or, when ``max_minutes`` will end the
+        run first, a plan sized to the budget (:func:`~vaswani.training.schedules.budget_plan`).
+        The plan is made once, from the pace of :data:`PLAN_STEPS` steps after this fit's first
+        (which pays for warm-up work), and kept in the state: a resumed run replays it rather than
+        planning again from another pace (unless the resume changed the budget)."""
+        cfg, state = self.cfg, self.state
+        if cfg.max_minutes is None:
+            return cfg.warmup_steps, cfg.max_steps
+        budget = {
+            "max_minutes": cfg.max_minutes,
+            "max_steps": cfg.max_steps,
+            "warmup_steps": cfg.warmup_steps,
+        }
+        plan = state.schedule_plan
+        if plan and all(plan.get(key) == value for key, value in budget.items()):
+            return int(plan["warmup"]), int(plan["total"])
+        if self._timed_from is None:  # the first step of this fit: timing starts once it is done
+            self._timed_from = (state.step + 1, math.nan)
+        elif state.step == self._timed_from[0]:
+            self._timed_from = (state.step, state.train_seconds)
+        timed = state.step - self._timed_from[0]
+        if timed < PLAN_STEPS:
+            return cfg.warmup_steps, cfg.max_steps
+        pace = (state.train_seconds - self._timed_from[1]) / timed
+        left = cfg.max_minutes * 60 - state.train_seconds
+        warmup, total = budget_plan(state.step, pace, left, cfg.max_steps, cfg.warmup_steps)
+        state.schedule_plan = {"warmup": warmup, "total": total, **budget}
+        return warmup, total
 
     def _evaluate(self) -> dict[str, float]:
         """Validation metrics, on every process: computed by the main one (by all of them when

@@ -70,6 +70,7 @@ hand-built sentence, e.g.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vaswani.data.grammar.render import render
@@ -114,6 +115,8 @@ MAX_PAIRS = 500_000
 """The most pairs :func:`generate_pairs` agrees to generate (about 8 s of work)."""
 
 MIN_WORDS, MAX_WORDS = 3, 16
+PROGRESS_EVERY = 1000
+"""How often (in pairs) :func:`generate_pairs` tells its ``progress`` the count."""
 
 # Looked up in this module at call time, so that they can be narrowed (tests
 # monkeypatch them): clauses take their verb from _VERB_LIST, and
@@ -152,8 +155,11 @@ def _check_size(name: str, value: int) -> None:
         raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
 
 
-def generate_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    """n distinct (english, chinese) pairs, deterministic for the seed.
+def generate_pairs(
+    n: int, seed: int = 0, progress: Callable[[int], None] | None = None
+) -> list[tuple[str, str]]:
+    """n distinct (english, chinese) pairs, deterministic for the seed; ``progress`` is told the
+    count so far every :data:`PROGRESS_EVERY` pairs.
 
     The pairs come in generation order, so the first k pairs for a seed do not
     depend on n. Raises ``ConfigError`` (a ``ValueError``) when n is negative
@@ -174,9 +180,12 @@ def generate_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
         english, chinese = render(_sample_sentence(rng))
         if not MIN_WORDS <= english.count(" ") + 1 <= MAX_WORDS:
             continue
+        before = len(pairs)
         known = pairs.setdefault(english, chinese)
         if known != chinese:
             raise RuntimeError(f"grammar bug: {english!r} translates to {known!r} and {chinese!r}")
+        if progress is not None and len(pairs) > before and len(pairs) % PROGRESS_EVERY == 0:
+            progress(len(pairs))
     if len(pairs) < n:
         raise ConfigError(
             f"the built-in grammar produced only {len(pairs)} distinct sentences "
@@ -186,16 +195,21 @@ def generate_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def default_corpus(
-    seed: int = 0, n_train: int = 60_000, n_valid: int = 500, n_test: int = 1_000
+    seed: int = 0,
+    n_train: int = 60_000,
+    n_valid: int = 500,
+    n_test: int = 1_000,
+    progress: Callable[[int], None] | None = None,
 ) -> ParallelCorpus:
-    """Deterministic splits with no English sentence shared between any two splits.
+    """Deterministic splits with no English sentence shared between any two splits (``progress``:
+    as :func:`generate_pairs` tells it).
 
     The test split is drawn first and the validation split next, so both stay
     the same when only ``n_train`` changes.
     """
     for name, size in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
         _check_size(name, size)
-    pairs = generate_pairs(n_test + n_valid + n_train, seed)
+    pairs = generate_pairs(n_test + n_valid + n_train, seed, progress)
     return ParallelCorpus(
         train=pairs[n_test + n_valid :],
         valid=pairs[n_test : n_test + n_valid],

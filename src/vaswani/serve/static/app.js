@@ -214,9 +214,11 @@ async function showAttention(model, input, signal) {
   pickMap();
 }
 
+// Layers and heads are numbered from 0, as vaswani's PNGs, its --layers/--heads flags, the code and
+// Hugging Face's outputs number them: the same head has the same number everywhere.
 function numbered(select, count) {
   const previous = Number(select.value) || 0;
-  select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(String(i + 1), String(i))));
+  select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(String(i), String(i))));
   select.value = String(Math.min(previous, count - 1));
 }
 
@@ -265,7 +267,7 @@ function drawAttention() {
   const height = top + CELL * map.queries.length + 24;
   const svg = svgElement("svg", {
     width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
-    "aria-label": `${map.name} attention, layer ${layer + 1}, head ${head + 1}`,
+    "aria-label": `${map.name} attention, layer ${layer}, head ${head}`,
   });
   map.keys.forEach((key, j) => {
     const x = left + CELL * j + CELL / 2;
