@@ -23,6 +23,8 @@ class TrainerState:
     skipped_steps: int = 0  # in all
     metrics: dict[str, float] = field(default_factory=dict)
     best: dict[str, float] = field(default_factory=dict)  # train.select_by's best evaluation: step, metric
+    # the steps since the last row of train_log.csv (vaswani.training.tracking.Window)
+    window: dict[str, float] = field(default_factory=dict)
 
 
 STATE_TYPES: dict[str, type | tuple[type, ...]] = {
