@@ -294,14 +294,14 @@ def read_train_log(path: str | Path) -> dict[str, list[float]]:
     column, ``train`` or ``eval``, is left out: a row's kind shows in which of its cells are empty)."""
     path = Path(path)
     if not path.is_file():
-        raise RunDirError(f"{path}: no training log (the run has not reached its first evaluation)")
+        raise RunDirError(f"{path}: no training log (the run has not logged its first steps)")
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path}: not a readable training log ({exc})") from None
     if not rows:
-        raise DataError(f"{path}: the training log has no rows yet (no evaluation has run)")
+        raise DataError(f"{path}: the training log has no rows yet")
     columns: dict[str, list[float]] = {name: [] for name in rows[0] if name and name != KIND}
     for line, row in enumerate(rows, start=2):
         for name, values in columns.items():
