@@ -11,12 +11,13 @@ writes the same rows as one that was never stopped; rows after the checkpoint it
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 from vaswani.errors import ConfigError
 from vaswani.io import link_refused, open_for_write, write_error
@@ -77,17 +78,29 @@ class EventFile:
         if folder.is_symlink():
             raise link_refused(folder)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
-        self.path = folder / name
         try:
             folder.mkdir(exist_ok=True)
-            self.file = os.fdopen(open_for_write(self.path, os.O_EXCL), "wb")
         except OSError as exc:
-            raise write_error(self.path, exc) from None
+            raise write_error(folder, exc) from None
+        self.file = self._new_file(folder, name)
         self.records = RecordWriter(self.file)
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_from is not None:
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
             self._write(event_pb2.Event(wall_time=time.time(), step=purge_from, session_log=start))
+
+    def _new_file(self, folder: Path, name: str) -> BinaryIO:
+        """A new file ``name.N`` of ``folder``, N the first number not taken (a run resumed by the
+        same process within the same second)."""
+        for number in itertools.count():
+            self.path = folder / f"{name}.{number}"
+            try:
+                return os.fdopen(open_for_write(self.path, os.O_EXCL), "wb")
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise write_error(self.path, exc) from None
+        raise AssertionError("unreachable")
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         """One event holding ``values`` (tag → number) at ``step``."""
