@@ -154,6 +154,7 @@ class RunDir:
     METRICS = "metrics.json"
     LOG = "train_log.csv"
     CHECKPOINTS = "checkpoints"
+    TENSORBOARD = "tensorboard"  # event files, with train.tensorboard (vaswani.training.tracking)
     LOCK = ".lock"
     BACKUP = "model.before-average.safetensors"
     BEST = "model.best.safetensors"  # the best weights by train.select_by (vaswani.training.selection)
@@ -177,9 +178,9 @@ class RunDir:
     def owns(self, path: Path) -> bool:
         """Whether ``path`` (resolved, inside this run) is the run or one of the files its commands
         read: config, weights, metrics, log, lock, the weights kept by averaging, a top-level
-        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/``."""
+        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/`` or ``tensorboard/``."""
         parts = path.relative_to(self.path.resolve()).parts
-        if not parts or parts[0] == self.CHECKPOINTS:
+        if not parts or parts[0] in (self.CHECKPOINTS, self.TENSORBOARD):
             return True
         return len(parts) == 1 and (parts[0] in self.OWN_FILES or path.suffix in self.OWN_SUFFIXES)
 

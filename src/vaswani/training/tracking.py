@@ -23,7 +23,6 @@ from vaswani.errors import ConfigError
 from vaswani.io import link_refused, open_for_write, write_error
 from vaswani.rundir import RunDir
 
-TENSORBOARD = "tensorboard"  # the folder of event files in a run directory
 TENSORBOARD_HINT = "pip install tensorboard (or the tensorboard extra: pip install -e '.[tensorboard]')"
 
 
@@ -134,7 +133,8 @@ class Tracker:
         if start_step > 0:
             files.truncate_log(start_step)
         if tensorboard:
-            self.events = EventFile(files.file(TENSORBOARD), start_step + 1 if start_step > 0 else None)
+            purge_from = start_step + 1 if start_step > 0 else None
+            self.events = EventFile(files.file(RunDir.TENSORBOARD), purge_from)
 
     def log(self, kind: str, step: int, seconds: float, values: dict[str, float]) -> None:
         """A row of ``kind`` (``train`` or ``eval``) at ``step`` after ``seconds`` of training."""
