@@ -336,6 +336,7 @@ def test_cli_bad_input_is_one_line(translation_run, tmp_path, capsys):
         "plot positions takes one RUN_DIR": ["plot", "positions", run, run],
         "'curves' is neither a KIND": ["plot", "curves", run],
         "compare needs two runs or more": ["compare", run],
+        "the same run given twice": ["compare", run, str(translation_run / ".")],
         "no_log/train_log.csv: no training log": ["plot", run, str(no_log), "--out", png],
     }
     for message, argv in cases.items():

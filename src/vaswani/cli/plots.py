@@ -55,6 +55,7 @@ def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "plot",
         help="draw a run's loss curves (or several runs' overlaid) or its position scheme",
+        usage="%(prog)s [-h] [--out OUT] [--force] [KIND] RUN_DIR [RUN_DIR ...]",
         description="vaswani plot RUN_DIR (or plot loss RUN_DIR): training and validation loss against "
         "steps and training time, with the validation BLEU and chrF (translation) or perplexity (lm), "
         "from RUN_DIR/train_log.csv. vaswani plot A B [C ...]: the train loss, valid loss and first "
@@ -68,8 +69,8 @@ def add_parsers(commands: Any) -> None:
     p.add_argument(
         "what",
         nargs="+",
-        metavar="[KIND] RUN_DIR [RUN_DIR ...]",
-        help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss; several runs: loss)",
+        metavar="[KIND] RUN_DIR",
+        help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss; several runs: loss), then the runs",
     )
     p.add_argument(
         "--out",

@@ -44,6 +44,10 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
     metrics; fewer than two runs is a one-line :class:`ConfigError`."""
     if len(run_dirs) < 2:
         raise ConfigError(f"compare needs two runs or more; got {len(run_dirs)}")
+    seen = [Path(run).resolve() for run in run_dirs]
+    twice = next((run for run, path in zip(run_dirs, seen, strict=True) if seen.count(path) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{twice}: the same run given twice")
     configs = [run_fields(Path(run)) for run in run_dirs]
     finals = [RunDir(run).read_metrics() for run in run_dirs]
     fields = {name: [c.get(name) for c in configs] for config in configs for name in config}
