@@ -3,6 +3,7 @@ checks and references the tests of several files use, and a task for the trainer
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import random
@@ -231,6 +232,12 @@ def resign(checkpoint: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Checks and references
+
+
+def log_rows(run: Path, kind: str | None = None) -> list[dict[str, str]]:
+    """The rows of ``run``'s ``train_log.csv`` (only those of ``kind``, ``train`` or ``eval``, if given)."""
+    with (run / "train_log.csv").open(newline="", encoding="utf-8") as f:
+        return [row for row in csv.DictReader(f) if kind is None or row["kind"] == kind]
 
 
 def assert_resumed_like_whole(

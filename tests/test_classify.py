@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from tests.helpers import (
     encoder_run,
+    log_rows,
     record_initial_state,
     tiny_classify_args,
     tiny_mlm_run,
@@ -213,7 +214,7 @@ def test_a_tiny_classifier_from_scratch_learns(run):
     assert metrics["steps"] == 5 * 13  # 400 examples in batches of 32, five times
     log = (run / "train_log.csv").read_text().splitlines()
     assert log[0].split(",")[-3:] == ["valid_loss", "valid_accuracy", "valid_macro_f1"]
-    assert [row.split(",")[0] for row in log[1:]] == ["13", "26", "39", "52", "65"]  # once an epoch
+    assert [row["step"] for row in log_rows(run, "eval")] == ["13", "26", "39", "52", "65"]  # once an epoch
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "classify" and config["model"]["pooler"]
     data = config["data"]

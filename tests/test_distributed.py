@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.helpers import write_reverse_task
+from tests.helpers import log_rows, write_reverse_task
 from vaswani.training.checkpoint import list_checkpoints
 
 pytestmark = pytest.mark.slow
@@ -123,11 +123,18 @@ def processes(run: Path) -> int:
 @pytest.mark.parametrize("accumulate", ["1", "2"])
 @pytest.mark.parametrize("task", ["translation", "lm"])
 def test_two_processes_train_the_weights_of_one(env, data, tmp_path, task, accumulate):
-    steps = ["--max-steps", "4", "--accumulate", accumulate]
+    steps = ["--max-steps", "4", "--accumulate", accumulate, "--log-every", "2"]
     train(env, data, task, tmp_path / "one", *steps)
     done = train(env, data, task, tmp_path / "two", *steps, "--nproc", "2")
     assert processes(tmp_path / "one") == 1 and processes(tmp_path / "two") == 2
     assert done.stdout.count("run directory:") == 1  # only the main process prints
+    # Logged once, by the main process, with the loss of every process's rows: one process's log.
+    one, two = log_rows(tmp_path / "one"), log_rows(tmp_path / "two")
+    assert [(r["step"], r["kind"]) for r in two] == [("2", "train"), ("4", "train"), ("4", "eval")]
+    assert [(r["step"], r["kind"]) for r in one] == [(r["step"], r["kind"]) for r in two]
+    for a, b in zip(one, two, strict=True):
+        for name in ("train_loss", "grad_norm", "valid_loss"):
+            assert float(a[name] or 0) == pytest.approx(float(b[name] or 0), rel=1e-3), name
     assert 0 < farthest(tmp_path / "one", tmp_path / "two") <= TOLERANCE  # not the same process: not 0
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.helpers import tiny_lm_args, tiny_lm_run, write_lm_text
+from tests.helpers import log_rows, tiny_lm_args, tiny_lm_run, write_lm_text
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import TextData
@@ -383,10 +383,15 @@ def test_resume_continues_a_stopped_run(tmp_path, capsys):
     assert metrics["steps"] == 20
     config = json.loads((out / "config.json").read_text())
     assert config["train"]["max_steps"] == 20
-    # Continued, not restarted: the log of the first 10 steps is kept and the next row is step 20.
+    # Continued, not restarted: the log of the first 10 steps is kept and the next rows are step 20's.
     log = (out / "train_log.csv").read_text().splitlines()
     assert log[: len(first_log)] == first_log
-    assert [row.split(",")[0] for row in log[1:]] == ["10", "20"]
+    assert [(row["step"], row["kind"]) for row in log_rows(out)] == [
+        ("10", "train"),
+        ("10", "eval"),
+        ("20", "train"),
+        ("20", "eval"),
+    ]
     assert "step_00000020" in {p.name for p in (out / "checkpoints").iterdir()}
 
 

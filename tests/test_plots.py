@@ -14,16 +14,17 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from tests.helpers import tiny_args, tiny_lm_run, write_reverse_task
+from tests.helpers import tiny_args, tiny_lm_args, tiny_lm_run, write_lm_text, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.inspect.attention import AttentionMap, lm_attention, token_labels, translation_attention
+from vaswani.inspect.runs import compare_runs, comparison_table
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
 from vaswani.pipelines.lm import LanguageModel
 from vaswani.pipelines.translation import Translator
-from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs
+from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs, runs_figure
 from vaswani.tokenizer import LMTokenizer, TextTokenizer
 
 EN_ZH = [
@@ -199,8 +200,74 @@ def test_loss_curves(tmp_path, header, row, n_panels):
     fig = loss_curves_figure(log, tmp_path / "loss.png")
     assert len(fig.axes) == n_panels
     assert_png(tmp_path / "loss.png")
-    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["train (moving average)", "valid"]
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["train", "valid"]
     assert fig.axes[1].get_xlabel() == "training time (min)"  # 700 s
+
+
+def test_loss_curves_join_the_rows_of_each_kind(tmp_path):
+    """A log of train rows every 10 steps and eval rows every 50: the train curve has every train
+    row, the valid curves every eval row (no gaps where the other kind's rows are)."""
+    header = "step,kind,seconds,lr,train_loss,grad_norm,tokens_per_second,valid_loss,perplexity"
+    rows = []
+    for step in range(10, 101, 10):
+        rows.append(f"{step},train,{step / 10},0.001,{5 / step**0.5},0.9,1000,,")
+        if step % 50 == 0:
+            rows.append(f"{step},eval,{step / 10},,,,,{4 / step**0.5},{2.7 ** (4 / step**0.5)}")
+    fig = loss_curves_figure(write_log(tmp_path / "train_log.csv", header, rows))
+    train, valid = fig.axes[0].get_lines()
+    assert list(train.get_xdata()) == list(range(10, 101, 10))
+    assert list(valid.get_xdata()) == [50, 100]
+    assert list(fig.axes[2].get_lines()[0].get_xdata()) == [5.0, 10.0]  # perplexity against seconds
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> tuple[Path, Path]:
+    """Two tiny language models that differ in their learning rate and warmup only."""
+    folder = tmp_path_factory.mktemp("two")
+    text = write_lm_text(folder / "train.txt")
+    steps = ("--max-steps", "20", "--eval-every", "10", "--log-every", "5")
+    assert main(tiny_lm_args(text, folder / "a", *steps)) == 0
+    assert main(tiny_lm_args(text, folder / "b", *steps, "--lr", "1e-3", "--warmup", "2")) == 0
+    a, b = folder / "a", folder / "b"
+    return a, b
+
+
+def test_compare_lists_the_fields_that_differ_and_the_final_metrics(two_runs, tmp_path):
+    a, b = two_runs
+    metrics = json.loads((b / "metrics.json").read_text())
+    shutil.copytree(b, tmp_path / "b")  # its final loss changed: the table reads metrics.json
+    (tmp_path / "b" / "metrics.json").write_text(json.dumps({**metrics, "valid_loss": 1.2345}))
+    comparison = compare_runs([a, tmp_path / "b"])
+    assert comparison.differing == {"train.lr": [5e-3, 1e-3], "train.warmup_steps": [5, 2]}
+    assert comparison.metrics["valid_loss"] == [
+        json.loads((a / "metrics.json").read_text())["valid_loss"],
+        1.2345,
+    ]
+    assert comparison.metrics["steps"] == [20, 20]
+    assert "valid_loss_signature" not in comparison.metrics  # numbers only
+    table = comparison_table(comparison).splitlines()
+    assert [line.split()[0] for line in table[2:4]] == ["train.lr", "train.warmup_steps"]
+    assert table[5].split()[-1] == "1.234"  # valid_loss of the second run, under it
+
+
+def test_plot_of_several_runs_draws_one_line_per_run_in_each_panel(two_runs, tmp_path, capsys):
+    a, b = two_runs
+    fig = runs_figure({"a": a / "train_log.csv", "b": b / "train_log.csv"}, tmp_path / "runs.png")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["train loss", "valid loss", "perplexity"]
+    for ax in fig.axes:
+        assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
+        assert [text.get_text() for text in ax.get_legend().get_texts()] == ["a", "b"]
+    assert list(fig.axes[0].get_lines()[0].get_xdata()) == [5, 10, 15, 20]  # every train row
+    assert list(fig.axes[1].get_lines()[1].get_xdata()) == [10, 20]  # every eval row
+    assert_png(tmp_path / "runs.png")
+
+    out = tmp_path / "cli.png"
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == str(out) and "train.lr" in printed[2]
+    assert_png(out)
+    assert main(["compare", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.splitlines() == printed[:-1]
 
 
 def test_loss_curves_refuse_missing_and_empty_logs(tmp_path):
@@ -266,6 +333,11 @@ def test_cli_bad_input_is_one_line(translation_run, tmp_path, capsys):
         "no such run directory": ["plot", str(tmp_path / "nowhere")],
         "no training log": ["plot", str(no_log)],
         "no rows yet": ["plot", str(empty_log)],
+        "plot positions takes one RUN_DIR": ["plot", "positions", run, run],
+        "'curves' is neither a KIND": ["plot", "curves", run],
+        "compare needs two runs or more": ["compare", run],
+        "the same run given twice": ["compare", run, str(translation_run / ".")],
+        "no_log/train_log.csv: no training log": ["plot", run, str(no_log), "--out", png],
     }
     for message, argv in cases.items():
         assert main(argv) == 2, message

@@ -4,7 +4,6 @@ scaler skips an overflowing step and lowers the scale, the old ``bf16`` spelling
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import tiny_lm_args, write, write_lm_text
+from tests.helpers import log_rows, tiny_lm_args, write, write_lm_text
 from vaswani import runtime
 from vaswani.cli import main
 from vaswani.config import ModelConfig
@@ -31,9 +30,9 @@ def _lm_args(text: Path, run: Path, *extra: str) -> list[str]:
 
 
 def _losses(run: Path) -> list[tuple[float, float]]:
-    """(train_loss, valid loss) of each row of ``run``'s ``train_log.csv``."""
-    with (run / "train_log.csv").open(encoding="utf-8") as f:
-        return [(float(row["train_loss"]), float(row["valid_loss"])) for row in csv.DictReader(f)]
+    """(train_loss, valid loss) at each evaluation of ``run``: its train and eval rows of that step."""
+    train = {row["step"]: float(row["train_loss"]) for row in log_rows(run, "train")}
+    return [(train[row["step"]], float(row["valid_loss"])) for row in log_rows(run, "eval")]
 
 
 def _precision(run: Path) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import assert_resumed_like_whole, write_reverse_task
+from tests.helpers import assert_resumed_like_whole, log_rows, write_reverse_task
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import pad, seq2seq_batch
 from vaswani.data.config import ParallelData
@@ -46,6 +47,43 @@ def test_resumed_run_ends_with_the_same_weights(tmp_path):
     lifecycle.resume(parts, quiet=True, max_steps=15)
 
     assert_resumed_like_whole(whole, parts, first_leg, 15)
+
+
+def test_a_run_killed_after_its_checkpoint_resumes_its_log_without_duplicate_or_missing_rows(tmp_path):
+    """A run that logged steps 11 to 15 after its checkpoint at step 10, then died (its step-15
+    checkpoint removed), resumes from step 10: the rows after it are dropped and written again, and
+    the row at step 12 still averages steps 10 to 12 (the window since the row at step 9 is part of
+    the checkpoint), so that the log is the uninterrupted run's, row for row."""
+    src, tgt = write_reverse_task(tmp_path)
+    data = {"source": "files", "src": str(src), "tgt": str(tgt)}
+
+    def run(name: str) -> RunConfig:
+        config = _run(tmp_path, name, 15, data)
+        return RunConfig(
+            config.task, config.model, config.train.replace(log_every=3, eval_every=5), config.data
+        )
+
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    train_translation(run("whole"), whole, quiet=True)
+    train_translation(run("parts"), parts, quiet=True)
+    shutil.rmtree(list_checkpoints(parts)[-1])  # as if killed before its step-15 checkpoint
+    lifecycle.resume(parts, quiet=True, max_steps=15)
+
+    def logged(folder):  # all but the clock's columns
+        return [
+            {k: v for k, v in row.items() if k not in ("seconds", "tokens_per_second")}
+            for row in log_rows(folder)
+        ]
+
+    assert [(row["step"], row["kind"]) for row in log_rows(whole)] == [
+        ("3", "train"), ("5", "eval"), ("6", "train"), ("9", "train"), ("10", "eval"),
+        ("12", "train"), ("15", "train"), ("15", "eval"),
+    ]  # fmt: skip
+    assert logged(parts) == logged(whole)
+    assert all(
+        float(row["grad_norm"]) > 0 and float(row["tokens_per_second"]) > 0
+        for row in log_rows(parts, "train")
+    )
 
 
 def test_checkpoints_are_complete_and_pruned(tmp_path):

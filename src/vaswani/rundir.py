@@ -7,7 +7,9 @@
         model.safetensors    the trained weights (model.best.safetensors: the best by train.select_by)
         *tokenizer*.json     the tokenizers (each task names its own)
         metrics.json         final metrics
-        train_log.csv        one row per evaluation
+        train_log.csv        a row of kind "train" every train.log_every steps, one of kind "eval"
+                             per evaluation (older runs: evaluation rows only, without "kind")
+        tensorboard/         TensorBoard event files, with train.tensorboard
         checkpoints/         the last few complete checkpoints (resume)
         .lock                while a process writes the run (train, resume, average): its pid
 
@@ -152,6 +154,7 @@ class RunDir:
     METRICS = "metrics.json"
     LOG = "train_log.csv"
     CHECKPOINTS = "checkpoints"
+    TENSORBOARD = "tensorboard"  # event files, with train.tensorboard (vaswani.training.tracking)
     LOCK = ".lock"
     BACKUP = "model.before-average.safetensors"
     BEST = "model.best.safetensors"  # the best weights by train.select_by (vaswani.training.selection)
@@ -160,6 +163,7 @@ class RunDir:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._log_header: list[str] | None = None  # train_log.csv's columns, once read or written
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -174,9 +178,9 @@ class RunDir:
     def owns(self, path: Path) -> bool:
         """Whether ``path`` (resolved, inside this run) is the run or one of the files its commands
         read: config, weights, metrics, log, lock, the weights kept by averaging, a top-level
-        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/``."""
+        ``.json`` or ``.spm`` file (tokenizers...), anything under ``checkpoints/`` or ``tensorboard/``."""
         parts = path.relative_to(self.path.resolve()).parts
-        if not parts or parts[0] == self.CHECKPOINTS:
+        if not parts or parts[0] in (self.CHECKPOINTS, self.TENSORBOARD):
             return True
         return len(parts) == 1 and (parts[0] in self.OWN_FILES or path.suffix in self.OWN_SUFFIXES)
 
@@ -411,15 +415,50 @@ class RunDir:
 
     def append_log(self, row: dict[str, Any]) -> None:
         """One row of ``train_log.csv`` (the header first, in a new log); a run directory removed
-        during training is refused, not recreated."""
+        during training is refused, not recreated. The header is every column seen so far: a row
+        with a column it lacks (the first evaluation's metrics after training rows, or a resumed
+        older log) rewrites the log once, atomically, with those columns added at the end and
+        empty in the earlier rows."""
         if not self.path.is_dir():
             raise RunDirError(f"{self.path}: the run directory was removed during training; stopping")
+        if self._log_header is None:
+            self._log_header = self._read_log(header_only=True)[0]
+        new = [name for name in row if name not in self._log_header]
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=list(row))
-        if not os.path.lexists(self.log):
+        if new or not self._log_header:
+            header, rows = self._read_log()
+            self._log_header = header + new
+            writer = csv.DictWriter(text, fieldnames=self._log_header)
             writer.writeheader()
-        writer.writerow(row)
+            writer.writerows([*rows, row])
+            atomic_write_text(self.log, text.getvalue())
+            return
+        csv.DictWriter(text, fieldnames=self._log_header).writerow(row)
         append_text(self.log, text.getvalue())
+
+    def truncate_log(self, step: int) -> None:
+        """Drop the rows of ``train_log.csv`` after ``step`` (those a run wrote after the checkpoint
+        it resumes from, before it was killed), so that the resumed run logs each step once."""
+        header, rows = self._read_log()
+        kept = [row for row in rows if _log_step(row) <= step]
+        if len(kept) < len(rows):
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(kept)
+            atomic_write_text(self.log, text.getvalue())
+
+    def _read_log(self, header_only: bool = False) -> tuple[list[str], list[dict[str, str]]]:
+        """The header and rows of ``train_log.csv`` (none when there is no log yet)."""
+        if not os.path.lexists(self.log):
+            return [], []
+        try:
+            with self.log.open(newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                header = list(reader.fieldnames or [])
+                return header, [] if header_only else list(reader)
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise RunDirError(f"{self.log}: not a readable training log ({exc})") from None
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         """Write ``metrics.json``; a metric that is not a finite number (the loss of a diverged run)
@@ -441,6 +480,14 @@ class RunDir:
     def write_best(self, data: bytes) -> None:
         """Write ``model.best.safetensors`` atomically from safetensors bytes."""
         atomic_write(self.path / self.BEST, data)
+
+
+def _log_step(row: dict[str, str]) -> float:
+    """The step of a row of ``train_log.csv`` (a row without a readable one counts as step 0)."""
+    try:
+        return float(row.get("step") or 0)
+    except ValueError:
+        return 0.0
 
 
 def _finite_or_null(value: Any) -> Any:

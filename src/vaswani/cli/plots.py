@@ -1,4 +1,5 @@
-"""``vaswani attention`` (attention heatmaps of one sentence) and ``vaswani plot`` (loss curves)."""
+"""``vaswani attention`` (attention heatmaps of one sentence), ``vaswani plot`` (loss curves, of one
+run or of several overlaid) and ``vaswani compare`` (runs side by side)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from vaswani.errors import ConfigError
 from vaswani.rundir import RunDir
 
 LOSS_CURVES = "loss_curves.png"
+RUNS = "runs.png"  # the default picture of several runs, in the current folder
 POSITIONS = "positions.png"
 PLOT_KINDS = ("loss", "positions")
 
@@ -52,20 +54,41 @@ def add_parsers(commands: Any) -> None:
 
     p = commands.add_parser(
         "plot",
-        help="draw a run's loss curves or its position scheme",
+        help="draw a run's loss curves (or several runs' overlaid) or its position scheme",
+        usage="%(prog)s [-h] [--out OUT] [--force] [KIND] RUN_DIR [RUN_DIR ...]",
         description="vaswani plot RUN_DIR (or plot loss RUN_DIR): training and validation loss against "
         "steps and training time, with the validation BLEU and chrF (translation) or perplexity (lm), "
-        "from RUN_DIR/train_log.csv. vaswani plot positions RUN_DIR: the run's position table as a "
+        "from RUN_DIR/train_log.csv. vaswani plot A B [C ...]: the train loss, valid loss and first "
+        "shared validation metric of every run against steps, one line per run (default "
+        f"./{RUNS}), and the table of vaswani compare. vaswani plot positions RUN_DIR: the run's "
+        "position table as a "
         "heatmap (sinusoidal from the formula, learned from the weights), the mean dot product of "
         "position vectors against their distance and a few rows p·q, the title saying whether it is "
         "symmetric and falls with distance (rotary: its q·k kernel against distance).",
     )
     p.add_argument(
-        "what", nargs="+", metavar="[KIND] RUN_DIR", help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss)"
+        "what",
+        nargs="+",
+        metavar="[KIND] RUN_DIR",
+        help=f"KIND: {' or '.join(PLOT_KINDS)} (default loss; several runs: loss), then the runs",
     )
-    p.add_argument("--out", type=Path, help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS})")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS}; several runs: ./{RUNS})",
+    )
     add_force_flag(p)
     p.set_defaults(handler=cmd_plot)
+
+    p = commands.add_parser(
+        "compare",
+        help="several runs side by side: the config fields in which they differ, their final metrics",
+        description="A table with a column per run: each config field in which the runs differ "
+        "(config.json, read as vaswani reads it: a field an older run lacks takes its default) and "
+        "each final metric (metrics.json). vaswani plot A B C draws their curves.",
+    )
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="two runs or more")
+    p.set_defaults(handler=cmd_compare)
 
 
 def parse_indices(text: str | None, flag: str) -> list[int] | None:
@@ -103,22 +126,45 @@ def shorten(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def plot_request(what: list[str]) -> tuple[str, list[Path]]:
+    """``plot``'s words → (KIND, the run directories): ``RUN_DIR...`` (loss) or ``KIND RUN_DIR...``;
+    positions takes one run."""
+    kind, runs = ("loss", what) if len(what) == 1 or what[0] not in PLOT_KINDS else (what[0], what[1:])
+    if len(runs) > 1 and not Path(runs[0]).is_dir():
+        raise ConfigError(
+            f"plot takes [KIND] RUN_DIR [RUN_DIR ...], KIND one of {', '.join(PLOT_KINDS)}; "
+            f"{runs[0]!r} is neither a KIND nor a run directory"
+        )
+    if kind == "positions" and len(runs) > 1:
+        raise ConfigError(f"plot positions takes one RUN_DIR; got {len(runs)}: {' '.join(runs)}")
+    return kind, [Path(run) for run in runs]
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from vaswani.inspect.runs import compare_runs, comparison_table
+
+    print(comparison_table(compare_runs(args.run_dirs)))
+
+
 def cmd_plot(args: argparse.Namespace) -> None:
     from vaswani.inspect.positions import position_profile
-    from vaswani.plots import image_kind, loss_curves_figure
+    from vaswani.inspect.runs import compare_runs, comparison_table
+    from vaswani.plots import image_kind, loss_curves_figure, runs_figure
     from vaswani.plots.positions import positions_figure
     from vaswani.tasks import registry
 
-    if len(args.what) == 1:
-        kind, run_dir = "loss", Path(args.what[0])
-    elif len(args.what) == 2 and args.what[0] in PLOT_KINDS:
-        kind, run_dir = args.what[0], Path(args.what[1])
-    else:
-        raise ConfigError(
-            f"plot takes [KIND] RUN_DIR, KIND one of {', '.join(PLOT_KINDS)}; got {' '.join(args.what)}"
-        )
+    kind, runs = plot_request(args.what)
     if args.out is not None:
         image_kind(args.out)
+    if len(runs) > 1:  # their curves overlaid, and the table of compare
+        out = args.out or Path(RUNS)
+        check_output(out, "--out", {f"RUN_DIR {i + 1}": run for i, run in enumerate(runs)}, force=args.force)
+        comparison = compare_runs(runs)
+        runs_figure({name: RunDir(run).log for name, run in zip(comparison.names, runs, strict=True)}, out)
+        print(comparison_table(comparison))
+        print(out)
+        return
+    run_dir = runs[0]
     check_output(args.out, "--out", own_run=run_dir, force=args.force)
     registry.spec_of(run_dir)  # a clear error for a directory that is not a run of a known task
     if kind == "positions":

@@ -330,6 +330,10 @@ class TrainConfig(Config):
     shards parameters, gradients and optimizer state across processes (FSDP2). None of these
     changes what a run is: a run directory trained on one device decodes and resumes on another.
 
+    Every ``log_every`` steps ``train_log.csv`` gets a row of that window's mean train loss, the
+    learning rate, the mean gradient norm (before clipping) and tokens/s; every ``eval_every`` steps a
+    row of validation metrics. ``tensorboard`` writes the same scalars as TensorBoard event files.
+
     ``checkpoint_every`` (steps) writes a checkpoint, keeping the newest ``keep_checkpoints``;
     ``deterministic`` makes torch use deterministic algorithms on one thread, so that a run,
     stopped and resumed or not, gives bit-identical weights on the CPU. A step whose loss or
@@ -357,6 +361,13 @@ class TrainConfig(Config):
     clip_norm: float | None = flag(1.0, "clip the gradient's norm to this", range="(0, inf)")
     accumulate: int = flag(1, "batches per optimizer step", range="(0, inf)")
     eval_every: int = flag(1000, "evaluate every N steps", metavar="N", range="(0, inf)")
+    log_every: int = flag(
+        10,
+        "a row of train_log.csv every N steps (mean train loss, lr, gradient norm, tokens/s)",
+        metavar="N",
+        range="(0, inf)",
+    )
+    tensorboard: bool = flag(False, "also write TensorBoard event files to RUN_DIR/tensorboard")
     eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N", range="(0, inf)")
     checkpoint_every: int | None = flag(
         None, "a checkpoint every STEPS steps", metavar="STEPS", range="(0, inf)"

@@ -1,5 +1,5 @@
-"""Pictures of a run: loss curves from ``train_log.csv``, attention heatmaps, a ViT's attention over
-an image and a classifier's confusion matrix.
+"""Pictures of a run: loss curves from ``train_log.csv`` (one run's, or several runs' overlaid),
+attention heatmaps, a ViT's attention over an image and a classifier's confusion matrix.
 
 Figures are built on :class:`matplotlib.figure.Figure` (the Agg canvas, no pyplot state, no
 display needed). Token labels in any script are drawn: a figure whose text has characters the
@@ -303,18 +303,19 @@ def confusion_figure(
 
 
 def read_train_log(path: str | Path) -> dict[str, list[float]]:
-    """The columns of a run's ``train_log.csv`` (an empty cell reads as NaN)."""
+    """The numeric columns of a run's ``train_log.csv`` (an empty cell reads as NaN; the ``kind``
+    column, ``train`` or ``eval``, is left out: a row's kind shows in which of its cells are empty)."""
     path = Path(path)
     if not path.is_file():
-        raise RunDirError(f"{path}: no training log (the run has not reached its first evaluation)")
+        raise RunDirError(f"{path}: no training log (the run has not logged its first steps)")
     try:
         with path.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path}: not a readable training log ({exc})") from None
     if not rows:
-        raise DataError(f"{path}: the training log has no rows yet (no evaluation has run)")
-    columns: dict[str, list[float]] = {name: [] for name in rows[0] if name}
+        raise DataError(f"{path}: the training log has no rows yet")
+    columns: dict[str, list[float]] = {name: [] for name in rows[0] if name and name != KIND}
     for line, row in enumerate(rows, start=2):
         for name, values in columns.items():
             cell = (row.get(name) or "").strip()
@@ -328,7 +329,8 @@ def read_train_log(path: str | Path) -> dict[str, list[float]]:
     return columns
 
 
-LOSSES = (("train_loss", "train (moving average)"), ("valid_loss", "valid"))
+KIND = "kind"  # the column of train_log.csv that says a row's kind (vaswani.training.tracking)
+LOSSES = (("train_loss", "train"), ("valid_loss", "valid"))
 SCORES = (("valid_bleu", "valid BLEU"), ("valid_chrf", "valid chrF"))
 PERPLEXITIES = ("perplexity", "valid_ppl")
 
@@ -336,14 +338,15 @@ PERPLEXITIES = ("perplexity", "valid_ppl")
 def loss_curves_figure(train_log_csv: str | Path, out_png: str | Path | None = None) -> Figure:
     """Training and validation loss against steps and against training time, and the validation
     BLEU and chrF (translation) or perplexity (language model) against training time when the log has
-    them; written to ``out_png`` when given. The train loss is the trainer's moving average (with
-    label smoothing, for translation); the valid loss is the plain cross-entropy."""
+    them; written to ``out_png`` when given. The train loss is the mean of the steps since the row
+    before (a moving average in runs written before ``train.log_every``; with label smoothing, for
+    translation); the valid loss is the plain cross-entropy. Each curve joins the rows that have it."""
     path = Path(train_log_csv)
     log = read_train_log(path)
     scores = [(name, label) for name, label in SCORES if name in log]
     perplexity = next((name for name in PERPLEXITIES if name in log), None)
     n_panels = 3 if scores or perplexity else 2
-    title = f"{path.resolve().parent.name}: training log ({len(log['step'])} evaluations)"
+    title = f"{path.resolve().parent.name}: training log ({_count(log, 'step')} rows)"
     with _fonts_for([title], None if out_png is None else Path(out_png)):
         fig = Figure(figsize=(4.3 * n_panels, 3.6), dpi=DPI, layout="constrained")
         fig.suptitle(title, fontsize=10)
@@ -351,6 +354,45 @@ def loss_curves_figure(train_log_csv: str | Path, out_png: str | Path | None = N
         _loss_panels(axes[0], axes[1], log)
         if n_panels == 3:
             _score_panel(axes[2], log, scores, perplexity)
+        return _finish(fig, out_png)
+
+
+NOT_METRICS = frozenset(
+    ("step", "seconds", "lr", "train_loss", "grad_norm", "tokens_per_second", "valid_loss")
+)
+
+
+def runs_figure(logs: dict[str, str | Path], out_png: str | Path | None = None) -> Figure:
+    """Several runs' curves overlaid, one colour and one line per run in each panel: the train loss
+    and the valid loss against steps, and the first validation metric that every run logs (BLEU,
+    perplexity, accuracy...) when there is one. ``logs`` maps each run's name to its
+    ``train_log.csv``; written to ``out_png`` when given."""
+    read = {name: read_train_log(path) for name, path in logs.items()}
+    shared = [
+        c
+        for c in next(iter(read.values()))
+        if c not in NOT_METRICS and all(c in log for log in read.values())
+    ]
+    panels = [("train_loss", "train loss"), ("valid_loss", "valid loss")] + [(c, c) for c in shared[:1]]
+    title = f"{len(read)} runs: " + ", ".join(read)
+    with _fonts_for([title, *read], None if out_png is None else Path(out_png)):
+        fig = Figure(figsize=(4.3 * len(panels), 3.8), dpi=DPI, layout="constrained")
+        fig.suptitle(title, fontsize=10, wrap=True)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, (column, label) in zip(axes, panels, strict=True):
+            drawn = []
+            for i, (name, log) in enumerate(read.items()):
+                if column in log and _count(log, column):
+                    x, y = _series(log, log["step"], column)
+                    ax.plot(x, y, marker=_marker(log, column), markersize=3, color=f"C{i % 10}", label=name)
+                    drawn += y
+            if column.endswith("loss") and drawn and all(v > 0 for v in drawn):
+                _log_y(ax)
+            ax.set_xlabel("step")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3, which="both")
+            if drawn:
+                ax.legend(fontsize=7)
         return _finish(fig, out_png)
 
 
@@ -367,8 +409,19 @@ def _log_y(ax: Axes) -> None:
     ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
 
 
-def _marker(log: dict[str, list[float]]) -> str | None:
-    return "o" if len(log["step"]) <= 40 else None
+def _series(log: dict[str, list[float]], x: list[float], name: str) -> tuple[list[float], list[float]]:
+    """The points (x, ``name``) of the rows that have ``name`` (train rows have no validation
+    metrics, eval rows no train loss)."""
+    pairs = [(a, b) for a, b in zip(x, log[name], strict=True) if not math.isnan(b)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _count(log: dict[str, list[float]], name: str) -> int:
+    return sum(not math.isnan(v) for v in log[name])
+
+
+def _marker(log: dict[str, list[float]], name: str) -> str | None:
+    return "o" if _count(log, name) <= 40 else None
 
 
 def _elapsed(log: dict[str, list[float]]) -> tuple[list[float], str]:
@@ -383,7 +436,7 @@ def _loss_panels(by_step: Axes, by_time: Axes, log: dict[str, list[float]]) -> N
         drawn = [name for name, _ in LOSSES if name in log]
         for name, label in LOSSES:
             if name in drawn:
-                ax.plot(x, log[name], marker=_marker(log), markersize=3, label=label)
+                ax.plot(*_series(log, x, name), marker=_marker(log, name), markersize=3, label=label)
         if drawn and all(v > 0 for name in drawn for v in log[name] if not math.isnan(v)):
             _log_y(ax)
         ax.set_xlabel(x_label)
@@ -399,11 +452,12 @@ def _score_panel(
     elapsed, x_label = _elapsed(log)
     if scores:
         for name, label in scores:
-            ax.plot(elapsed, log[name], marker=_marker(log), markersize=3, label=label)
+            ax.plot(*_series(log, elapsed, name), marker=_marker(log, name), markersize=3, label=label)
         ax.set_ylabel("score")
         ax.legend(fontsize=8)
     elif perplexity is not None:
-        ax.plot(elapsed, log[perplexity], marker=_marker(log), markersize=3, color="C2")
+        points = _series(log, elapsed, perplexity)
+        ax.plot(*points, marker=_marker(log, perplexity), markersize=3, color="C2")
         _log_y(ax)
         ax.set_ylabel("valid perplexity")
     ax.set_xlabel(x_label)

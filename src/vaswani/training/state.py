@@ -25,6 +25,8 @@ class TrainerState:
     best: dict[str, float] = field(default_factory=dict)  # train.select_by's best evaluation: step, metric
     # a time budget's schedule (Trainer._schedule): warmup, total, and the budget it was planned for
     schedule_plan: dict[str, float] = field(default_factory=dict)
+    # the steps since the last row of train_log.csv (vaswani.training.tracking.Window)
+    window: dict[str, float] = field(default_factory=dict)
 
 
 STATE_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -54,6 +54,7 @@ from vaswani.training.schedules import budget_plan, learning_rate
 from vaswani.training.selection import update_best
 from vaswani.training.signals import stop_requests
 from vaswani.training.state import TrainerState, restored_state
+from vaswani.training.tracking import Tracker, Window
 
 PLAN_STEPS = 4
 """Steps timed before a time budget plans the schedule (:meth:`Trainer._schedule`)."""
@@ -159,10 +160,10 @@ class Trainer:
                 self.state.epoch, self.state.position = self.state.epoch + 1, 0
         return out
 
-    def _step(self) -> tuple[float, int, str]:
-        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, what happened:
-        ``applied``, ``skipped`` (a non-finite loss or gradient) or ``overflow`` (fp16's scaler
-        lowered its scale)).
+    def _step(self) -> tuple[float, int, float, str]:
+        """One optimizer step over ``accumulate`` batches: (mean loss, tokens, gradient norm before
+        clipping, what happened: ``applied``, ``skipped`` (a non-finite loss or gradient) or
+        ``overflow`` (fp16's scaler lowered its scale)).
 
         Each batch's summed loss is backpropagated at once (freeing its graph) and the
         gradients are divided by the item count of all of them at the end, so every token
@@ -192,11 +193,12 @@ class Trainer:
         loss_value = loss_total / count
         self.precision.unscale(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
-        grad_ok = bool(torch.isfinite(distributed.local(norm)))
-        if not (math.isfinite(loss_value) and grad_ok):
+        norm_value = float(distributed.local(norm))
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             self.optimizer.zero_grad(set_to_none=True)
             scaled = self.precision.overflowed()  # fp16's scaler lowers its scale on any skipped step
-            return loss_value, tokens, "overflow" if scaled and math.isfinite(loss_value) else "skipped"
+            what = "overflow" if scaled and math.isfinite(loss_value) else "skipped"
+            return loss_value, tokens, norm_value, what
         warmup, total = self._schedule()
         lr = learning_rate(
             self.cfg.schedule, self.state.step + 1, self.cfg.lr, warmup, total, self.cfg.min_lr
@@ -205,7 +207,7 @@ class Trainer:
             group["lr"] = lr
         self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_value, tokens, "applied"
+        return loss_value, tokens, norm_value, "applied"
 
     def _schedule(self) -> tuple[int, int]:
         """The schedule's (warmup, total steps): the config's, or, when ``max_minutes`` will end the
@@ -287,22 +289,16 @@ class Trainer:
                 f"{state.step} ({kept}); try a lower lr, a longer warmup or gradient clipping"
             )
 
-    def _evaluate_and_log(self, progress: Progress, train_loss: float) -> None:
-        """Validation metrics, kept in the state and logged: a row of ``train_log.csv`` and a line."""
+    def _evaluate_and_log(self, progress: Progress, tracker: Tracker) -> None:
+        """Validation metrics, kept in the state and logged: an ``eval`` row and a line."""
         state = self.state
         state.metrics = self._evaluate()
         if self.cfg.select_by is not None and (best := update_best(self.cfg.select_by, state)) is not None:
             self._save_weights(best)
         if not self.place.main:
             return
-        self.files.append_log(
-            {
-                "step": state.step,
-                "seconds": round(state.train_seconds, 2),
-                "lr": self.optimizer.param_groups[0]["lr"],
-                "train_loss": round(train_loss, 5),
-                **{k: round(v, 5) for k, v in state.metrics.items()},
-            }
+        tracker.log(
+            "eval", state.step, state.train_seconds, {k: round(v, 5) for k, v in state.metrics.items()}
         )
         progress.write(f"step {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in state.metrics.items()))
 
@@ -323,12 +319,14 @@ class Trainer:
         window_tokens, window_start = 0, time.perf_counter()
         last = time.perf_counter()
         self.stop_signal = None
+        window = Window(state.window, state.train_seconds)
         with (
             progress,
+            Tracker(self.files, cfg.tensorboard, state.step, self.place.main) as tracker,
             stop_requests(self, (lambda: state.step + 1) if self.place.main else None),
         ):
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
-                loss, tokens, outcome = memory.guarded(self._step, self.task, self.cfg, state.step)
+                loss, tokens, norm, outcome = memory.guarded(self._step, self.task, self.cfg, state.step)
                 now = time.perf_counter()
                 state.train_seconds += self._agreed(now - last)
                 last = now
@@ -340,6 +338,7 @@ class Trainer:
                     state.step += 1
                     state.tokens += tokens
                     window_tokens += tokens
+                    window.add(loss, norm, tokens)
                     smoothed = loss if smoothed is None else 0.95 * smoothed + 0.05 * loss
                     elapsed = now - window_start
                     progress.update(
@@ -352,8 +351,13 @@ class Trainer:
                     done = state.step >= cfg.max_steps or (
                         budget is not None and state.train_seconds >= budget
                     )
+                    if state.step % cfg.log_every == 0 or done:
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        tracker.log(
+                            "train", state.step, state.train_seconds, window.row(lr, state.train_seconds)
+                        )
                     if state.step % cfg.eval_every == 0 or done:
-                        self._evaluate_and_log(progress, smoothed)
+                        self._evaluate_and_log(progress, tracker)
                         last = time.perf_counter()
                         window_tokens, window_start = 0, last
                     saved = bool(cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or done
