@@ -309,10 +309,9 @@ def test_the_estimate_counts_every_position_table_the_model_builds(name, positio
         (dict(arch="decoder_only", d_model=10**9, n_heads=8), "model.d_model=1000000000"),
         (dict(arch="decoder_only", vocab_size=10**9, d_model=64, n_heads=8), "model.vocab_size=1000000000"),
         (dict(vocab_size=10**9, d_model=64, n_heads=8), "model.vocab_size=1000000000"),
-        (dict(arch="vit", d_model=64, n_heads=8, image_size=10**6, patch_size=1), "model.image_size=1000000"),
-        (
-            dict(arch="vit", d_model=64, n_heads=8, image_size=10**6, patch_size=16),
-            "model.image_size=1000000",
+        (  # the patch positions: (4096 / 1)² rows of d_model
+            dict(arch="vit", d_model=4096, n_heads=8, image_size=4096, patch_size=1),
+            "model.image_size=4096",
         ),
         (dict(d_model=64, n_heads=8, position="relative", rel_clip=10**9), "model.rel_clip=1000000000"),
         (
