@@ -298,7 +298,7 @@ def test_runs_of_other_tasks_or_shapes_are_not_exported(tmp_path, char_tokenizer
 
 def test_cli_imports_generates_and_exports(tmp_path, char_tokenizer, capsys):
     src = hf_folder(tmp_path / "hf", hf_model(8, 0, **HF_CONFIGS[0]), char_tokenizer)
-    run, out = tmp_path / "run", tmp_path / "out"
+    run, out = tmp_path / "runs" / "imported", tmp_path / "out"  # runs/ is made, as by train --out
     assert main(["import-hf", str(src), str(run)]) == 0
     assert main(["generate", str(run), "the", "--max-new-tokens", "5", "--temperature", "0"]) == 0
     assert main(["export-hf", str(run), str(out)]) == 0

@@ -49,7 +49,7 @@ def add_parsers(commands: Any) -> None:
 def cmd_import(args: argparse.Namespace) -> None:
     from vaswani.interop import import_hf
 
-    check_output(args.out, "OUT", {"DIR": args.src}, folder=True)
+    check_output(args.out, "OUT", {"DIR": args.src}, folder=True, make_parents=True)
     out = import_hf(args.src, args.out)
     print(f"wrote run directory {out} (from {args.src})")
 

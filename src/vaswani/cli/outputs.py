@@ -54,9 +54,13 @@ def resolved(path: Path, flag: str) -> Path:
         raise ConfigError(f"{flag} {path}: a loop of symbolic links") from None
 
 
-def check_parent(path: Path, flag: str) -> None:
-    """The folder ``path`` is written in exists and this process may write there."""
+def check_parent(path: Path, flag: str, make_parents: bool = False) -> None:
+    """The folder ``path`` is written in exists and this process may write there; with
+    ``make_parents`` (a new run directory, made as ``mkdir -p`` would), the nearest folder of its
+    path that exists."""
     parent = path.parent
+    while make_parents and not parent.exists() and parent != parent.parent:
+        parent = parent.parent
     if not parent.exists():
         raise ConfigError(f"{flag} {path}: cannot write: no such folder {parent}")
     if not parent.is_dir():
@@ -129,14 +133,16 @@ def check_output(
     own_run: Path | None = None,
     force: bool = False,
     folder: bool = False,
+    make_parents: bool = False,
 ) -> None:
     """Refuse the output ``path`` of option ``flag`` where writing it could lose data (see the
     module docstring); None (not given) passes. ``own_run`` is the run that the command may
-    write into; ``folder``: the output is a folder, which the command requires new or empty."""
+    write into; ``folder``: the output is a folder, which the command requires new or empty;
+    ``make_parents``: its missing parent folders are made (a new run directory, as ``--out``)."""
     if path is None:
         return
     out = resolved(path, flag)
-    check_parent(out, flag)
+    check_parent(out, flag, make_parents)
     check_not_input(out, flag, inputs or {})
     check_not_in_run(out, flag, own_run)
     if folder or not (path.exists() or path.is_symlink()):
