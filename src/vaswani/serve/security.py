@@ -5,12 +5,15 @@
 over ``max_body_bytes`` with a 413 (from ``Content-Length``, or while a chunked body is read),
 counts each request by endpoint and status with its latency, and turns an exception that no
 handler took into a one-line 500 (a failure to allocate memory: a 503; or, once a stream has
-started, ends the stream), its traceback's frames cleared so that their tensors are freed. The API key
+started, ends the stream), its traceback's frames cleared so that their tensors are freed; a
+request cancelled by the server's shutdown (SIGTERM, past ``--shutdown-s``) is a 503 and one line
+in the log. The API key
 is checked by :func:`require_key`, a dependency of every ``/v1`` route.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -21,7 +24,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vaswani.resources import is_out_of_memory
-from vaswani.serve.errors import ApiError, error_type, log_failure
+from vaswani.serve.errors import LOG, ApiError, error_type, log_failure
 from vaswani.serve.metrics import ServeMetrics
 
 
@@ -64,6 +67,10 @@ class Guard:
         except BodyTooLarge:
             if not status[0]:
                 await reply(watched_send, 413, too_large, "body")
+        except asyncio.CancelledError:  # SIGTERM's shutdown past --shutdown-s: one line, no traceback
+            LOG.warning("%s cancelled: the server is shutting down", scope["path"])
+            if not status[0]:
+                await reply(watched_send, 503, "the server is shutting down; retry later")
         except Exception as exc:
             log_failure(scope["path"], exc, self.debug)
             traceback.clear_frames(exc.__traceback__)  # the memory its frames held given back
