@@ -37,6 +37,7 @@ from vaswani.serve.schemas import (
 from vaswani.serve.security import require_key
 
 router = APIRouter(dependencies=[Depends(require_key)])
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default of max_tokens
 CLIENT_GONE = 499  # the status logged for a request whose client left before its answer
 DISCONNECT_POLL_S = 0.1
 
@@ -48,6 +49,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     served, queue = served_model(request, body.model, ["lm"])
     prompts = texts(body.prompt, settings, "prompt", may_be_empty=True)
     check_max_tokens(body.max_tokens, settings)
+    max_tokens = min(DEFAULT_MAX_TOKENS, settings.max_tokens) if body.max_tokens is None else body.max_tokens
     if not 1 <= body.n <= settings.max_inputs:
         raise ApiError(
             422, f"n: must be in 1..{settings.max_inputs} (the server's --max-inputs), got {body.n}", "n"
@@ -64,13 +66,13 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
             "top_p": body.top_p,
             "top_k": body.top_k,
             "seed": body.seed,
-            "max_new_tokens": body.max_tokens,
+            "max_new_tokens": max_tokens,
             "stop": stop,
         }
     )
     lengths = [len(served.wrapper.tokenizer.encode(p)) for p in prompts]
     check_tokens(lengths, settings, "prompt")
-    longest = max(lengths) + body.max_tokens
+    longest = max(lengths) + max_tokens
     check_memory(served, settings, len(prompts) * body.n, 0, longest, "n" if body.n > 1 else "max_tokens")
     rows = [p for p in prompts for _ in range(body.n)]
     ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())

@@ -32,7 +32,10 @@ class CompletionRequest(Request):
     """OpenAI's ``/v1/completions`` body, for ``lm`` runs."""
 
     prompt: Texts = Field(description="a prompt or a list of prompts")
-    max_tokens: int = Field(16, description="tokens to generate per completion")
+    max_tokens: int | None = Field(
+        None,
+        description="tokens to generate per completion (default 16, or the server's --max-tokens if less)",
+    )
     temperature: float | None = Field(None, description="sampling temperature (0 or unset: greedy)")
     top_p: float | None = Field(
         None, description="nucleus sampling: the smallest set reaching this probability"
