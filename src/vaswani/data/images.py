@@ -89,6 +89,8 @@ def opened_image(source: str | Path | IO[bytes], name: str | Path) -> Iterator[I
         raise DataError(f"{name}: {size.lower()}, more than the {MAX_PIXELS} an image may have") from None
     except (OSError, ValueError, SyntaxError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(source, (str, Path)):  # Pillow names a file object by its repr: not to show
+            reason = reason.replace(f" {source!r}", "")
         raise DataError(f"{name}: not a readable image ({reason})") from None
 
 
