@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 
 import pytest
 import torch
@@ -81,6 +82,28 @@ def test_one_failing_job_never_fails_the_others_of_its_batch():
 
     first, failed, second = asyncio.run(main())
     assert (first, second) == (1, 2) and isinstance(failed, ValueError)
+
+
+def test_a_failed_job_gives_its_memory_back_while_its_error_is_still_held():
+    """Issue 34: a request that failed kept its tensors (the frames of its traceback), so the
+    memory of a failed large request stayed taken."""
+    held: list[weakref.ref[torch.Tensor]] = []
+
+    def run(jobs):
+        big = torch.zeros(1000)
+        held.append(weakref.ref(big))
+        raise RuntimeError("boom")
+
+    async def failing() -> BaseException:
+        queue = BatchQueue(run, 4, 0.0, 8)
+        try:
+            await queue.submit("key", 1)
+        except RuntimeError as exc:
+            return exc
+        raise AssertionError("the job did not fail")
+
+    error = asyncio.run(failing())
+    assert str(error) == "boom" and error.__traceback__ is not None and held[0]() is None
 
 
 def test_a_full_queue_refuses_more():
