@@ -144,7 +144,7 @@ def test_settings_refuse_bad_caps_and_warn_when_exposed():
         ({"host": " 127.0.0.1"}, ["--host"]),
         ({"api_key": "s3cr€t"}, ["--api-key", "ASCII"]),  # no client could send it
         ({"api_key": "key\n"}, ["--api-key"]),
-        ({"api_key": "  "}, ["--api-key is empty"]),
+        ({"api_key": "  "}, ["--api-key (or VASWANI_API_KEY) is empty"]),
         ({"max_request_mib": math.inf}, ["--max-request-mib"]),
         ({"shutdown_s": -1.0}, ["--shutdown-s"]),
         ({"max_beam": 0}, ["--max-beam"]),

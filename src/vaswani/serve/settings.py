@@ -93,11 +93,11 @@ def check_api_key(key: str) -> None:
     """Refuse an API key that no client can send: empty, or not printable ASCII without spaces
     at its ends (HTTP headers are latin-1, and a bearer token is ASCII)."""
     if not key.strip():
-        raise ConfigError("--api-key is empty")
+        raise ConfigError(f"--api-key (or {API_KEY_ENV}) is empty")
     if not (key.isascii() and key.isprintable()) or key != key.strip():
         raise ConfigError(
-            "--api-key must be printable ASCII without spaces at its ends (a client sends it in an "
-            "HTTP header)"
+            f"--api-key (or {API_KEY_ENV}) must be printable ASCII without spaces at its ends (a "
+            "client sends it in an HTTP header)"
         )
 
 
