@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import socket
 import threading
@@ -60,3 +61,14 @@ def metric(client: httpx.Client, name: str, **labels: str) -> float:
         if line.startswith(wanted + " "):
             return float(line.split()[-1])
     return 0.0
+
+
+@contextlib.contextmanager
+def changed_settings(app: FastAPI, **changes: Any) -> Iterator[None]:
+    """``app``'s settings with ``changes`` while the block runs (its requests read them)."""
+    before = app.state.settings
+    app.state.settings = dataclasses.replace(before, **changes)
+    try:
+        yield
+    finally:
+        app.state.settings = before

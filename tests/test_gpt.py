@@ -12,7 +12,7 @@ import torch
 from vaswani.config import ModelConfig
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import lm_next_logits
-from vaswani.generation.sampling import choose_next, generate
+from vaswani.generation.sampling import choose_next, generate, sampling_probs
 from vaswani.layers.blocks import BlockStack
 from vaswani.models.gpt import GPT
 
@@ -273,6 +273,27 @@ def test_temperature_zero_and_top_k_one_are_greedy():
     for seed in range(3):
         g = torch.Generator().manual_seed(seed)
         assert torch.equal(choose_next(logits, DecodingConfig(temperature=1.5, top_k=1), g), greedy)
+
+
+@pytest.mark.parametrize("extra", [{}, {"top_k": 5}, {"top_p": 0.9}])
+def test_sampling_is_finite_at_every_finite_temperature(extra):
+    """A temperature so small that logits / T overflows is argmax; one so large that it underflows
+    is the uniform draw over the tokens not masked (issue 34: both were 'probability tensor
+    contains inf, nan' before the largest logit was subtracted in float64)."""
+    logits = _logits(rows=6, vocab=40)
+    logits[:, 7] = -math.inf  # a suppressed token stays impossible
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        drawn = choose_next(logits, DecodingConfig(temperature=1e-300, **extra), g)
+        assert torch.equal(drawn, logits.argmax(-1))
+    for temperature in (1e-300, 1e-30, 1e30, 1e308):
+        probs = sampling_probs(logits, DecodingConfig(temperature=temperature, **extra))
+        assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), probs.new_ones(6))
+        assert (probs[:, 7] == 0).all()
+    uniform = sampling_probs(logits, DecodingConfig(temperature=1e308, **extra))
+    allowed = uniform > 0
+    share = (1 / allowed.sum(-1, keepdim=True).double()).expand_as(uniform)
+    assert torch.allclose(uniform[allowed], share[allowed])
 
 
 def test_top_k_draws_only_from_the_k_most_likely():

@@ -5,6 +5,7 @@ augmentations' properties."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,11 @@ from PIL import Image
 
 from tests.helpers import one_line
 from vaswani.data.images import (
+    MAX_PIXELS,
     PREPROCESSOR,
     ImageProcessing,
     convert_image,
+    image_size,
     image_tensor,
     load_folder,
     random_flip,
@@ -118,12 +121,26 @@ def test_unreadable_files_are_one_line_naming_them(tmp_path: Path) -> None:
         read_image(tmp_path)
 
 
-def test_an_image_over_pillows_size_limit_is_one_line(tmp_path: Path, monkeypatch) -> None:
+def test_an_image_of_too_many_pixels_is_refused_from_its_header_in_one_line(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A 17 KB 1-bit PNG of 12000 x 12000 pixels (144 M, under Pillow's hard limit) was decoded to
+    4 GB with Pillow's raw DecompressionBombWarning (issue 34): refused before decoding, no warning."""
+    Image.new("1", (12000, 12000)).save(tmp_path / "bomb.png")
+    assert (tmp_path / "bomb.png").stat().st_size < 50_000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow's DecompressionBombWarning would fail the test
+        with pytest.raises(DataError) as caught:
+            read_image(tmp_path / "bomb.png")
+        with pytest.raises(DataError, match=r"^bomb: image size 12000x12000"):
+            image_size(tmp_path / "bomb.png", "bomb")  # the server's check, from the header alone
+    assert str(tmp_path / "bomb.png") in one_line(caught) and "12000x12000" in one_line(caught)
+    assert str(MAX_PIXELS) in one_line(caught)
     Image.fromarray(pattern(100, 100)).save(tmp_path / "big.png")
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # refused above twice the limit
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow refuses above twice its limit
     with pytest.raises(DataError) as caught:
         read_image(tmp_path / "big.png")
-    assert str(tmp_path / "big.png") in one_line(caught) and "exceeds limit" in one_line(caught)
+    assert str(tmp_path / "big.png") in one_line(caught) and "10000 pixels" in one_line(caught)
 
 
 def test_processing_config_is_validated() -> None:

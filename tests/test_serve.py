@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serving import events, metric, serving
+from tests.serving import changed_settings, events, free_port, metric, serving
 from vaswani.cli import main
 from vaswani.data import grammar
 from vaswani.generation import compiled as compiled_decoding
@@ -24,8 +28,9 @@ pytestmark = pytest.mark.slow
 LINE = "汤姆追逐杰瑞 🐱🐭 猫和老鼠是好朋友 😀 café\n"
 PROMPT = "汤姆"
 CAPS = ServeSettings(
-    device="cpu", max_tokens=48, max_inputs=4, max_input_chars=300, max_body_bytes=4000, max_wait_ms=50
-)
+    device="cpu", max_tokens=48, max_inputs=4, max_input_chars=300, max_body_bytes=4000, max_wait_ms=50,
+    max_beam=8, max_prompt_tokens=40,
+)  # fmt: skip
 
 
 def train_translation(folder: Path) -> Path:
@@ -160,12 +165,142 @@ def test_stop_n_and_seed(client):
         ("/v1/completions", {"prompt": "a", "max_tokens": 0}, 422, "max_tokens", ["1..48"]),
         ("/v1/completions", {"prompt": "a", "n": 5}, 422, "n", ["n"]),
         ("/v1/completions", {"prompt": "a", "temperature": -1}, 422, "temperature", ["decoding.temperature"]),
-        ("/v1/completions", {"prompt": "汤姆" * 40}, 422, "prompt", ["context"]),
+        ("/v1/completions", {"prompt": "汤姆" * 40}, 422, "prompt", ["--max-prompt-tokens 40"]),
         ("/v1/completions", {"max_tokens": 3}, 422, "prompt", ["prompt"]),
+        # Issue 34: caps before any work starts (beam 1e5 took 40 s, 1e18 was a 500).
+        ("/v1/translations", {"input": "a b c", "beam": 100000}, 422, "beam", ["at most 8", "--max-beam"]),
+        ("/v1/translations", {"input": "a b c", "beam": 10**18}, 422, "beam", ["--max-beam"]),
+        ("/v1/translations", {"input": "Tom " * 60}, 422, "input", ["--max-prompt-tokens 40"]),
+        # ... the server refuses what the command line refuses (both were translated or coerced).
+        ("/v1/translations", {"input": ""}, 422, "input", ["empty"]),
+        ("/v1/translations", {"input": "   "}, 422, "input", ["empty"]),
+        ("/v1/translations", {"input": ["Tom", "\t"]}, 422, "input", ["text 2 is empty"]),
+        ("/v1/translations", {"input": "Tom", "beam": True}, 422, "beam", ["integer"]),
+        ("/v1/translations", {"input": "Tom", "beam": "4"}, 422, "beam", ["integer"]),
+        ("/v1/completions", {"prompt": "a", "n": "2"}, 422, "n", ["integer"]),
+        ("/v1/completions", {"prompt": "a", "stream": 1}, 422, "stream", ["boolean"]),
     ],
 )
 def test_each_bad_request_is_refused_in_one_line_naming_its_field(client, path, body, status, param, words):
     error_of(client.post(path, json=body), status, param, *words)
+
+
+def test_a_prompt_within_the_token_cap_but_past_the_context_is_refused(client, app):
+    with changed_settings(app, max_prompt_tokens=1000):
+        error_of(client.post("/v1/completions", json={"prompt": "汤姆" * 40}), 422, "prompt", "context")
+
+
+def test_a_request_whose_decoding_would_not_fit_is_a_413_before_it_starts(client, app):
+    body = {"input": ["Tom chases Jerry"] * 4, "beam": 8, "max_tokens": 48}
+    started = time.monotonic()
+    with changed_settings(app, max_request_mib=0.5):
+        error_of(client.post("/v1/translations", json=body), 413, "beam", "MiB", "--max-request-mib 0.5")
+    lm = {"prompt": ["汤姆"] * 4, "n": 1, "max_tokens": 48}
+    with changed_settings(app, max_request_mib=0.01):
+        error_of(client.post("/v1/completions", json=lm), 413, "max_tokens", "--max-request-mib 0.01")
+    assert time.monotonic() - started < 5
+    assert client.post("/v1/translations", json=body).status_code == 200
+
+
+def test_a_405_and_every_4xx_is_a_client_error_and_docs_need_no_cdn(client):
+    response = client.get("/v1/translations")
+    assert response.status_code == 405 and response.json()["error"]["type"] == "invalid_request_error"
+    assert client.get("/docs").status_code == 404  # Swagger's page fetched its scripts from a CDN
+    assert "/v1/translations" in client.get("/openapi.json").json()["paths"]
+
+
+def test_any_finite_temperature_samples_in_the_server_and_the_cli(client, app, runs, capsys):
+    """1e-300 is argmax (the greedy text); 1e308 samples (was a 500 and an internal error)."""
+    greedy = app.state.models["zh"].wrapper.translate(["Tom chases Jerry"])[0]
+    tiny = {"input": "Tom chases Jerry", "temperature": 1e-300, "seed": 1}
+    assert client.post("/v1/translations", json=tiny).json()["data"][0]["text"] == greedy
+    assert client.post("/v1/translations", json={**tiny, "temperature": 1e308}).status_code == 200
+    prompt = {"prompt": PROMPT, "max_tokens": 10}
+    one = client.post("/v1/completions", json=prompt).json()["choices"][0]["text"]
+    assert (
+        client.post("/v1/completions", json={**prompt, "temperature": 1e-300}).json()["choices"][0]["text"]
+        == one
+    )
+    assert client.post("/v1/completions", json={**prompt, "temperature": 1e308}).status_code == 200
+    capsys.readouterr()
+    assert (
+        main(["translate", str(runs[0]), "Tom chases Jerry", "--temperature", "1e-300", "--device", "cpu"])
+        == 0
+    )
+    assert capsys.readouterr().out.strip() == greedy
+    assert main(["generate", str(runs[1]), PROMPT, "--temperature", "1e308", "--max-new-tokens", "5",
+                 "--device", "cpu"]) == 0  # fmt: skip
+
+
+# Each row: the CLI flags and the request fields of one value, and whether both accept it.
+PARITY = [
+    ("Tom chases Jerry", [], {}, True),
+    ("", [], {}, False),
+    ("   ", [], {}, False),
+    ("Tom", ["--beam", "0"], {"beam": 0}, False),
+    ("Tom", ["--beam", "2"], {"beam": 2}, True),
+    ("Tom", ["--beam", "true"], {"beam": True}, False),
+    ("Tom", ["--beam", "2.5"], {"beam": 2.5}, False),
+    ("Tom", ["--temperature", "-1"], {"temperature": -1}, False),
+    ("Tom", ["--temperature", "1e-300"], {"temperature": 1e-300}, True),
+    ("Tom", ["--top-p", "2"], {"top_p": 2}, False),
+    ("Tom", ["--top-k", "0"], {"top_k": 0}, False),
+    ("Tom", ["--max-new-tokens", "0"], {"max_new_tokens": 0}, False),
+    ("Tom", ["--beam", "2", "--top-k", "3"], {"beam": 2, "top_k": 3}, False),
+]
+
+
+def accepted_by_the_cli(argv: list[str]) -> bool:
+    """Whether ``vaswani ARGV`` succeeds (argparse's refusals exit 2)."""
+    try:
+        return main(argv) == 0
+    except SystemExit as exc:
+        return exc.code == 0
+
+
+def test_the_server_and_the_cli_refuse_and_accept_the_same_values(client, runs, capsys):
+    for text, flags, fields, accepted in PARITY:
+        cli = accepted_by_the_cli(["translate", str(runs[0]), text, *flags, "--device", "cpu"])
+        capsys.readouterr()
+        response = client.post("/v1/translations", json={"input": text, **fields})
+        assert (cli, response.status_code == 200) == (accepted, accepted), (text, flags, response.text)
+        if not accepted:
+            param = response.json()["error"]["param"]  # two fields that do not go together: none named
+            assert response.status_code == 422 and (param in ("input", *fields) or len(fields) > 1)
+
+
+def test_sigterm_ends_the_server_in_bounded_time_with_a_request_in_flight(runs, tmp_path):
+    """A beam search waits in its batch for --max-wait-ms 10 s; SIGTERM cancels it after
+    --shutdown-s 1 and the process ends (with --max-wait-ms inf it never answered nor ended)."""
+    port = free_port()
+    command = [sys.executable, "-m", "vaswani", "serve", str(runs[0]), "--port", str(port), "--device", "cpu",
+               "--max-wait-ms", "10000", "--shutdown-s", "1"]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get("/health").status_code == 200:
+                        break
+                time.sleep(0.1)
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(http.post, "/v1/translations", json={"input": "Tom", "beam": 2})
+                time.sleep(0.5)
+                assert not waiting.done()
+                sent = time.monotonic()
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=8)
+                with contextlib.suppress(httpx.HTTPError):
+                    waiting.result()
+        log = server.stderr.read()
+        assert time.monotonic() - sent < 6 and server.returncode in (0, -signal.SIGTERM), log
+        assert "shutting down" in log and "Traceback" not in log
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 def test_a_body_too_large_and_a_body_not_json(client):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import io
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tests.helpers import encoder_run, tiny_classify_args, tiny_mlm_run, write_sentiment
-from tests.serving import serving
+from tests.serving import changed_settings, serving
 from tests.test_image_task import tiny_args as tiny_image_args
 from tests.test_tag import tiny_tag_args, write_tagged
 from vaswani.cli import main
@@ -126,8 +128,59 @@ def test_a_bad_image_is_a_422_naming_it_without_a_server_path(client):
     error = response.json()["error"]
     assert response.status_code == 422 and "image-1: not a readable image" in error["message"]
     assert "/tmp" not in error["message"] and "\n" not in error["message"]
+    assert "object at" not in error["message"]  # Pillow's repr of the bytes it read: not for the client
     response = client.post("/v1/images/classifications", json={"image": garbage, "top_k": 0})
     assert response.status_code == 422 and response.json()["error"]["param"] == "top_k"
+
+
+def one_bit_png(width: int, height: int) -> bytes:
+    """A 1-bit PNG of ``width`` x ``height`` black pixels: a few KB, however many pixels."""
+    buffer = io.BytesIO()
+    Image.new("1", (width, height)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_images_are_bounded_by_their_headers_before_they_are_decoded(client, app):
+    """Issue 34: four requests of eight 17 KB PNGs of 12000 x 12000 pixels took 4.1 GB and ended in
+    500s. Too many pixels for any image, in all, or too many images: refused before decoding."""
+    bomb = base64.b64encode(one_bit_png(12000, 12000)).decode()
+    started = time.monotonic()
+    body = {"image": [bomb] * 4}
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: client.post("/v1/images/classifications", json=body), range(4)))
+    for response in answers:
+        error = response.json()["error"]
+        assert response.status_code == 422 and error["param"] == "image" and "12000x12000" in error["message"]
+    uploaded = client.post(
+        "/v1/images/classifications", content=one_bit_png(12000, 12000), headers={"content-type": "image/png"}
+    )
+    assert uploaded.status_code == 422 and "image-1" in uploaded.json()["error"]["message"]
+    assert time.monotonic() - started < 10
+    big = base64.b64encode(one_bit_png(2000, 2000)).decode()  # 4 M pixels each
+    small = base64.b64encode(digit_png()).decode()
+    with changed_settings(app, max_image_pixels=5_000_000, max_images=3):
+        response = client.post("/v1/images/classifications", json={"image": [big, big]})
+        message = response.json()["error"]["message"]
+        assert response.status_code == 413 and "--max-image-pixels 5000000" in message
+        response = client.post("/v1/images/classifications", json={"image": [small] * 4})
+        assert response.status_code == 422 and "--max-images 3" in response.json()["error"]["message"]
+        assert client.post("/v1/images/classifications", json={"image": [small] * 3}).status_code == 200
+
+
+def test_classify_image_refuses_an_image_of_too_many_pixels_in_one_line(runs, tmp_path, capsys):
+    (tmp_path / "bomb.png").write_bytes(one_bit_png(12000, 12000))
+    assert main(["classify-image", str(runs["image"]), str(tmp_path / "bomb.png"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bomb.png" in err and "12000x12000" in err and "\n" not in err
+    assert "DecompressionBombWarning" not in err
+
+
+def test_an_empty_text_is_refused_as_the_cli_refuses_it(client, runs, capsys):
+    for path in ("/v1/classifications", "/v1/embeddings", "/v1/tags"):
+        response = client.post(path, json={"input": ["fine", " "]})
+        assert response.status_code == 422 and response.json()["error"]["param"] == "input", path
+    assert main(["classify", str(runs["classify"]), " ", "--device", "cpu"]) == 2
+    assert "is empty" in capsys.readouterr().err
 
 
 def test_the_wrong_endpoint_for_a_run_names_the_model(client):

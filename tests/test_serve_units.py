@@ -4,6 +4,8 @@ queue, the error lines, the settings, and generation's per-step hook."""
 from __future__ import annotations
 
 import asyncio
+import math
+import weakref
 
 import pytest
 import torch
@@ -82,6 +84,28 @@ def test_one_failing_job_never_fails_the_others_of_its_batch():
     assert (first, second) == (1, 2) and isinstance(failed, ValueError)
 
 
+def test_a_failed_job_gives_its_memory_back_while_its_error_is_still_held():
+    """Issue 34: a request that failed kept its tensors (the frames of its traceback), so the
+    memory of a failed large request stayed taken."""
+    held: list[weakref.ref[torch.Tensor]] = []
+
+    def run(jobs):
+        big = torch.zeros(1000)
+        held.append(weakref.ref(big))
+        raise RuntimeError("boom")
+
+    async def failing() -> BaseException:
+        queue = BatchQueue(run, 4, 0.0, 8)
+        try:
+            await queue.submit("key", 1)
+        except RuntimeError as exc:
+            return exc
+        raise AssertionError("the job did not fail")
+
+    error = asyncio.run(failing())
+    assert str(error) == "boom" and error.__traceback__ is not None and held[0]() is None
+
+
 def test_a_full_queue_refuses_more():
     async def main():
         queue = BatchQueue(lambda jobs: [0 for _ in jobs], max_batch=1, max_wait_s=0.0, capacity=1)
@@ -108,6 +132,38 @@ def test_settings_refuse_bad_caps_and_warn_when_exposed():
     assert exposure_warning(ServeSettings(host="::1")) is None
     assert "without an API key" in exposure_warning(ServeSettings(host="0.0.0.0"))
     assert exposure_warning(ServeSettings(host="0.0.0.0", api_key="k")) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"max_wait_ms": math.inf}, ["--max-wait-ms", "0..10000"]),  # batches never answered
+        ({"max_wait_ms": 1e12}, ["--max-wait-ms"]),
+        ({"max_wait_ms": math.nan}, ["--max-wait-ms"]),
+        ({"host": ""}, ["--host", "every interface"]),  # bound every interface, warned "on  without"
+        ({"host": " 127.0.0.1"}, ["--host"]),
+        ({"api_key": "s3cr€t"}, ["--api-key", "ASCII"]),  # no client could send it
+        ({"api_key": "key\n"}, ["--api-key"]),
+        ({"api_key": "  "}, ["--api-key (or VASWANI_API_KEY) is empty"]),
+        ({"max_request_mib": math.inf}, ["--max-request-mib"]),
+        ({"shutdown_s": -1.0}, ["--shutdown-s"]),
+        ({"max_beam": 0}, ["--max-beam"]),
+        ({"max_image_pixels": 0}, ["--max-image-pixels"]),
+    ],
+)
+def test_settings_out_of_range_are_refused_in_one_line_naming_the_flag(fields, words):
+    with pytest.raises(ConfigError) as caught:
+        ServeSettings(**fields)
+    assert "\n" not in str(caught.value) and all(word in str(caught.value) for word in words)
+
+
+def test_serve_refuses_a_setting_out_of_range_before_loading(tmp_path, capsys):
+    from vaswani.cli import main
+
+    for flag, value in (("--max-wait-ms", "inf"), ("--host", ""), ("--api-key", "s3cr€t")):
+        assert main(["serve", str(tmp_path / "missing"), flag, value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert flag in err and "\n" not in err and "missing" not in err
 
 
 def test_on_step_sees_each_step_of_a_translation_and_can_stop_it():

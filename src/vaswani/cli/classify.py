@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaswani.cli.common import add_device_flag, add_run_command, read_stdin, refuse_empty
+from vaswani.cli.common import add_device_flag, add_run_command, read_stdin
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import POOLS
 from vaswani.errors import ConfigError, DataError
@@ -77,6 +77,8 @@ def add_command_parsers(commands: Any) -> None:
 
 def read_texts(given: Sequence[str]) -> list[str]:
     """The texts of the command line, or else the lines of standard input; none may be empty."""
+    from vaswani.pipelines.common import refuse_empty
+
     texts = list(given) or read_stdin()
     if not texts:
         raise DataError("no text given (as arguments or on standard input)")

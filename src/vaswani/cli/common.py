@@ -39,15 +39,6 @@ def read_stdin() -> list[str]:
     return text_lines(read_stream_bounded(sys.stdin.buffer, "<stdin>"), "<stdin>", allow_empty_lines=True)
 
 
-def refuse_empty(texts: list[str], what: str) -> list[str]:
-    """``texts``, each of which must hold more than white space: an empty one is refused naming it
-    (``what`` and its number from 1), as every command that decodes texts refuses it."""
-    for number, text in enumerate(texts, start=1):
-        if not text.strip():
-            raise DataError(f"{what} {number} is empty")
-    return texts
-
-
 def add_weights_flags(p: argparse.ArgumentParser) -> None:
     """``--quantize int8`` and ``--dtype fp32|bf16``: the weights a loaded model runs inference with
     (:func:`vaswani.layers.quantize.prepare_weights`; the run directory is not changed)."""

@@ -1,7 +1,10 @@
 """``vaswani serve RUN_DIR [RUN_DIR ...]``: the runs behind an HTTP API (:mod:`vaswani.serve`).
 
 Every run is loaded before the port is bound: one that does not load stops the command with one
-line (exit 2). Binding a non-loopback address without an API key prints a warning line.
+line (exit 2), and so does a setting out of its range. Binding a non-loopback address without an
+API key prints a warning line. SIGTERM (or Ctrl-C) stops taking requests, lets those in flight
+finish for at most ``--shutdown-s`` seconds, cancels the rest (generation stops at its next step)
+and exits.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ def add_parser(commands: Any) -> None:
         help="serve trained runs over HTTP (OpenAI-style API, streaming, batching)",
         description="Serve every RUN_DIR over HTTP: /v1/models, /v1/completions (lm), /v1/translations, "
         "/v1/embeddings, /v1/classifications, /v1/fill-mask, /v1/tags, /v1/images/classifications, "
-        "/v1/attention, /health, /metrics; the API is documented at /docs.",
+        "/v1/attention, /health, /metrics; the API's schema is /openapi.json. Every request is "
+        "checked against the caps below before any work starts (422 naming the field; 413 for the "
+        "body, the images' pixels and the estimated memory). SIGTERM lets the requests in flight "
+        "finish for --shutdown-s seconds, cancels the rest, and exits.",
     )
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     p.add_argument("--host", default=caps.host, help="address to bind (default 127.0.0.1: this machine only)")
@@ -43,6 +49,10 @@ def add_parser(commands: Any) -> None:
         ("max_inputs", "the most texts (or n completions) in one request"),
         ("max_tokens", "the most tokens one request may generate"),
         ("max_input_chars", "the longest input text"),
+        ("max_prompt_tokens", "the most tokens of a prompt or a source text"),
+        ("max_beam", "the widest beam search (beam)"),
+        ("max_images", "the most images in one request"),
+        ("max_image_pixels", "the most pixels (width x height, all its images) of one request"),
         ("queue_size", "the most requests waiting or running per model before a 503"),
         ("max_batch", "the most one-shot requests in one call of a model"),
     ):
@@ -56,7 +66,21 @@ def add_parser(commands: Any) -> None:
         "--max-wait-ms",
         type=float,
         default=caps.max_wait_ms,
-        help=f"how long a batch waits for more requests (default {caps.max_wait_ms})",
+        help=f"how long a batch waits for more requests, 0..10000 (default {caps.max_wait_ms})",
+    )
+    p.add_argument(
+        "--max-request-mib",
+        type=float,
+        default=caps.max_request_mib,
+        help="the most memory (MiB) one request's decoding may take by its estimate (KV caches, "
+        f"beams, logits); past it, a 413 (default {caps.max_request_mib:g})",
+    )
+    p.add_argument(
+        "--shutdown-s",
+        type=float,
+        default=caps.shutdown_s,
+        help="on SIGTERM, how long the requests in flight may finish before they are cancelled "
+        f"(default {caps.shutdown_s:g})",
     )
     add_device_flag(p)
     add_compile_flag(p)
@@ -77,6 +101,12 @@ def settings_of(args: argparse.Namespace) -> Any:
         max_inputs=args.max_inputs,
         max_tokens=args.max_tokens,
         max_input_chars=args.max_input_chars,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_beam=args.max_beam,
+        max_images=args.max_images,
+        max_image_pixels=args.max_image_pixels,
+        max_request_mib=args.max_request_mib,
+        shutdown_s=args.shutdown_s,
         queue_size=args.queue_size,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
@@ -99,4 +129,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
     warning = exposure_warning(settings)
     if warning:
         print(warning, file=sys.stderr)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="debug" if settings.debug else "info")
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="debug" if settings.debug else "info",
+            timeout_graceful_shutdown=settings.shutdown_s,
+        )
+    finally:
+        for engine in app.state.engines.values():  # their rows cancelled, their threads ended
+            engine.close()

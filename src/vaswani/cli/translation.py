@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from vaswani.cli.common import add_device_flag, add_weights_flags, read_stdin, refuse_empty
+from vaswani.cli.common import add_device_flag, add_weights_flags, read_stdin
 from vaswani.cli.decoding import (
     add_compile_flag,
     add_decoding_flags,
@@ -65,6 +65,7 @@ def add_translate_parser(commands: Any) -> None:
 def cmd_translate(args: argparse.Namespace) -> None:
     from vaswani.generation.config import DecodingConfig
     from vaswani.layers.quantize import prepare_weights
+    from vaswani.pipelines.common import refuse_empty
     from vaswani.pipelines.translation import Translator
     from vaswani.rundir import RunDir
 
@@ -126,6 +127,7 @@ def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
 
 def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None:
     """Print Mask-Predict's translation of each sentence of a nat run."""
+    from vaswani.pipelines.common import refuse_empty
     from vaswani.pipelines.nat import NatTranslator
 
     translator = NatTranslator.load(args.run_dir, args.device)

@@ -16,16 +16,22 @@ How each image mode is converted (:func:`read_image`), first turned upright by i
 - one channel wanted (``channels=1``): the RGB image above turned to L by Pillow's luma
   (ITU-R 601-2: L = 0.299 R + 0.587 G + 0.114 B), exact on a greyscale image.
 
-A file Pillow cannot open or decode (not an image, truncated, over Pillow's decompression-bomb
-limit) is a one-line :class:`~vaswani.errors.DataError` naming it.
+A file Pillow cannot open or decode (not an image, truncated) is a one-line
+:class:`~vaswani.errors.DataError` naming it, and so is one of more than :data:`MAX_PIXELS` pixels
+(width × height, read from its header before anything is decoded: :func:`image_size`), Pillow's
+raw ``DecompressionBombWarning`` silenced. Such an image is refused, not decoded at a reduced size
+(``Image.draft`` for JPEG): a reduced decode gives other pixels than the full one that training and
+Hugging Face's preprocessing resize from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -40,6 +46,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 PREPROCESSOR = "preprocessor_config.json"
 # Pillow's filters by name, with the numbers Hugging Face's preprocessor_config.json writes.
 RESAMPLES = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
+# The most pixels an image file may have: Pillow's decompression-bomb threshold (a 9459 x 9459
+# image; 256 MiB of RGB pixels), past which Pillow only warns up to twice as many.
+MAX_PIXELS = 89_478_485
 
 
 def convert_image(image: Image.Image, channels: int) -> Image.Image:
@@ -53,22 +62,53 @@ def convert_image(image: Image.Image, channels: int) -> Image.Image:
     return rgb if channels == 3 else rgb.convert("L")
 
 
+@contextmanager
+def opened_image(source: str | Path | IO[bytes], name: str | Path) -> Iterator[Image.Image]:
+    """The image of ``source`` (a path or a binary file) opened lazily, nothing decoded yet: its
+    header read, and refused in one line naming ``name`` when it has more than :data:`MAX_PIXELS`
+    pixels or is no image Pillow knows (Pillow's ``DecompressionBombWarning`` silenced)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as opened:
+                width, height = opened.size
+                if width * height > MAX_PIXELS:
+                    raise DataError(
+                        f"{name}: image size {width}x{height} ({width * height} pixels), more than "
+                        f"the {MAX_PIXELS} an image may have"
+                    )
+                yield opened
+    except FileNotFoundError:
+        raise DataError(f"{name}: no such image file") from None
+    except IsADirectoryError:
+        raise DataError(f"{name}: is a directory, not an image file") from None
+    except DataError:
+        raise
+    except Image.DecompressionBombError as exc:  # past twice Pillow's limit: refused at open
+        size = str(exc).partition(" exceeds")[0]  # "Image size (400000000 pixels)"
+        raise DataError(f"{name}: {size.lower()}, more than the {MAX_PIXELS} an image may have") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(source, (str, Path)):  # Pillow names a file object by its repr: not to show
+            reason = reason.replace(f" {source!r}", "")
+        raise DataError(f"{name}: not a readable image ({reason})") from None
+
+
+def image_size(source: str | Path | IO[bytes], name: str | Path) -> tuple[int, int]:
+    """(width, height) of the image of ``source`` from its header alone (see :func:`opened_image`)."""
+    with opened_image(source, name) as opened:
+        return opened.size
+
+
 def read_image(path: str | Path, channels: int = 3) -> Image.Image:
-    """The image in file ``path``, upright (EXIF orientation) and in mode RGB or L (``channels`` 3 or 1)."""
+    """The image in file ``path``, upright (EXIF orientation) and in mode RGB or L (``channels`` 3 or
+    1); one of more than :data:`MAX_PIXELS` pixels is refused before it is decoded."""
     kind = not_regular(path)
     if kind is not None:  # a FIFO would block Pillow's open, a device feed it forever
         raise DataError(f"{path}: is {kind}, not an image file")
-    try:
-        with Image.open(path) as opened:
-            upright = ImageOps.exif_transpose(opened)
-            upright.load()
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such image file") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, not an image file") from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"{path}: not a readable image ({reason})") from None
+    with opened_image(path, path) as opened:
+        upright = ImageOps.exif_transpose(opened)
+        upright.load()
     return convert_image(upright, channels)
 
 

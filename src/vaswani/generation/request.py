@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -147,6 +148,8 @@ class Request:
         return reason is not None
 
     def _finish(self, reason: str, error: BaseException | None = None) -> None:
+        if error is not None:  # the error is kept, not the tensors of the frames it went through
+            traceback.clear_frames(error.__traceback__)
         self.finish_reason, self.error = reason, error
         self._events.put(None)
         self._notify()

@@ -32,27 +32,39 @@ class Generated:
 
 def choose_next(logits: Tensor, decoding: DecodingConfig, generator: torch.Generator | None = None) -> Tensor:
     """The next token of each row of ``logits`` (batch, vocab): argmax, or with the ``sample``
-    strategy a draw from softmax(logits / temperature), restricted to the ``top_k`` most likely
-    tokens and to the smallest set whose probability reaches ``top_p`` (nucleus sampling,
-    Holtzman et al. 2020). A temperature of 0 is argmax."""
+    strategy a draw from :func:`sampling_probs`. A temperature of 0 is argmax."""
     temperature = 1.0 if decoding.temperature is None else decoding.temperature
     if decoding.strategy != "sample" or temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    probs = sampling_probs(logits, decoding)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sampling_probs(logits: Tensor, decoding: DecodingConfig) -> Tensor:
+    """softmax(logits / temperature) of each row of ``logits`` (batch, vocab), restricted to the
+    ``top_k`` most likely tokens and to the smallest set whose probability reaches ``top_p``
+    (nucleus sampling, Holtzman et al. 2020), as float64: finite for every finite temperature > 0.
+
+    The largest logit of each row is subtracted before the division, in float64 (a temperature of
+    1e-300 or 1e308 is no float32): a temperature so small that (l - max) / T overflows gives the
+    tokens below the maximum -inf, i.e. argmax (ties share the draw); one so large that it
+    underflows gives the uniform draw over the tokens not masked (-inf stays -inf)."""
+    temperature = 1.0 if decoding.temperature is None else decoding.temperature
     if decoding.top_k is not None and decoding.top_k < logits.shape[-1]:
-        kth = logits.topk(decoding.top_k, dim=-1).values[:, -1:]
+        kth = logits.topk(decoding.top_k, dim=-1).values[:, -1:]  # the temperature keeps the order
         logits = logits.masked_fill(logits < kth, -math.inf)
+    wide = logits.double()
+    scaled = (wide - wide.amax(dim=-1, keepdim=True)) / temperature
     if decoding.top_p is not None and decoding.top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_logits, order = scaled.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above
         # A set whose probability equals top_p up to rounding (0.5 + 0.3 summed as 0.7999…) reaches it.
         reached = before >= decoding.top_p - 1e-6
         reached[..., 0] = False  # the most likely token always stays, however small top_p
         drop = reached.scatter(-1, order, reached)
-        logits = logits.masked_fill(drop, -math.inf)
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        scaled = scaled.masked_fill(drop, -math.inf)
+    return scaled.softmax(dim=-1)
 
 
 @torch.no_grad()

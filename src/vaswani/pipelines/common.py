@@ -15,10 +15,20 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import nn
 
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, DataError
 from vaswani.training.batches import to_device
 
 B = TypeVar("B")
+
+
+def refuse_empty(texts: list[str], what: str) -> list[str]:
+    """``texts``, each of which must hold more than white space: an empty one is refused naming it
+    (``what`` and its number from 1). The one check of every command and endpoint that decodes,
+    classifies, tags or embeds texts (a language model's prompt may be empty: it starts a document)."""
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise DataError(f"{what} {number} is empty")
+    return texts
 
 
 @runtime_checkable

@@ -79,7 +79,8 @@ class ImageClassifier:
     def pixels(self, paths: Sequence[str | Path]) -> Tensor:
         """The model inputs (n, C, H, W) of the image files ``paths``, read and preprocessed as in
         training; a file that is not a readable image is a one-line error naming it."""
-        images = [read_image(path, self.processing.channels) for path in paths]
+        # Each resized as it is read: only one image at its full size is held at a time.
+        images = [self.processing.resize(read_image(path, self.processing.channels)) for path in paths]
         return self.processing.pixel_values(images)
 
     @torch.no_grad()

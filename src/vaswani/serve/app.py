@@ -7,7 +7,9 @@ load raises its one-line error before anything listens). The app's state holds w
 (:class:`~vaswani.serve.settings.ServeSettings`) and ``app.state.metrics``
 (:class:`~vaswani.serve.metrics.ServeMetrics`). Routes: ``/health``, ``/metrics``, ``/v1/models``,
 and the routers of :mod:`vaswani.serve.completions` and :mod:`vaswani.serve.tasks`; a page at ``/``
-is added by the router that serves it.
+is added by the router that serves it. The API's schema is ``/openapi.json``; FastAPI's ``/docs``
+and ``/redoc`` pages are off, since they fetch their scripts from a public CDN (the server is meant
+to work offline; any OpenAPI viewer reads the schema).
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
     settings = settings or ServeSettings()
     models = load_models(run_dirs, settings.device, settings.quantize, settings.dtype, settings.compile)
     metrics = ServeMetrics()
-    app = FastAPI(title="vaswani", summary="every trained vaswani run behind one HTTP API", version="1")
+    app = FastAPI(
+        title="vaswani",
+        summary="every trained vaswani run behind one HTTP API",
+        version="1",
+        docs_url=None,  # Swagger's and ReDoc's pages load their scripts from a CDN: not offline
+        redoc_url=None,
+    )
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
     app.state.queues = {name: queue_of(served, settings, metrics) for name, served in models.items()}
     app.state.engines = engines_of(models, settings, metrics)

@@ -6,7 +6,8 @@ loop) takes the oldest job and the jobs with the same ``job.key`` that arrive wi
 ``max_wait_s``, up to ``max_batch`` of them, and calls ``run(jobs) -> results`` (one result per
 job, in order) in the model's worker thread, so the event loop never blocks. If a batch of
 several jobs fails, each is run again alone, so that one bad request never fails the others; a
-job's exception is raised by its ``submit``; a batch whose clients have all gone (their
+job's exception is raised by its ``submit`` (its traceback's frames cleared, so that the memory
+they held is given back at once); a batch whose clients have all gone (their
 ``submit`` cancelled) may stop by raising :class:`Cancelled`. ``capacity`` counts the jobs
 waiting or running (and the streams holding the model, :meth:`BatchQueue.hold`): past it,
 ``submit`` raises :class:`QueueFull` (the server's 503).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import traceback
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -128,6 +130,7 @@ class BatchQueue:
             self.on_cancel()
             return
         except Exception as exc:
+            traceback.clear_frames(exc.__traceback__)  # the tensors of its frames freed now
             if len(live) == 1:
                 _settle(live[0], exc=exc)
                 return

@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
+import torch
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from vaswani.serve.engine import Generation, complete_rows, stream_completion
 from vaswani.serve.errors import ApiError
+from vaswani.serve.limits import check_beam, check_memory, check_tokens
 from vaswani.serve.requests import check_max_tokens, decoding_of, served_model, texts
 from vaswani.serve.schemas import (
     CompletionChoice,
@@ -35,6 +37,7 @@ from vaswani.serve.schemas import (
 from vaswani.serve.security import require_key
 
 router = APIRouter(dependencies=[Depends(require_key)])
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default of max_tokens
 CLIENT_GONE = 499  # the status logged for a request whose client left before its answer
 DISCONNECT_POLL_S = 0.1
 
@@ -44,8 +47,9 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     """Complete a prompt (or prompts) with a language model; greedy unless sampling is asked for."""
     settings = request.app.state.settings
     served, queue = served_model(request, body.model, ["lm"])
-    prompts = texts(body.prompt, settings, "prompt")
+    prompts = texts(body.prompt, settings, "prompt", may_be_empty=True)
     check_max_tokens(body.max_tokens, settings)
+    max_tokens = min(DEFAULT_MAX_TOKENS, settings.max_tokens) if body.max_tokens is None else body.max_tokens
     if not 1 <= body.n <= settings.max_inputs:
         raise ApiError(
             422, f"n: must be in 1..{settings.max_inputs} (the server's --max-inputs), got {body.n}", "n"
@@ -62,10 +66,14 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
             "top_p": body.top_p,
             "top_k": body.top_k,
             "seed": body.seed,
-            "max_new_tokens": body.max_tokens,
+            "max_new_tokens": max_tokens,
             "stop": stop,
         }
     )
+    lengths = [len(served.wrapper.tokenizer.encode(p)) for p in prompts]
+    check_tokens(lengths, settings, "prompt")
+    longest = max(lengths) + max_tokens
+    check_memory(served, settings, len(prompts) * body.n, 0, longest, "n" if body.n > 1 else "max_tokens")
     rows = [p for p in prompts for _ in range(body.n)]
     ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": ident, "object": "text_completion", "created": created, "model": served.name}
@@ -111,6 +119,13 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
     fields = body.model_dump(exclude={"model", "input", "stream", "max_tokens"})
     fields["max_new_tokens"] = body.max_new_tokens or body.max_tokens
     decoding = decoding_of(fields)
+    check_beam(decoding.beam, settings)
+    lengths = [len(served.wrapper.src_tok.encode(text)) for text in inputs]
+    check_tokens(lengths, settings, "input")
+    budget = decoding.target_budget(torch.tensor(lengths), served.wrapper.model.config.max_len)
+    rows = len(inputs) * decoding.beam
+    field = "beam" if decoding.beam > 1 else "input"
+    check_memory(served, settings, rows, max(lengths), int(budget.max()), field)
     if body.stream:
         if decoding.strategy == "beam" or len(inputs) != 1:
             raise ApiError(422, "stream: streaming serves greedy or sampled decoding of one input", "stream")
@@ -147,15 +162,18 @@ async def translations(body: TranslationRequest, request: Request) -> Any:
 
 async def unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     """The result of ``work``, or None once the client has gone (``work`` is then cancelled, which
-    tells the batch it is in)."""
+    tells the batch it is in; so it is when this request is cancelled, as SIGTERM's shutdown does
+    past ``--shutdown-s``)."""
     task = asyncio.ensure_future(work)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return task.result()
-        if await request.is_disconnected():
-            task.cancel()
-            return None
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                return None
+    finally:  # the client gone, or this request cancelled (the server shutting down)
+        task.cancel()
 
 
 def hypotheses(best: list[Any]) -> list[Hypothesis]:

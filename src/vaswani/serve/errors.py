@@ -24,8 +24,14 @@ from vaswani.serve.batching import QueueFull
 
 LOG = logging.getLogger("vaswani.serve")
 RETRY_AFTER_S = 1
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         413: "request_too_large", 422: "invalid_request_error", 503: "overloaded_error"}  # fmt: skip
+TYPES = {401: "authentication_error", 404: "not_found_error", 413: "request_too_large",
+         503: "overloaded_error"}  # fmt: skip
+
+
+def error_type(status: int) -> str:
+    """The ``type`` of an error body: :data:`TYPES`' name, else ``invalid_request_error`` for every
+    other 4xx (a 405, a 422: the client's to fix, as OpenAI types them) and ``server_error``."""
+    return TYPES.get(status, "invalid_request_error" if 400 <= status < 500 else "server_error")
 
 
 class ApiError(Exception):
@@ -39,7 +45,7 @@ class ApiError(Exception):
 
 
 def error_response(status: int, message: str, param: str | None = None, **headers: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param}}
+    body = {"error": {"message": message, "type": error_type(status), "param": param}}
     return JSONResponse(body, status_code=status, headers=headers or None)
 
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from fastapi import Request
 
+from vaswani.errors import DataError
 from vaswani.generation.config import DecodingConfig
+from vaswani.pipelines.common import refuse_empty
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.errors import ApiError
 from vaswani.serve.loading import ServedModel
@@ -47,10 +49,16 @@ def served_model(request: Request, name: str | None, tasks: Sequence[str]) -> tu
 
 
 def texts(
-    value: str | list[str], settings: ServeSettings, field: str = "input", count_only: bool = False
+    value: str | list[str],
+    settings: ServeSettings,
+    field: str = "input",
+    count_only: bool = False,
+    may_be_empty: bool = False,
 ) -> list[str]:
-    """``value`` as a list of texts, within ``max_inputs`` and (unless ``count_only``: base64
-    images, whose size the body cap bounds) ``max_input_chars``."""
+    """``value`` as a list of texts, at most ``--max-inputs`` of them, each
+    (unless ``count_only``: base64 images, whose size the body cap bounds) within
+    ``--max-input-chars`` and, unless ``may_be_empty`` (a language model's prompt), holding more
+    than white space (:func:`~vaswani.pipelines.common.refuse_empty`, as the command line checks)."""
     items = [value] if isinstance(value, str) else list(value)
     if not items:
         raise ApiError(422, f"{field}: give at least one text", field)
@@ -58,6 +66,11 @@ def texts(
         raise ApiError(
             422, f"{field}: {len(items)} texts exceed the server's --max-inputs {settings.max_inputs}", field
         )
+    if not (count_only or may_be_empty):
+        try:
+            refuse_empty(items, "text")
+        except DataError as exc:
+            raise ApiError(422, f"{field}: {exc}", field) from None
     for i, text in enumerate(items):
         if not count_only and len(text) > settings.max_input_chars:
             where = field if isinstance(value, str) else f"{field}.{i}"

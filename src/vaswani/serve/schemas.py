@@ -1,6 +1,9 @@
-"""The request and response bodies of every endpoint, as pydantic models (``/docs`` shows them).
+"""The request and response bodies of every endpoint, as pydantic models (``/openapi.json`` shows them).
 
-Requests forbid unknown fields (a misspelt option is a 422 naming it, never silently ignored).
+Requests forbid unknown fields (a misspelt option is a 422 naming it, never silently ignored) and
+are strict: a value of the wrong JSON type is refused, never coerced (``"beam": "4"`` or
+``"beam": true`` is no beam width, as ``--beam true`` is none), and the decoding fields are then
+checked by ``DecodingConfig`` itself, the check of the command line's flags.
 The caps of :class:`~vaswani.serve.settings.ServeSettings` are checked by the endpoints, since
 they are the server's settings, not constants.
 """
@@ -18,9 +21,9 @@ Texts = str | list[str]
 
 
 class Request(BaseModel):
-    """The base of every request: unknown fields are refused."""
+    """The base of every request: unknown fields are refused, and no value is coerced."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), strict=True)
 
     model: str | None = Field(None, description="a served model's id; optional when one model is served")
 
@@ -29,7 +32,10 @@ class CompletionRequest(Request):
     """OpenAI's ``/v1/completions`` body, for ``lm`` runs."""
 
     prompt: Texts = Field(description="a prompt or a list of prompts")
-    max_tokens: int = Field(16, description="tokens to generate per completion")
+    max_tokens: int | None = Field(
+        None,
+        description="tokens to generate per completion (default 16, or the server's --max-tokens if less)",
+    )
     temperature: float | None = Field(None, description="sampling temperature (0 or unset: greedy)")
     top_p: float | None = Field(
         None, description="nucleus sampling: the smallest set reaching this probability"

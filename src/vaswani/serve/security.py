@@ -4,21 +4,27 @@
 :class:`Guard` is a pure ASGI middleware (it sees a stream to its last byte): it refuses a body
 over ``max_body_bytes`` with a 413 (from ``Content-Length``, or while a chunked body is read),
 counts each request by endpoint and status with its latency, and turns an exception that no
-handler took into a one-line 500 (or, once a stream has started, ends the stream). The API key
+handler took into a one-line 500 (a failure to allocate memory: a 503; or, once a stream has
+started, ends the stream), its traceback's frames cleared so that their tensors are freed; a
+request cancelled by the server's shutdown (SIGTERM, past ``--shutdown-s``) is a 503 and one line
+in the log. The API key
 is checked by :func:`require_key`, a dependency of every ``/v1`` route.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
+import traceback
 from typing import Any
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from vaswani.serve.errors import TYPES, ApiError, log_failure
+from vaswani.resources import is_out_of_memory
+from vaswani.serve.errors import LOG, ApiError, error_type, log_failure
 from vaswani.serve.metrics import ServeMetrics
 
 
@@ -61,10 +67,20 @@ class Guard:
         except BodyTooLarge:
             if not status[0]:
                 await reply(watched_send, 413, too_large, "body")
+        except asyncio.CancelledError:  # SIGTERM's shutdown past --shutdown-s: one line, no traceback
+            LOG.warning("%s cancelled: the server is shutting down", scope["path"])
+            if not status[0]:
+                await reply(watched_send, 503, "the server is shutting down; retry later")
         except Exception as exc:
             log_failure(scope["path"], exc, self.debug)
+            traceback.clear_frames(exc.__traceback__)  # the memory its frames held given back
             if not status[0]:
-                await reply(watched_send, 500, "internal error: the request failed (see the server's log)")
+                out_of_memory = "out of memory: the request needs more memory than is free; ask for less"
+                internal = "internal error: the request failed (see the server's log)"
+                if is_out_of_memory(exc):
+                    await reply(watched_send, 503, out_of_memory)
+                else:
+                    await reply(watched_send, 500, internal)
         finally:
             endpoint = getattr(scope.get("route"), "path", "other")  # the route the router matched
             self.metrics.requests.labels(endpoint, str(status[0] or 500)).inc()
@@ -73,9 +89,7 @@ class Guard:
 
 async def reply(send: Send, status: int, message: str, param: str | None = None) -> None:
     """A whole JSON error response sent on the ASGI channel."""
-    body = json.dumps(
-        {"error": {"message": message, "type": TYPES.get(status, "server_error"), "param": param}}
-    )
+    body = json.dumps({"error": {"message": message, "type": error_type(status), "param": param}})
     await send(
         {
             "type": "http.response.start",

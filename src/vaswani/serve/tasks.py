@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 
+from vaswani.data.images import image_size
 from vaswani.errors import DataError
 from vaswani.inspect.attention import AttentionMap, titled_lm_attention, translation_attention
 from vaswani.serve.errors import ApiError, validation_message
@@ -42,6 +44,7 @@ from vaswani.serve.schemas import (
     Usage,
 )
 from vaswani.serve.security import require_key
+from vaswani.serve.settings import ServeSettings
 
 router = APIRouter(dependencies=[Depends(require_key)])
 MAX_TOP_K = 100
@@ -124,6 +127,7 @@ async def image_classifications(request: Request) -> Any:
             )
     served, queue = served_model(request, name, ["image"])
     check_top_k(top_k)
+    check_images(images, settings)
     with tempfile.TemporaryDirectory() as folder:
         paths = [Path(folder) / f"image-{i + 1}" for i in range(len(images))]
         for path, data in zip(paths, images, strict=True):
@@ -168,6 +172,26 @@ def labels(choices: list[tuple[str, float]]) -> list[Label]:
 def check_top_k(top_k: int) -> None:
     if not 1 <= top_k <= MAX_TOP_K:
         raise ApiError(422, f"top_k: must be in 1..{MAX_TOP_K}, got {top_k}", "top_k")
+
+
+def check_images(images: list[bytes], settings: ServeSettings) -> None:
+    """At most ``--max-images`` images (a 422), of ``--max-image-pixels`` pixels in all (a 413),
+    read from their headers before anything is decoded; an image no decoder reads, or one past the
+    pixels any image may have (:data:`~vaswani.data.images.MAX_PIXELS`), is a 422 naming it."""
+    most, budget = settings.max_images, settings.max_image_pixels
+    if len(images) > most:
+        raise ApiError(422, f"image: {len(images)} images exceed the server's --max-images {most}", "image")
+    total = 0
+    for i, data in enumerate(images):
+        try:
+            width, height = image_size(io.BytesIO(data), f"image-{i + 1}")
+        except DataError as exc:
+            raise ApiError(422, f"image: {exc}", "image") from None
+        total += width * height
+    if total > budget:
+        raise ApiError(
+            413, f"image: {total} pixels in all exceed the server's --max-image-pixels {budget}", "image"
+        )
 
 
 def decode_image(text: str, index: int) -> bytes:
