@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.data.readers import text_lines
-from vaswani.errors import DataError
 from vaswani.io import read_stream_bounded
 
 
