@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,22 @@ def add_parsers(commands: Any) -> None:
     )
     p.add_argument("out", type=Path, metavar="OUT")
     p.set_defaults(handler=cmd_export)
+    p = add_run_command(
+        commands,
+        "export-ctranslate2",
+        help="write a translation run as a CTranslate2 model folder",
+        description="Write the translation run RUN_DIR as a CTranslate2 model folder OUT that "
+        "ctranslate2.Translator loads, giving vaswani's translations id for id (CTranslate2's own "
+        "converter reads an export-hf folder with Marian's conventions, which a vaswani run does not "
+        "follow). Needs the ctranslate2 and transformers packages. OUT must be new or empty.",
+    )
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
+        help="CTranslate2's weight quantization (default: none, float32 weights)",
+    )
+    p.set_defaults(handler=cmd_export_ctranslate2)
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -58,5 +75,18 @@ def cmd_export(args: argparse.Namespace) -> None:
     from vaswani.interop import export_hf
 
     check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    from vaswani.interop.marian_folder import unread_target_side
+
     out = export_hf(args.run_dir, args.out)
     print(f"wrote Hugging Face model folder {out} (from {args.run_dir})")
+    note = unread_target_side(out)
+    if note is not None:
+        print(note, file=sys.stderr)
+
+
+def cmd_export_ctranslate2(args: argparse.Namespace) -> None:
+    from vaswani.interop.ct2 import export_run
+
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    out = export_run(args.run_dir, args.out, args.quantization)
+    print(f"wrote CTranslate2 model folder {out} (from {args.run_dir})")
