@@ -61,6 +61,26 @@ def add_parsers(commands: Any) -> None:
         help="CTranslate2's weight quantization (default: none, float32 weights)",
     )
     p.set_defaults(handler=cmd_export_ctranslate2)
+    p = add_run_command(
+        commands,
+        "export-onnx",
+        help="write a run as ONNX graphs",
+        description="Write the run RUN_DIR as ONNX graphs in OUT, with dynamic batch and sequence axes, "
+        "and onnx.json naming their inputs and outputs: a language model (lm) as model.onnx (input_ids → "
+        "logits of every position; unpadded or right-padded rows); a Transformer translator as encoder.onnx "
+        "(input_ids → encoder_hidden_states) and decoder.onnx (decoder_input_ids, encoder_hidden_states, "
+        "input_ids → logits of every target position, without past keys and values); a BERT classifier "
+        "(classify) as model.onnx (input_ids, token_type_ids, attention_mask → logits); mlm and encoder runs "
+        "as encoder.onnx (→ last_hidden_state). Needs the onnx package. OUT must be new or empty, unless "
+        "--force.",
+    )
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into OUT even if it holds files (replacing those of the same names)",
+    )
+    p.set_defaults(handler=cmd_export_onnx)
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -90,3 +110,11 @@ def cmd_export_ctranslate2(args: argparse.Namespace) -> None:
     check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
     out = export_run(args.run_dir, args.out, args.quantization)
     print(f"wrote CTranslate2 model folder {out} (from {args.run_dir})")
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from vaswani.interop.onnx_export import export_run
+
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    files = export_run(args.run_dir, args.out, args.force)
+    print(f"wrote {', '.join(files)} in {args.out} (from {args.run_dir})")

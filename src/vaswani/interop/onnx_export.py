@@ -1,0 +1,236 @@
+"""ONNX graphs of a run (``vaswani export-onnx``), for onnxruntime and the other ONNX runtimes.
+
+Each graph has dynamic batch and sequence axes and is traced by ``torch.onnx.export``'s
+TorchScript exporter (the dynamo one needs ``onnxscript``); ``onnx.json`` beside them says which
+graphs there are, their inputs and outputs, and the token ids that decoding needs:
+
+=================  ===============  ==========================================================
+task               graph            inputs → outputs
+=================  ===============  ==========================================================
+lm                 model.onnx       input_ids → logits (batch, seq, vocab)
+translation        encoder.onnx     input_ids → encoder_hidden_states (batch, src, d_model)
+translation        decoder.onnx     decoder_input_ids, encoder_hidden_states, input_ids → logits
+classify (BERT)    model.onnx       input_ids, token_type_ids, attention_mask → logits
+mlm, encoder       encoder.onnx     input_ids, token_type_ids, attention_mask → last_hidden_state
+=================  ===============  ==========================================================
+
+The language model's graph takes no attention mask: its rows are unpadded or right-padded (a
+causal model's logits at the real tokens do not see the padding after them). The translation
+decoder recomputes the whole target prefix at each step (no past keys and values); its
+``input_ids`` are the source ids, whose padding the cross-attention masks. Token ids are int64,
+the attention mask int64 (1 at real tokens). ``onnx`` is imported here only, when a run is
+exported; ``torch.onnx`` needs it.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vaswani.config import RunConfig
+from vaswani.errors import ConfigError, RunDirError
+from vaswani.interop.common import new_folder
+from vaswani.io import atomic_write, json_text
+from vaswani.layers.masks import padding_mask
+from vaswani.models.bert import BertClassifier
+from vaswani.models.transformer import EncodedSource, Transformer
+from vaswani.pipelines.classify import TextClassifier
+from vaswani.pipelines.encoder import SentenceEncoder
+from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
+from vaswani.rundir import RunDir
+
+OPSET = 17
+METADATA = "onnx.json"
+BATCH, SEQ, SRC = "batch", "sequence", "source_sequence"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One ONNX graph to write: ``module`` traced on ``example`` (its inputs, named ``inputs``),
+    its outputs named ``outputs``; ``axes`` names the dynamic axes of each input and output."""
+
+    file: str
+    module: nn.Module
+    example: tuple[Tensor, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    axes: dict[str, dict[int, str]]
+
+
+class LMLogits(nn.Module):
+    """A language model's logits of every position of ``input_ids``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.model(input_ids)
+
+
+class Encoder(nn.Module):
+    """A translator's encoder output of the source ids."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.model.encode(input_ids).memory
+
+
+class Decoder(nn.Module):
+    """A translator's logits of every position of the target prefix, given the encoder output and
+    the source ids (whose padding the cross-attention masks)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, decoder_input_ids: Tensor, encoder_hidden_states: Tensor, input_ids: Tensor) -> Tensor:
+        source = EncodedSource(encoder_hidden_states, padding_mask(input_ids, self.model.config.pad_id))
+        return self.model.decode(decoder_input_ids, source)[0]
+
+
+class BertGraph(nn.Module):
+    """A BERT classifier's logits or a BERT's hidden states, of tokens, segments and mask."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.model(input_ids, token_type_ids, attention_mask.bool())
+
+
+def _ids(batch: int, length: int) -> Tensor:
+    """Example token ids for tracing: any ids in the vocabulary do, and every vocabulary has 1-3."""
+    return torch.randint(1, 4, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def _bert_inputs() -> tuple[tuple[Tensor, ...], tuple[str, ...], dict[str, dict[int, str]]]:
+    ids = _ids(2, 5)
+    names = ("input_ids", "token_type_ids", "attention_mask")
+    return (ids, torch.zeros_like(ids), torch.ones_like(ids)), names, {n: {0: BATCH, 1: SEQ} for n in names}
+
+
+def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
+    """The graphs of the run ``run_dir`` (its config ``run``) and what ``onnx.json`` says beyond
+    them (token ids, labels); a task without graphs is a :class:`RunDirError` naming those with."""
+    if run.task == "lm":
+        model = LanguageModel.load(run_dir, "cpu").model
+        ids = _ids(2, 5)
+        axes = {"input_ids": {0: BATCH, 1: SEQ}, "logits": {0: BATCH, 1: SEQ}}
+        return [Graph("model.onnx", LMLogits(model), (ids,), ("input_ids",), ("logits",), axes)], {}
+    if run.task == "translation" and run.model.arch != "rnn":
+        translator = Translator.load(run_dir, "cpu")
+        tok = translator.tgt_tok
+        src = _ids(2, 6)
+        tgt = _ids(2, 4)
+        with torch.no_grad():
+            memory = translator.model.encode(src).memory
+        source_axes = {0: BATCH, 1: SRC}
+        encoder = Graph(
+            "encoder.onnx",
+            Encoder(translator.model),
+            (src,),
+            ("input_ids",),
+            ("encoder_hidden_states",),
+            {"input_ids": source_axes, "encoder_hidden_states": source_axes},
+        )
+        decoder = Graph(
+            "decoder.onnx",
+            Decoder(translator.model),
+            (tgt, memory, src),
+            ("decoder_input_ids", "encoder_hidden_states", "input_ids"),
+            ("logits",),
+            {
+                "decoder_input_ids": {0: BATCH, 1: SEQ},
+                "encoder_hidden_states": source_axes,
+                "input_ids": source_axes,
+                "logits": {0: BATCH, 1: SEQ},
+            },
+        )
+        token_ids = {
+            "decoder_start_token_id": tok.bos_id,
+            "eos_token_id": tok.eos_id,
+            "pad_token_id": tok.pad_id,
+        }
+        return [encoder, decoder], {**token_ids, "suppressed_token_ids": list(tok.suppressed_ids)}
+    if run.task == "classify" and run.model.arch != "decoder_only":
+        classifier = TextClassifier.load(run_dir, "cpu")
+        assert isinstance(classifier.model, BertClassifier)
+        example, names, axes = _bert_inputs()
+        axes["logits"] = {0: BATCH}
+        graph = Graph("model.onnx", BertGraph(classifier.model), example, names, ("logits",), axes)
+        return [graph], {"labels": list(classifier.labels)}
+    if run.task in ("mlm", "encoder"):
+        bert = SentenceEncoder.load(run_dir, "cpu").model
+        example, names, axes = _bert_inputs()
+        axes["last_hidden_state"] = {0: BATCH, 1: SEQ}
+        return [Graph("encoder.onnx", BertGraph(bert), example, names, ("last_hidden_state",), axes)], {}
+    raise RunDirError(
+        f"{run_dir}: runs of task {run.task!r} have no ONNX export; supported: lm, translation "
+        "(Transformer), classify (BERT), mlm and encoder"
+    )
+
+
+def graph_bytes(graph: Graph, opset: int = OPSET) -> bytes:
+    """The ONNX model of ``graph``, serialized."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values it fixes
+        torch.onnx.export(
+            graph.module.eval(),
+            graph.example,
+            buffer,
+            dynamo=False,
+            input_names=list(graph.inputs),
+            output_names=list(graph.outputs),
+            dynamic_axes=graph.axes,
+            opset_version=opset,
+        )
+    return buffer.getvalue()
+
+
+@contextmanager
+def _folder(out_dir: Path, force: bool) -> Iterator[Path]:
+    """Where to write: ``out_dir`` itself with ``force`` when it is a folder already (its files of
+    the same names replaced), else a new folder renamed into place (see ``new_folder``)."""
+    if force and out_dir.is_dir():
+        yield out_dir
+    else:
+        with new_folder(out_dir) as tmp:
+            yield tmp
+
+
+def export_run(run_dir: Path, out_dir: Path, force: bool = False) -> list[str]:
+    """Write the ONNX graphs of the run ``run_dir`` and ``onnx.json`` into ``out_dir`` (new or
+    empty, or any folder with ``force``) and return the graphs' file names."""
+    try:
+        import onnx  # noqa: F401  (torch.onnx's exporter needs it)
+    except ImportError:
+        raise ConfigError("exporting to ONNX needs the onnx package: pip install 'vaswani[onnx]'") from None
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run = RunDir(run_dir).read_config()
+    with _folder(out_dir, force) as folder:
+        found, extra = graphs(run_dir, run)
+        metadata = {
+            "task": run.task,
+            "opset": OPSET,
+            "graphs": {g.file: {"inputs": list(g.inputs), "outputs": list(g.outputs)} for g in found},
+            **extra,
+        }
+        for graph in found:
+            atomic_write(folder / graph.file, graph_bytes(graph))
+        atomic_write(folder / METADATA, json_text(metadata).encode("utf-8"))
+    return [graph.file for graph in found]
