@@ -1,6 +1,7 @@
 """``vaswani export-onnx`` checked against onnxruntime: trained runs' graphs give vaswani's logits
 (within 1e-4) on batches of other shapes than the traced one, and greedy loops over the ONNX graphs
-give vaswani's greedy ids (needs the ``onnx`` extra; skipped without it)."""
+(recomputing the prefix, or with past keys and values) give vaswani's greedy ids (needs the
+``onnx`` extra; skipped without it)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,43 @@ def greedy_loop(step, prefix: np.ndarray, steps: int, eos: int, pad_id: int) -> 
     return [row[: row.index(eos)] if eos in row else row for row in rows]
 
 
+def cached_loop(
+    graph: ort.InferenceSession,
+    prompts: np.ndarray,
+    mask: np.ndarray,
+    steps: int,
+    eos: int,
+    pad_id: int,
+    **extra,
+) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Greedy decoding with a ``_with_past`` graph from an empty past: the prompts (batch, len),
+    whose ``mask`` is 0 on left padding, fed one token at a time, then each step's best token;
+    ``extra`` inputs (the translator's encoder output and source) go with every step. Each row's
+    new tokens up to (without) its first ``eos``, and the logits of every step."""
+    layers, heads, d_head = (graph.get_inputs()[-1].shape[i] for i in (0, 3, 5))
+    past = np.zeros((layers, 2, len(prompts), heads, 0, d_head), dtype=np.float32)
+    seen = np.zeros((len(prompts), 0), dtype=np.int64)
+    name = "decoder_input_ids" if extra else "input_ids"
+    tokens, column, done, new, logged = prompts[:, :1], mask[:, :1], np.zeros(len(prompts), bool), [], []
+    for t in range(prompts.shape[1] - 1 + steps):
+        seen = np.concatenate([seen, column], axis=1)
+        masks = {} if extra else {"attention_mask": seen}
+        logits, past = graph.run(None, {name: tokens, **masks, "past_key_values": past, **extra})
+        logged.append(logits[:, -1])
+        if t + 1 < prompts.shape[1]:  # still reading the prompt
+            tokens, column = prompts[:, t + 1 : t + 2], mask[:, t + 1 : t + 2]
+            continue
+        best = logits[:, -1].argmax(-1)
+        best[done] = pad_id
+        new.append(best)
+        done |= best == eos
+        if done.all():
+            break
+        tokens, column = best[:, None], np.ones((len(prompts), 1), dtype=np.int64)
+    rows = np.stack(new, axis=1).tolist()
+    return [row[: row.index(eos)] if eos in row else row for row in rows], logged
+
+
 def before_eos(rows: torch.Tensor, eos: int) -> list[list[int]]:
     return [row[: row.index(eos)] if eos in row else row for row in rows.tolist()]
 
@@ -79,12 +117,21 @@ def test_language_model_logits_and_greedy_ids(tmp_path, capsys):
     ours = generate(lm_next_logits(lm.model, mask), prompts, 20, eos, pad_id).tokens
     theirs = greedy_loop(lambda t: graph.run(None, {"input_ids": t})[0], prompts.numpy(), 20, eos, pad_id)
     assert theirs == before_eos(ours, eos) and any(len(row) > 5 for row in theirs)
+    step = session(tmp_path / "onnx" / "model_with_past.onnx")
+    assert cached_loop(step, prompts.numpy(), mask.long().numpy(), 20, eos, pad_id)[0] == theirs
+    prompts, mask = lm.encode_prompts(["the cat sat", "a dog"])  # left-padded
+    assert not bool(mask.all())
+    ours = generate(lm_next_logits(lm.model, mask), prompts, 20, eos, pad_id).tokens
+    assert cached_loop(step, prompts.numpy(), mask.long().numpy(), 20, eos, pad_id)[0] == before_eos(
+        ours, eos
+    )
 
 
 def test_translation_encoder_and_decoder_give_logits_and_greedy_ids(tmp_path):
     src, tgt = write_reverse_task(tmp_path)
     assert main(tiny_args(src, tgt, tmp_path / "run", "--max-steps", "150")) == 0
-    assert export_run(tmp_path / "run", tmp_path / "onnx") == ["encoder.onnx", "decoder.onnx"]
+    files = ["encoder.onnx", "decoder.onnx", "decoder_with_past.onnx"]
+    assert export_run(tmp_path / "run", tmp_path / "onnx") == files
     meta = json.loads((tmp_path / "onnx" / "onnx.json").read_text(encoding="utf-8"))
     translator = Translator.load(tmp_path / "run", "cpu")
     tok = translator.tgt_tok
@@ -110,6 +157,15 @@ def test_translation_encoder_and_decoder_give_logits_and_greedy_ids(tmp_path):
         lambda t: decoder.run(None, {"decoder_input_ids": t, **inputs})[0], start, 20, tok.eos_id, tok.pad_id
     )
     assert theirs == before_eos(greedy.tokens, tok.eos_id) and any(len(row) > 3 for row in theirs)
+    step = session(tmp_path / "onnx" / "decoder_with_past.onnx")
+    ones = np.ones_like(start)
+    cached, _ = cached_loop(step, start, ones, 20, tok.eos_id, tok.pad_id, **inputs)
+    assert cached == theirs
+    prefix = np.concatenate([start, np.array(cached[0][:3])[None].repeat(len(texts), 0)], axis=1)
+    with torch.no_grad():  # the step logits of a prefix: the full model's at its positions
+        full = translator.model(source, torch.from_numpy(prefix)).numpy()
+    _, logged = cached_loop(step, prefix, np.ones_like(prefix), 1, tok.eos_id, tok.pad_id, **inputs)
+    assert max(np.abs(logits - full[:, i]).max() for i, logits in enumerate(logged)) < 1e-4
 
 
 def bert_inputs(tok: WordPieceTokenizer, texts: list[str], pairs: list[str]) -> dict[str, np.ndarray]:

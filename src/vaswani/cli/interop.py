@@ -67,9 +67,11 @@ def add_parsers(commands: Any) -> None:
         help="write a run as ONNX graphs",
         description="Write the run RUN_DIR as ONNX graphs in OUT, with dynamic batch and sequence axes, "
         "and onnx.json naming their inputs and outputs: a language model (lm) as model.onnx (input_ids → "
-        "logits of every position; unpadded or right-padded rows); a Transformer translator as encoder.onnx "
-        "(input_ids → encoder_hidden_states) and decoder.onnx (decoder_input_ids, encoder_hidden_states, "
-        "input_ids → logits of every target position, without past keys and values); a BERT classifier "
+        "logits of every position; unpadded or right-padded rows) and model_with_past.onnx (one new token, "
+        "attention_mask and past_key_values → its logits and present_key_values); a Transformer translator "
+        "as encoder.onnx (input_ids → encoder_hidden_states), decoder.onnx (decoder_input_ids, "
+        "encoder_hidden_states, input_ids → logits of every target position) and decoder_with_past.onnx "
+        "(with past_key_values, as the language model's); a BERT classifier "
         "(classify) as model.onnx (input_ids, token_type_ids, attention_mask → logits); mlm and encoder runs "
         "as encoder.onnx (→ last_hidden_state). Needs the onnx package. OUT must be new or empty, unless "
         "--force.",

@@ -8,18 +8,30 @@ graphs there are, their inputs and outputs, and the token ids that decoding need
 task               graph            inputs → outputs
 =================  ===============  ==========================================================
 lm                 model.onnx       input_ids → logits (batch, seq, vocab)
+lm                 model_with_past  input_ids, attention_mask, past_key_values → logits,
+                   .onnx            present_key_values
 translation        encoder.onnx     input_ids → encoder_hidden_states (batch, src, d_model)
 translation        decoder.onnx     decoder_input_ids, encoder_hidden_states, input_ids → logits
+translation        decoder_with     decoder_input_ids, encoder_hidden_states, input_ids,
+                   _past.onnx       past_key_values → logits, present_key_values
 classify (BERT)    model.onnx       input_ids, token_type_ids, attention_mask → logits
 mlm, encoder       encoder.onnx     input_ids, token_type_ids, attention_mask → last_hidden_state
 =================  ===============  ==========================================================
 
-The language model's graph takes no attention mask: its rows are unpadded or right-padded (a
-causal model's logits at the real tokens do not see the padding after them). The translation
-decoder recomputes the whole target prefix at each step (no past keys and values); its
-``input_ids`` are the source ids, whose padding the cross-attention masks. Token ids are int64,
-the attention mask int64 (1 at real tokens). ``onnx`` is imported here only, when a run is
-exported; ``torch.onnx`` needs it.
+The language model's ``model.onnx`` takes no attention mask: its rows are unpadded or
+right-padded (a causal model's logits at the real tokens do not see the padding after them). The
+translation decoder's ``input_ids`` are the source ids, whose padding the cross-attention masks.
+Token ids are int64, the attention mask int64 (1 at real tokens; the language model's covers
+the past and the new token, so left-padded rows decode too).
+
+The ``_with_past`` graphs take one new token per row (``input_ids`` or ``decoder_input_ids``
+(batch, 1)) and the keys and values of the tokens before it, ``past_key_values`` (layers, 2,
+batch, kv_heads, past, d_head: keys, then values), and return the logits of the new token and
+``present_key_values``, the same with the new token's appended (past + 1). Decoding starts from
+a past of length 0 (a prompt is fed one token at a time), so a whole greedy loop needs only
+them (and the encoder); the translation decoder recomputes its cross-attention keys from
+``encoder_hidden_states`` at each step. A model with an attention window has no such graph.
+``onnx`` is imported here only, when a run is exported; ``torch.onnx`` needs it.
 """
 
 from __future__ import annotations
@@ -35,10 +47,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vaswani.config import RunConfig
+from vaswani.config import ModelConfig, RunConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop.common import new_folder
 from vaswani.io import atomic_write, json_text
+from vaswani.layers.blocks import LayerCache
+from vaswani.layers.cache import KVCache
 from vaswani.layers.masks import padding_mask
 from vaswani.models.bert import BertClassifier
 from vaswani.models.transformer import EncodedSource, Transformer
@@ -50,7 +64,9 @@ from vaswani.rundir import RunDir
 
 OPSET = 17
 METADATA = "onnx.json"
-BATCH, SEQ, SRC = "batch", "sequence", "source_sequence"
+BATCH, SEQ, SRC, PAST, ALL = "batch", "sequence", "source_sequence", "past_sequence", "past_sequence + 1"
+PAST_AXES = {2: BATCH, 4: PAST}  # of past_key_values (layers, 2, batch, kv_heads, past, d_head)
+PRESENT_AXES = {2: BATCH, 4: ALL}
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,48 @@ class Graph:
     axes: dict[str, dict[int, str]]
 
 
+class ConcatCache(KVCache):
+    """A KV cache that traces: it starts from the past keys and values (batch, kv_heads, past,
+    d_head) and concatenates the new ones (no buffer to grow, whose size the tracer would fix)."""
+
+    def __init__(self, key: Tensor, value: Tensor) -> None:
+        super().__init__()
+        self._key, self._value, self.length = key, value, key.shape[2]
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        assert self._key is not None and self._value is not None
+        self._key, self._value = torch.cat([self._key, key], 2), torch.cat([self._value, value], 2)
+        self.length = self._key.shape[2]
+        return self._key, self._value
+
+
+class PassThrough(KVCache):
+    """A cross-attention cache that keeps nothing: its keys and values are computed from the
+    encoder output at each step."""
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        return key, value
+
+
+def _caches(past: Tensor, cross: bool) -> list[LayerCache]:
+    """A layer cache per layer of ``past_key_values`` (layers, 2, batch, kv_heads, past, d_head)."""
+    return [
+        LayerCache(ConcatCache(layer[0], layer[1]), PassThrough() if cross else KVCache())
+        for layer in past.unbind(0)
+    ]
+
+
+def _present(caches: list[LayerCache]) -> Tensor:
+    """``present_key_values`` (layers, 2, batch, kv_heads, past + new, d_head) of ``caches``."""
+    return torch.stack([torch.stack([c.self_attn.key, c.self_attn.value]) for c in caches])  # type: ignore[misc]
+
+
+def _past(cfg: ModelConfig, n_layers: int, batch: int, length: int) -> Tensor:
+    """Example past keys and values, for tracing."""
+    heads = cfg.n_kv_heads or cfg.n_heads
+    return torch.zeros(n_layers, 2, batch, heads, length, cfg.d_model // cfg.n_heads)
+
+
 class LMLogits(nn.Module):
     """A language model's logits of every position of ``input_ids``."""
 
@@ -75,6 +133,21 @@ class LMLogits(nn.Module):
 
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.model(input_ids)
+
+
+class LMStep(nn.Module):
+    """A language model's logits of one new token per row after the past keys and values, and
+    the keys and values with the new token's."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, past_key_values: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        caches = _caches(past_key_values, cross=False)
+        return self.model(input_ids, attention_mask.bool(), cache=caches), _present(caches)
 
 
 class Encoder(nn.Module):
@@ -99,6 +172,31 @@ class Decoder(nn.Module):
     def forward(self, decoder_input_ids: Tensor, encoder_hidden_states: Tensor, input_ids: Tensor) -> Tensor:
         source = EncodedSource(encoder_hidden_states, padding_mask(input_ids, self.model.config.pad_id))
         return self.model.decode(decoder_input_ids, source)[0]
+
+
+class DecoderStep(nn.Module):
+    """A translator's logits of one new target token per row after the past keys and values of
+    the target prefix, and the keys and values with the new token's."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        decoder_input_ids: Tensor,
+        encoder_hidden_states: Tensor,
+        input_ids: Tensor,
+        past_key_values: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        caches = _caches(past_key_values, cross=True)
+        mask = padding_mask(input_ids, self.model.config.pad_id)
+        source = EncodedSource(encoder_hidden_states, mask, caches)
+        # every target token is real: a mask of ones over past and new, made of the inputs (the
+        # tracer would fix the sizes of a new tensor)
+        seen = torch.ones_like(past_key_values[0, 0, :, 0, :, 0], dtype=torch.bool)
+        target_mask = torch.cat([seen, torch.ones_like(decoder_input_ids, dtype=torch.bool)], 1)
+        return self.model.decode(decoder_input_ids, source, target_mask=target_mask)[0], _present(caches)
 
 
 class BertGraph(nn.Module):
@@ -130,7 +228,23 @@ def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
         model = LanguageModel.load(run_dir, "cpu").model
         ids = _ids(2, 5)
         axes = {"input_ids": {0: BATCH, 1: SEQ}, "logits": {0: BATCH, 1: SEQ}}
-        return [Graph("model.onnx", LMLogits(model), (ids,), ("input_ids",), ("logits",), axes)], {}
+        full = Graph("model.onnx", LMLogits(model), (ids,), ("input_ids",), ("logits",), axes)
+        past = _past(run.model, run.model.n_layers, 2, 3)
+        step = Graph(
+            "model_with_past.onnx",
+            LMStep(model),
+            (ids[:, :1], torch.ones(2, 4, dtype=torch.long), past),
+            ("input_ids", "attention_mask", "past_key_values"),
+            ("logits", "present_key_values"),
+            {
+                "input_ids": {0: BATCH},
+                "attention_mask": {0: BATCH, 1: ALL},
+                "past_key_values": PAST_AXES,
+                "logits": {0: BATCH},
+                "present_key_values": PRESENT_AXES,
+            },
+        )
+        return [full] if run.model.attn_window is not None else [full, step], {}
     if run.task == "translation" and run.model.arch != "rnn":
         translator = Translator.load(run_dir, "cpu")
         tok = translator.tgt_tok
@@ -160,12 +274,29 @@ def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
                 "logits": {0: BATCH, 1: SEQ},
             },
         )
+        layers = run.model.n_decoder_layers or run.model.n_layers
+        step = Graph(
+            "decoder_with_past.onnx",
+            DecoderStep(translator.model),
+            (tgt[:, :1], memory, src, _past(run.model, layers, 2, 3)),
+            ("decoder_input_ids", "encoder_hidden_states", "input_ids", "past_key_values"),
+            ("logits", "present_key_values"),
+            {
+                "decoder_input_ids": {0: BATCH},
+                "encoder_hidden_states": source_axes,
+                "input_ids": source_axes,
+                "past_key_values": PAST_AXES,
+                "logits": {0: BATCH},
+                "present_key_values": PRESENT_AXES,
+            },
+        )
         token_ids = {
             "decoder_start_token_id": tok.bos_id,
             "eos_token_id": tok.eos_id,
             "pad_token_id": tok.pad_id,
         }
-        return [encoder, decoder], {**token_ids, "suppressed_token_ids": list(tok.suppressed_ids)}
+        found = [encoder, decoder] if run.model.attn_window is not None else [encoder, decoder, step]
+        return found, {**token_ids, "suppressed_token_ids": list(tok.suppressed_ids)}
     if run.task == "classify" and run.model.arch != "decoder_only":
         classifier = TextClassifier.load(run_dir, "cpu")
         assert isinstance(classifier.model, BertClassifier)
