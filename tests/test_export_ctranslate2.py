@@ -14,6 +14,8 @@ from vaswani.cli import main
 from vaswani.data.batching import pad
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_ids
+from vaswani.interop import import_hf
+from vaswani.interop.ct2 import export_run
 from vaswani.pipelines.translation import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -58,6 +60,34 @@ def test_ctranslate2_translates_as_vaswani_id_for_id(run, tmp_path, capsys):
     expected = without_eos(greedy.tokens, tok.eos_id)
     assert any(len(row) > 3 for row in expected)  # real translations, not all empty
     assert ct2_ids(translator, tmp_path / "ct2", ids, max_len=20) == expected
+
+
+@pytest.mark.parametrize(
+    "shape", range(3), ids=["swish-shared", "gelu-separate-tied", "swish-separate-untied"]
+)
+def test_an_imported_marian_model_translates_as_vaswani_with_pad_suppressed(tmp_path, shape):
+    """Marian's layout (<pad> last, starting the decoder and never generated: CTranslate2's
+    ``suppress_sequences``), shared, separate and untied vocabularies."""
+    from tests.hf import MARIAN_CONFIGS, marian_folder, marian_model, marian_sources
+
+    config = MARIAN_CONFIGS[shape]
+    run = import_hf(marian_folder(tmp_path / "hf", marian_model(shape, **config), config), tmp_path / "run")
+    export_run(run, tmp_path / "ct2")
+    translator = Translator.load(run, "cpu")
+    tok = translator.tgt_tok
+    src, _ = marian_sources(config, seed=3)
+    decoding = DecodingConfig(max_new_tokens=15)
+    greedy = translate_ids(
+        translator.model, src, tok.bos_id, tok.eos_id, decoding, suppress=tok.suppressed_ids
+    )
+    rows = [
+        [translator.src_tok.tokenizer.id_to_token(i) for i in row if i != tok.pad_id] for row in src.tolist()
+    ]
+    suppressed = [[tok.tokenizer.id_to_token(i)] for i in tok.suppressed_ids]
+    ct2 = ctranslate2.Translator(str(tmp_path / "ct2"))
+    results = ct2.translate_batch(rows, beam_size=1, max_decoding_length=15, suppress_sequences=suppressed)
+    theirs = [[tok.tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in results]
+    assert theirs == without_eos(greedy.tokens, tok.eos_id)
 
 
 def test_a_language_model_is_refused_in_one_line(tmp_path, capsys):

@@ -55,7 +55,13 @@ def _spec(hf_folder: Path, src_tok: TextTokenizer, tgt_tok: TextTokenizer) -> An
             spec.register_source_vocabulary(vocabulary(src_tok, model.config.vocab_size))
             spec.register_target_vocabulary(vocabulary(tgt_tok, model.config.decoder_vocab_size))
 
-    model = transformers.MarianMTModel.from_pretrained(hf_folder)
+    progress = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # no bar for a folder just written
+    try:
+        model = transformers.MarianMTModel.from_pretrained(hf_folder)
+    finally:
+        if progress:
+            transformers.utils.logging.enable_progress_bar()
     return Loader()(model, None)
 
 
