@@ -41,7 +41,9 @@ def add_parsers(commands: Any) -> None:
         "language models (lm), as GPT-2, or as Llama (LlamaForCausalLM) when their positions are rotary; "
         "translation runs, as Marian (MarianMTModel; a run imported from "
         "OPUS-MT's SentencePiece files gets them back, for MarianTokenizer); masked language models (mlm), "
-        "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty.",
+        "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty. "
+        "For CTranslate2, convert a translation run with export-ctranslate2 (CTranslate2's own converter "
+        "reads a MarianMTModel with Marian's conventions, which a vaswani run does not follow).",
     )
     p.add_argument("out", type=Path, metavar="OUT")
     p.set_defaults(handler=cmd_export)

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import export_hf
 from vaswani.interop.common import new_folder
@@ -32,8 +33,10 @@ def vocabulary(tok: TextTokenizer, rows: int) -> list[str]:
     return tokens + [f"<unused_{i}>" for i in range(len(tokens), rows)]
 
 
-def _spec(hf_folder: Path, src_tok: TextTokenizer, tgt_tok: TextTokenizer) -> Any:
-    """The CTranslate2 model specification of the ``MarianMTModel`` in ``hf_folder``."""
+def _spec(hf_folder: Path, cfg: ModelConfig, src_tok: TextTokenizer, tgt_tok: TextTokenizer) -> Any:
+    """The CTranslate2 model specification of the ``MarianMTModel`` in ``hf_folder``, exported
+    from a run of model config ``cfg`` and tokenizers ``src_tok`` and ``tgt_tok``."""
+    source, target = vocabulary(src_tok, cfg.src_vocab_size), vocabulary(tgt_tok, cfg.tgt_vocab_size)
     import transformers
     from ctranslate2.converters import transformers as loaders
 
@@ -52,8 +55,8 @@ def _spec(hf_folder: Path, src_tok: TextTokenizer, tgt_tok: TextTokenizer) -> An
             return []  # set_vocabulary registers both sides
 
         def set_vocabulary(self, spec: Any, tokens: list[str]) -> None:
-            spec.register_source_vocabulary(vocabulary(src_tok, model.config.vocab_size))
-            spec.register_target_vocabulary(vocabulary(tgt_tok, model.config.decoder_vocab_size))
+            spec.register_source_vocabulary(source)
+            spec.register_target_vocabulary(target)
 
     progress = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # no bar for a folder just written
@@ -89,7 +92,7 @@ def export_run(run_dir: Path, out_dir: Path, quantization: str | None = None) ->
             self.hf_folder = hf_folder
 
         def _load(self) -> Any:
-            return _spec(self.hf_folder, src_tok, tgt_tok)
+            return _spec(self.hf_folder, run.model, src_tok, tgt_tok)
 
     with tempfile.TemporaryDirectory() as tmp, new_folder(out_dir) as folder:
         hf_folder = export_hf(run_dir, Path(tmp) / "hf")
