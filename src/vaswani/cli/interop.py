@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_run_command
-from vaswani.cli.outputs import check_output
+from vaswani.cli.outputs import check_output, is_run
+from vaswani.errors import ConfigError
 
 
 def add_parsers(commands: Any) -> None:
@@ -120,5 +121,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> None:
     from vaswani.interop.onnx_export import export_run
 
     check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    if args.force and is_run(args.out.resolve()):  # --force writes into a folder, never a run's
+        raise ConfigError(f"OUT {args.out}: is a run directory; write the graphs elsewhere")
     files = export_run(args.run_dir, args.out, args.force)
     print(f"wrote {', '.join(files)} in {args.out} (from {args.run_dir})")

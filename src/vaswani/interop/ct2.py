@@ -74,16 +74,16 @@ def export_run(run_dir: Path, out_dir: Path, quantization: str | None = None) ->
     vocabularies) and return it: its greedy translations are vaswani's, id for id (its beam
     search normalizes scores by length its own way).
     ``quantization`` is CTranslate2's (``int8``, ``float16``, ...; None keeps float32)."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run = RunDir(run_dir).read_config()
+    if run.task != TASK or run.model.arch == "rnn":
+        raise RunDirError(f"{run_dir}: only Transformer translation runs convert to CTranslate2")
     try:
         import ctranslate2.converters
     except ImportError:
         raise ConfigError(
             "exporting to CTranslate2 needs the ctranslate2 package: pip install 'vaswani[ctranslate2]'"
         ) from None
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    run = RunDir(run_dir).read_config()
-    if run.task != TASK or run.model.arch == "rnn":
-        raise RunDirError(f"{run_dir}: only Transformer translation runs convert to CTranslate2")
     src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
     tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
 
