@@ -221,3 +221,8 @@ def test_output_folder_is_refused_unless_forced_and_other_runs_in_one_line(tmp_p
     with pytest.raises(RunDirError) as exc:
         export_run(tmp_path / "rnn", tmp_path / "rnn_onnx")
     assert "have no ONNX export" in one_line(exc) and not (tmp_path / "rnn_onnx").exists()
+    (tmp_path / "alibi").mkdir()
+    alibi = tiny_lm_run(tmp_path / "alibi", "--position", "alibi", "--max-steps", "1")
+    with pytest.raises(RunDirError) as exc:
+        export_run(alibi, tmp_path / "alibi_onnx")
+    assert "the run has position 'alibi'" in one_line(exc) and not (tmp_path / "alibi_onnx").exists()

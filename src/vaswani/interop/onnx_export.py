@@ -30,7 +30,9 @@ batch, kv_heads, past, d_head: keys, then values), and return the logits of the 
 ``present_key_values``, the same with the new token's appended (past + 1). Decoding starts from
 a past of length 0 (a prompt is fed one token at a time), so a whole greedy loop needs only
 them (and the encoder); the translation decoder recomputes its cross-attention keys from
-``encoder_hidden_states`` at each step. A model with an attention window has no such graph.
+``encoder_hidden_states`` at each step. Positions must be added to the embeddings or rotary
+(:data:`POSITIONS`), without an attention window: the tracer fixes the sizes of the others' masks
+and score biases, which are refused.
 ``onnx`` is imported here only, when a run is exported; ``torch.onnx`` needs it.
 """
 
@@ -64,6 +66,7 @@ from vaswani.rundir import RunDir
 
 OPSET = 17
 METADATA = "onnx.json"
+POSITIONS = ("sinusoidal", "sinusoidal_halves", "learned", "rope", "rope_interleaved")  # that trace
 BATCH, SEQ, SRC, PAST, ALL = "batch", "sequence", "source_sequence", "past_sequence", "past_sequence + 1"
 PAST_AXES = {2: BATCH, 4: PAST}  # of past_key_values (layers, 2, batch, kv_heads, past, d_head)
 PRESENT_AXES = {2: BATCH, 4: ALL}
@@ -88,13 +91,20 @@ class ConcatCache(KVCache):
 
     def __init__(self, key: Tensor, value: Tensor) -> None:
         super().__init__()
-        self._key, self._value, self.length = key, value, key.shape[2]
+        self.keys, self.values, self.length = key, value, key.shape[2]
+
+    @property
+    def key(self) -> Tensor:
+        return self.keys
+
+    @property
+    def value(self) -> Tensor:
+        return self.values
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        assert self._key is not None and self._value is not None
-        self._key, self._value = torch.cat([self._key, key], 2), torch.cat([self._value, value], 2)
-        self.length = self._key.shape[2]
-        return self._key, self._value
+        self.keys, self.values = torch.cat([self.keys, key], 2), torch.cat([self.values, value], 2)
+        self.length = self.keys.shape[2]
+        return self.keys, self.values
 
 
 class PassThrough(KVCache):
@@ -105,17 +115,16 @@ class PassThrough(KVCache):
         return key, value
 
 
-def _caches(past: Tensor, cross: bool) -> list[LayerCache]:
-    """A layer cache per layer of ``past_key_values`` (layers, 2, batch, kv_heads, past, d_head)."""
-    return [
-        LayerCache(ConcatCache(layer[0], layer[1]), PassThrough() if cross else KVCache())
-        for layer in past.unbind(0)
-    ]
+def _caches(past: Tensor) -> tuple[list[LayerCache], list[ConcatCache]]:
+    """A layer cache per layer of ``past_key_values`` (layers, 2, batch, kv_heads, past, d_head),
+    and their self-attention caches."""
+    selves = [ConcatCache(layer[0], layer[1]) for layer in past.unbind(0)]
+    return [LayerCache(cache, PassThrough()) for cache in selves], selves
 
 
-def _present(caches: list[LayerCache]) -> Tensor:
-    """``present_key_values`` (layers, 2, batch, kv_heads, past + new, d_head) of ``caches``."""
-    return torch.stack([torch.stack([c.self_attn.key, c.self_attn.value]) for c in caches])  # type: ignore[misc]
+def _present(selves: list[ConcatCache]) -> Tensor:
+    """``present_key_values`` (layers, 2, batch, kv_heads, past + new, d_head) of ``selves``."""
+    return torch.stack([torch.stack([cache.keys, cache.values]) for cache in selves])
 
 
 def _past(cfg: ModelConfig, n_layers: int, batch: int, length: int) -> Tensor:
@@ -146,8 +155,8 @@ class LMStep(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, past_key_values: Tensor
     ) -> tuple[Tensor, Tensor]:
-        caches = _caches(past_key_values, cross=False)
-        return self.model(input_ids, attention_mask.bool(), cache=caches), _present(caches)
+        caches, selves = _caches(past_key_values)
+        return self.model(input_ids, attention_mask.bool(), cache=caches), _present(selves)
 
 
 class Encoder(nn.Module):
@@ -189,14 +198,14 @@ class DecoderStep(nn.Module):
         input_ids: Tensor,
         past_key_values: Tensor,
     ) -> tuple[Tensor, Tensor]:
-        caches = _caches(past_key_values, cross=True)
+        caches, selves = _caches(past_key_values)
         mask = padding_mask(input_ids, self.model.config.pad_id)
         source = EncodedSource(encoder_hidden_states, mask, caches)
         # every target token is real: a mask of ones over past and new, made of the inputs (the
         # tracer would fix the sizes of a new tensor)
         seen = torch.ones_like(past_key_values[0, 0, :, 0, :, 0], dtype=torch.bool)
         target_mask = torch.cat([seen, torch.ones_like(decoder_input_ids, dtype=torch.bool)], 1)
-        return self.model.decode(decoder_input_ids, source, target_mask=target_mask)[0], _present(caches)
+        return self.model.decode(decoder_input_ids, source, target_mask=target_mask)[0], _present(selves)
 
 
 class BertGraph(nn.Module):
@@ -223,7 +232,14 @@ def _bert_inputs() -> tuple[tuple[Tensor, ...], tuple[str, ...], dict[str, dict[
 
 def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
     """The graphs of the run ``run_dir`` (its config ``run``) and what ``onnx.json`` says beyond
-    them (token ids, labels); a task without graphs is a :class:`RunDirError` naming those with."""
+    them (token ids, labels); a task without graphs is a :class:`RunDirError` naming those with,
+    and so is a model whose attention the tracer cannot follow (positions as a bias on the scores,
+    an attention window)."""
+    if run.model.position not in POSITIONS or run.model.attn_window is not None:
+        raise RunDirError(
+            f"{run_dir}: ONNX export needs positions {', '.join(POSITIONS)} and no attention window; "
+            f"the run has position {run.model.position!r}, attn_window {run.model.attn_window}"
+        )
     if run.task == "lm":
         model = LanguageModel.load(run_dir, "cpu").model
         ids = _ids(2, 5)
@@ -244,7 +260,7 @@ def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
                 "present_key_values": PRESENT_AXES,
             },
         )
-        return [full] if run.model.attn_window is not None else [full, step], {}
+        return [full, step], {}
     if run.task == "translation" and run.model.arch != "rnn":
         translator = Translator.load(run_dir, "cpu")
         tok = translator.tgt_tok
@@ -295,8 +311,7 @@ def graphs(run_dir: Path, run: RunConfig) -> tuple[list[Graph], dict[str, Any]]:
             "eos_token_id": tok.eos_id,
             "pad_token_id": tok.pad_id,
         }
-        found = [encoder, decoder] if run.model.attn_window is not None else [encoder, decoder, step]
-        return found, {**token_ids, "suppressed_token_ids": list(tok.suppressed_ids)}
+        return [encoder, decoder, step], {**token_ids, "suppressed_token_ids": list(tok.suppressed_ids)}
     if run.task == "classify" and run.model.arch != "decoder_only":
         classifier = TextClassifier.load(run_dir, "cpu")
         assert isinstance(classifier.model, BertClassifier)
