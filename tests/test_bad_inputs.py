@@ -780,6 +780,13 @@ CLI = [
     Cli("interop", "export into a run", ["export-hf", "{lm}", "{mlm}"], ["mlm_run", "already exists"]),
     Cli("interop", "export nothing", ["export-hf", "{tmp}/none", "{tmp}/out"], ["none", "no such run"]),
     Cli("interop", "export a run of a newer format", ["export-hf", "{newer}", "{tmp}/out"], NEWER),
+    Cli("interop", "export-onnx an image run", ["export-onnx", "{img}", "{tmp}/out"],
+        ["'image'", "have no ONNX export"]),
+    Cli("interop", "export-onnx into a run", ["export-onnx", "{lm}", "{mlm}"], ["mlm_run", "already exists"]),
+    Cli("interop", "export-onnx --force into a run", ["export-onnx", "{lm}", "{mlm}", "--force"],
+        ["mlm_run", "is a run directory"]),
+    Cli("interop", "export-ctranslate2 a language model", ["export-ctranslate2", "{lm}", "{tmp}/out"],
+        ["lm_run", "only Transformer translation runs"]),
     # average
     Cli("average", "--last 0", ["average", "{tr}", "--last", "0"], ["--last", ">= 1"]),
     Cli("average", "more checkpoints than kept", ["average", "{tr}", "--last", "5"],

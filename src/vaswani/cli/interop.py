@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from vaswani.cli.common import add_run_command
-from vaswani.cli.outputs import check_output
+from vaswani.cli.outputs import check_output, is_run
+from vaswani.errors import ConfigError
 
 
 def add_parsers(commands: Any) -> None:
@@ -40,10 +42,50 @@ def add_parsers(commands: Any) -> None:
         "language models (lm), as GPT-2, or as Llama (LlamaForCausalLM) when their positions are rotary; "
         "translation runs, as Marian (MarianMTModel; a run imported from "
         "OPUS-MT's SentencePiece files gets them back, for MarianTokenizer); masked language models (mlm), "
-        "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty.",
+        "as BERT (BertForMaskedLM); encoder runs (encoder), as BERT (BertModel). OUT must be new or empty. "
+        "For CTranslate2, convert a translation run with export-ctranslate2 (CTranslate2's own converter "
+        "reads a MarianMTModel with Marian's conventions, which a vaswani run does not follow).",
     )
     p.add_argument("out", type=Path, metavar="OUT")
     p.set_defaults(handler=cmd_export)
+    p = add_run_command(
+        commands,
+        "export-ctranslate2",
+        help="write a translation run as a CTranslate2 model folder",
+        description="Write the translation run RUN_DIR as a CTranslate2 model folder OUT that "
+        "ctranslate2.Translator loads, giving vaswani's translations id for id (CTranslate2's own "
+        "converter reads an export-hf folder with Marian's conventions, which a vaswani run does not "
+        "follow). Needs the ctranslate2 and transformers packages. OUT must be new or empty.",
+    )
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
+        help="CTranslate2's weight quantization (default: none, float32 weights)",
+    )
+    p.set_defaults(handler=cmd_export_ctranslate2)
+    p = add_run_command(
+        commands,
+        "export-onnx",
+        help="write a run as ONNX graphs",
+        description="Write the run RUN_DIR as ONNX graphs in OUT, with dynamic batch and sequence axes, "
+        "and onnx.json naming their inputs and outputs: a language model (lm) as model.onnx (input_ids → "
+        "logits of every position; unpadded or right-padded rows) and model_with_past.onnx (one new token, "
+        "attention_mask and past_key_values → its logits and present_key_values); a Transformer translator "
+        "as encoder.onnx (input_ids → encoder_hidden_states), decoder.onnx (decoder_input_ids, "
+        "encoder_hidden_states, input_ids → logits of every target position) and decoder_with_past.onnx "
+        "(with past_key_values, as the language model's); a BERT classifier "
+        "(classify) as model.onnx (input_ids, token_type_ids, attention_mask → logits); mlm and encoder runs "
+        "as encoder.onnx (→ last_hidden_state). Needs the onnx package. OUT must be new or empty, unless "
+        "--force.",
+    )
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into OUT even if it holds files (replacing those of the same names)",
+    )
+    p.set_defaults(handler=cmd_export_onnx)
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -58,5 +100,28 @@ def cmd_export(args: argparse.Namespace) -> None:
     from vaswani.interop import export_hf
 
     check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    from vaswani.interop.marian_folder import unread_target_side
+
     out = export_hf(args.run_dir, args.out)
     print(f"wrote Hugging Face model folder {out} (from {args.run_dir})")
+    note = unread_target_side(out)
+    if note is not None:
+        print(note, file=sys.stderr)
+
+
+def cmd_export_ctranslate2(args: argparse.Namespace) -> None:
+    from vaswani.interop.ct2 import export_run
+
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    out = export_run(args.run_dir, args.out, args.quantization)
+    print(f"wrote CTranslate2 model folder {out} (from {args.run_dir})")
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> None:
+    from vaswani.interop.onnx_export import export_run
+
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    if args.force and is_run(args.out.resolve()):  # --force writes into a folder, never a run's
+        raise ConfigError(f"OUT {args.out}: is a run directory; write the graphs elsewhere")
+    files = export_run(args.run_dir, args.out, args.force)
+    print(f"wrote {', '.join(files)} in {args.out} (from {args.run_dir})")

@@ -340,3 +340,17 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
         out / "tokenizer_config.json",
         {**tokenizer_config, **_special_tokens(src_tok), "model_max_length": run.model.max_len},
     )
+
+
+def unread_target_side(folder: Path) -> str | None:
+    """A note naming what Hugging Face will not read in the exported ``folder``, or None: a
+    separate target vocabulary without OPUS-MT's SentencePiece files is kept in
+    ``target_tokenizer.json``, which ``AutoTokenizer`` ignores (its ``decode`` and ``text_target``
+    use the source side); ``MarianTokenizer``'s separate vocabularies need SentencePiece models,
+    which a BPE run has none of."""
+    if not (folder / HF_TARGET_TOKENIZER).is_file() or (folder / SOURCE_SPM).is_file():
+        return None
+    return (
+        f"note: AutoTokenizer reads only {HF_TOKENIZER} (the source side); decode target ids with "
+        f"{HF_TARGET_TOKENIZER} (tokenizers.Tokenizer.from_file)"
+    )

@@ -88,8 +88,9 @@ def sdpa(
         scores = bias.scores(q)  # the scheme's bias is added to the scaled scores
         attn_mask = scores if allowed is None else torch.where(allowed, scores, torch.finfo(scores.dtype).min)
     gqa = {"enable_gqa": True} if enable_gqa else {}
+    # bool(): under torch.onnx's tracer the comparison of shapes is a tensor, which SDPA refuses
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal, **gqa
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=bool(is_causal), **gqa
     )
     return (out if has_key is None else out * has_key), None
 
