@@ -15,7 +15,7 @@ import yaml
 from vaswani.cli import build_parser, parse
 from vaswani.cli.flags import _base_type, flag_names
 from vaswani.cli.train import flags_of
-from vaswani.config import ModelConfig, TrainConfig
+from vaswani.config import FAMILY_FIELDS, ModelConfig, TrainConfig
 from vaswani.recipes import Sections
 from vaswani.schema import Range
 from vaswani.tasks import registry
@@ -51,13 +51,17 @@ def as_argv(value: Any) -> list[str]:
 
 
 def flag_cases() -> list[tuple[str, str, str, Any, Any]]:
-    """(task, section, field, the file's value, the flag's value) for every flag with a config field."""
+    """(task, section, field, the file's value, the flag's value) for every flag with a config field
+    (of the model's fields, those the task's archs read: ``train translation`` has no ``--image-size``)."""
     cases = []
     for spec in registry.trainable():
         for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("data", spec.data)):
             hints = typing.get_type_hints(cls)
             for f in dataclasses.fields(cls):
-                values = two_values(f, hints[f.name]) if flag_names(f) else None
+                others = section == "model" and not set(FAMILY_FIELDS.get(f.name, spec.archs)) & set(
+                    spec.archs
+                )
+                values = two_values(f, hints[f.name]) if flag_names(f) and not others else None
                 if values is not None:
                     cases.append((spec.name, section, f.name, *values))
     return cases
