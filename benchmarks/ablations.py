@@ -22,6 +22,7 @@ against steps, one panel with warmup and one without) to ``--results``:
 
     python benchmarks/ablations.py                      # 18 runs of 200 steps, two at a time (~30 min)
     python benchmarks/ablations.py --steps 40 --norms post_ln --positions sinusoidal   # two runs
+    python benchmarks/ablations.py --quick    # a smoke run: two runs of 2 steps on a tiny corpus
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import math
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -124,7 +126,8 @@ def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     )
     row["diverged"] = bool(row["error"]) or not row["valid_loss"] < row["unigram_loss"]
     log = read_train_log(run_dir / "train_log.csv")
-    row["curve"] = (log["step"], log["valid_loss"])
+    evaluated = [i for i, loss in enumerate(log["valid_loss"]) if math.isfinite(loss)]  # not train rows
+    row["curve"] = ([log["step"][i] for i in evaluated], [log["valid_loss"][i] for i in evaluated])
     row["minutes"] = (time.perf_counter() - started) / 60
     return row
 
@@ -197,7 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--norms", nargs="+", choices=NORMS, default=NORMS)
     parser.add_argument("--positions", nargs="+", choices=POSITIONS, default=POSITIONS)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 steps on a tiny corpus")
     args = parser.parse_args(argv)
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:  # Multi30k's file names over the tiny corpus of benchmarks/quick.py
+        import quick
+
+        folder = Path(scratch.name)
+        args.data, args.out, args.results = folder / "data", folder / "runs", folder / "results"
+        args.data.mkdir()
+        for seed, split in enumerate(("train", "val", "test2016")):
+            quick.parallel_corpus(args.data, 120 if split == "train" else 16, (f"{split}.de", f"{split}.en"), seed)
+        args.steps, args.jobs, args.norms, args.positions = 2, 1, ["pre_ln"], ["sinusoidal"]
     if not (args.data / SPLITS["src"]).is_file():
         print(f"ablations: {args.data}: no Multi30k here (give --data)", file=sys.stderr)
         return 2

@@ -7,12 +7,16 @@ command uses); the sentences are cut into buckets by their number of source word
 is scored with sacreBLEU (the run's BLEU tokenizer). Prints a Markdown table, one row per run.
 
     python benchmarks/length_buckets.py RUN_DIR [RUN_DIR ...] [--edges 4,6,8,10]
+    python benchmarks/length_buckets.py --quick     # a smoke run on a tiny run it trains
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
+
+import quick
 
 from vaswani.data.config import ParallelData
 from vaswani.metrics import bleu, chrf
@@ -57,9 +61,15 @@ def scored(run_dir: Path, edges: list[int]) -> tuple[str, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR")
     parser.add_argument("--edges", default="4,6,8,10", help="last source length of each bucket but the last")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny run trained for it")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:
+        args.runs = [quick.train("translation", Path(scratch.name))]
+    elif not args.runs:
+        parser.error("give at least one RUN_DIR (or --quick)")
     edges = [int(e) for e in args.edges.split(",")]
     print("| run | " + " | ".join(f"{name_of(b)} words" for b in buckets(edges)) + " |")
     print("|---" * (len(edges) + 2) + "|")

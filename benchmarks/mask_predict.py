@@ -2,6 +2,7 @@
 the test split both runs were trained with (their valid split without one).
 
     python benchmarks/mask_predict.py --nat runs/nat --ar runs/zh
+    python benchmarks/mask_predict.py --quick     # a smoke run on tiny runs it trains
 
 prints a markdown table: test BLEU (cased, lowercased) and chrF of the translation run greedy and with
 beam 5, and of the nat run at T ∈ {1, 4, 10} × l ∈ {1, 3, 5}; and sentences/s at batch 1 over the
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from pathlib import Path
 
+import quick
 import torch
 from timing import cpu_description
 from translation_results import decodings, scores, test_pairs, timed
@@ -26,11 +29,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nat", type=Path, required=True, help="a nat run (vaswani train nat)")
-    parser.add_argument("--ar", type=Path, required=True, help="a translation run on the same data")
+    parser.add_argument("--nat", type=Path, help="a nat run (vaswani train nat)")
+    parser.add_argument("--ar", type=Path, help="a translation run on the same data")
     parser.add_argument("--timed", type=int, default=100, help="test sentences timed at batch 1")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny runs trained for it")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:
+        args.ar, args.nat = (quick.train(task, Path(scratch.name)) for task in ("translation", "nat"))
+        args.timed = 4
+    elif args.nat is None or args.ar is None:
+        parser.error("give --nat and --ar (or --quick)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     pairs = test_pairs(args.nat)

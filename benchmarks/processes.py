@@ -10,6 +10,7 @@ are summed over a socket.
 
     python benchmarks/processes.py                      # lm, 1 against 2 processes, 60 steps
     python benchmarks/processes.py --task translation --nproc 2 --steps 100
+    python benchmarks/processes.py --quick              # a smoke run: a tiny lm, 3 steps, one round
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import quick
 import torch
 from timing import available_cores, cpu_description
 
@@ -50,9 +52,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nproc", type=int, default=2, help="processes against one (2)")
     parser.add_argument("--steps", type=int, default=60, help="training steps a run (60)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each configuration, alternating (2)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny lm, 3 steps, one round")
     args, extra = parser.parse_known_args(argv)
     rates: dict[int, list[float]] = {1: [], args.nproc: []}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.quick:  # the tiny lm of benchmarks/quick.py, for 3 steps, once
+            args.task, args.steps, args.rounds = "lm", 3, 1
+            text = quick.parallel_corpus(Path(tmp))[1]
+            extra += ["--text", str(text), "--batch-tokens", "256", *quick.TINY_MODEL]
         for _ in range(args.rounds):
             for n in rates:
                 rates[n].append(tokens_per_second(args.task, n, args.steps, Path(tmp), extra))

@@ -83,9 +83,10 @@ def valid_ids(run: RunConfig, lm: LanguageModel) -> torch.Tensor:
 
 
 def best_logged(run_dir: Path) -> tuple[float, int]:
-    """The lowest valid loss in ``train_log.csv`` and its step."""
+    """The lowest valid loss in ``train_log.csv`` and its step (evaluation rows only: the training
+    rows between them leave ``valid_loss`` empty)."""
     with (run_dir / "train_log.csv").open(encoding="utf-8") as f:
-        rows = [(float(r["valid_loss"]), int(r["step"])) for r in csv.DictReader(f)]
+        rows = [(float(r["valid_loss"]), int(r["step"])) for r in csv.DictReader(f) if r["valid_loss"]]
     return min(rows)
 
 

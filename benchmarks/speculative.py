@@ -2,7 +2,7 @@
 greedy decoding, and int8 weights against fp32, in tokens per second.
 
     python benchmarks/speculative.py TARGET_RUN DRAFT_RUN               # ~2 min on 2 quiet cores
-    python benchmarks/speculative.py TARGET_RUN DRAFT_RUN --quick       # a smoke run
+    python benchmarks/speculative.py --quick      # a smoke run on tiny runs it trains
     python benchmarks/speculative.py TARGET_RUN DRAFT_RUN --threads 1 --clock cpu
 
 The runs are ``vaswani train lm`` (the shipped default) and a draft a quarter of its size trained on
@@ -20,9 +20,11 @@ import argparse
 import copy
 import datetime
 import statistics
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import quick
 import torch
 from timing import add_clock_flag, clock, cpu_description, use_clock
 
@@ -54,15 +56,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("target", type=Path)
-    parser.add_argument("draft", type=Path)
+    parser.add_argument("target", type=Path, nargs="?")
+    parser.add_argument("draft", type=Path, nargs="?")
     parser.add_argument("--tokens", type=int, default=100, help="new tokens a prompt (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="passes over the prompts (default 3)")
     parser.add_argument("--draft-tokens", type=int, nargs="*", default=[4], help="fixed k to time too")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="two prompts, 40 tokens, one round")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: tiny runs, two prompts, 40 tokens, one round"
+    )
     add_clock_flag(parser)
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:  # a character-level target and a draft of half its width, on one text
+        folder = Path(scratch.name)
+        args.target = quick.train("lm", folder / "target", "--tokenizer", "char")
+        args.draft = quick.train("lm", folder / "draft", "--tokenizer", "char", "--d-model", "16")
+    elif args.target is None or args.draft is None:
+        parser.error("give TARGET_RUN and DRAFT_RUN (or --quick)")
     use_clock(args.clock)
     torch.set_num_threads(args.threads)
     prompts, tokens, rounds = (PROMPTS[:2], 40, 1) if args.quick else (PROMPTS, args.tokens, args.rounds)

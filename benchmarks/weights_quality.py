@@ -3,6 +3,7 @@ validation split and the BLEU of a translation run on its own test split, fp32 b
 ``--dtype bf16`` and ``--quantize int8`` (targets: perplexity within +1% relative, BLEU within 0.3).
 
     python benchmarks/weights_quality.py --lm runs/lm --translation runs/zh   # the default recipes' runs
+    python benchmarks/weights_quality.py --quick     # a smoke run on tiny runs it trains
 
 Every window of the validation text is scored (not the trainer's sample of ``eval_sentences``
 windows); the translation is greedy, as ``vaswani evaluate`` does.
@@ -14,8 +15,10 @@ import argparse
 import copy
 import datetime
 import math
+import tempfile
 from pathlib import Path
 
+import quick
 import torch
 from timing import cpu_description
 
@@ -66,7 +69,11 @@ def main() -> None:
     parser.add_argument("--lm", type=Path, help="an lm run (the default recipe's)")
     parser.add_argument("--translation", type=Path, help="a translation run (the default recipe's)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny runs trained for it")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:
+        args.lm, args.translation = (quick.train(task, Path(scratch.name)) for task in ("lm", "translation"))
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_description()}; torch {torch.__version__}; {datetime.date.today()}")
     rows = []
