@@ -210,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         args.data, args.out, args.results = folder / "data", folder / "runs", folder / "results"
         args.data.mkdir()
         for seed, split in enumerate(("train", "val", "test2016")):
-            quick.parallel_corpus(args.data, 120 if split == "train" else 16, (f"{split}.de", f"{split}.en"), seed)
+            quick.parallel_corpus(
+                args.data, 120 if split == "train" else 16, (f"{split}.de", f"{split}.en"), seed
+            )
         args.steps, args.jobs, args.norms, args.positions = 2, 1, ["pre_ln"], ["sinusoidal"]
     if not (args.data / SPLITS["src"]).is_file():
         print(f"ablations: {args.data}: no Multi30k here (give --data)", file=sys.stderr)

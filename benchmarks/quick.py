@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vaswani.cli import main as vaswani
 
-WORDS = "one two three four five six seven eight nine ten eleven twelve".split()
+WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 TINY_MODEL = ("--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1", "--no-bf16")
 
 

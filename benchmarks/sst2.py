@@ -88,11 +88,19 @@ def row(name: str, run: Path) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def plan(
-    out: Path, train: Path, dev: Path, minutes: float, *extra: str
-) -> list[tuple[str, str, list[str]]]:
+def plan(out: Path, train: Path, dev: Path, minutes: float, *extra: str) -> list[tuple[str, str, list[str]]]:
     """(row name, run folder in ``out``, ``vaswani`` arguments) of the two fine-tuning runs."""
-    data = ["train", "classify", "--train", str(train), "--dev", str(dev), "--max-minutes", f"{minutes:g}", *extra]
+    data = [
+        "train",
+        "classify",
+        "--train",
+        str(train),
+        "--dev",
+        str(dev),
+        "--max-minutes",
+        f"{minutes:g}",
+        *extra,
+    ]
     return [
         ("all-MiniLM-L6-v2 (pretrained)", "pretrained", [*data, "--init", str(out / "minilm")]),
         ("same shape, random init", "random", [*data, *MINILM_SHAPE]),
