@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import length_batches
 from vaswani.data.config import LabeledData
+from vaswani.data.hf_datasets import labeled_examples, train_and_dev
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import BertClassifier
@@ -85,17 +86,31 @@ class Examples:
 
 
 def load_labeled(spec: LabeledData) -> Examples:
-    """Read the training file, take its sorted label set (or the run's, ``spec.labels``), and read
-    the dev file with the same columns, refusing labels the training file does not have."""
-    if spec.train_file is None or spec.dev_file is None:
+    """Read the training file (or split of ``spec.dataset``), take its sorted label set (or the
+    run's, ``spec.labels``), and read the dev file (or split) with the same columns, refusing labels
+    the training examples do not have."""
+    if spec.dataset is not None:
+        (train_split, train_name), (dev_split, dev_name) = train_and_dev(
+            spec.dataset, spec.split, spec.dev_split
+        )
+        train = labeled_examples(train_split, train_name, spec.text_columns, spec.label_column, spec.labels)
+    elif spec.train_file is None or spec.dev_file is None:
         raise ConfigError("config field 'data.train_file': a classifier needs --train and --dev files")
-    train = read_labeled(spec.train_file, spec.text_columns, spec.label_column, spec.file_format, spec.labels)
+    else:
+        train_name = spec.train_file
+        train = read_labeled(
+            spec.train_file, spec.text_columns, spec.label_column, spec.file_format, spec.labels
+        )
     labels = spec.labels or train.labels
     if len(labels) < 2:
         raise DataError(
-            f"{spec.train_file}: every example has the label {labels[0]!r}; a classifier needs two or more"
+            f"{train_name}: every example has the label {labels[0]!r}; a classifier needs two or more"
         )
-    dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
+    if spec.dataset is not None:
+        dev = labeled_examples(dev_split, dev_name, train.text_columns, train.label_column, labels)
+    else:
+        assert spec.dev_file is not None
+        dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
     return Examples(train, dev, labels)
 
 
