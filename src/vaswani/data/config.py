@@ -294,7 +294,8 @@ class LMData(TextData):
     )
 
     def _check(self) -> None:
-        if self.init is not None and self.source not in ("text", "dataset"):
+        new_text = {"text": self.text, "dataset": self.dataset}.get(self.source)
+        if self.init is not None and not new_text:
             self._fail("text", "an --init run trains on new text: give --text FILES or --dataset PATH")
         if self.streaming and self.source != "dataset":
             self._fail("streaming", "streaming reads a --dataset")

@@ -85,32 +85,36 @@ class Examples:
     labels: tuple[str, ...]
 
 
+Columns = Sequence[str] | None
+
+
 def load_labeled(spec: LabeledData) -> Examples:
     """Read the training file (or split of ``spec.dataset``), take its sorted label set (or the
     run's, ``spec.labels``), and read the dev file (or split) with the same columns, refusing labels
     the training examples do not have."""
     if spec.dataset is not None:
-        (train_split, train_name), (dev_split, dev_name) = train_and_dev(
-            spec.dataset, spec.split, spec.dev_split
-        )
-        train = labeled_examples(train_split, train_name, spec.text_columns, spec.label_column, spec.labels)
+        train_split, dev_split = train_and_dev(spec.dataset, spec.split, spec.dev_split)
+
+        def read(dev: bool, columns: Columns, label: str | None, labels: Columns) -> LabeledFile:
+            return labeled_examples(*(dev_split if dev else train_split), columns, label, labels)
+
+        train_name = train_split[1]
     elif spec.train_file is None or spec.dev_file is None:
         raise ConfigError("config field 'data.train_file': a classifier needs --train and --dev files")
     else:
+        files = spec.train_file, spec.dev_file
+
+        def read(dev: bool, columns: Columns, label: str | None, labels: Columns) -> LabeledFile:
+            return read_labeled(files[dev], columns, label, spec.file_format, labels)
+
         train_name = spec.train_file
-        train = read_labeled(
-            spec.train_file, spec.text_columns, spec.label_column, spec.file_format, spec.labels
-        )
+    train = read(False, spec.text_columns, spec.label_column, spec.labels)
     labels = spec.labels or train.labels
     if len(labels) < 2:
         raise DataError(
             f"{train_name}: every example has the label {labels[0]!r}; a classifier needs two or more"
         )
-    if spec.dataset is not None:
-        dev = labeled_examples(dev_split, dev_name, train.text_columns, train.label_column, labels)
-    else:
-        assert spec.dev_file is not None
-        dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
+    dev = read(True, train.text_columns, train.label_column, labels)
     return Examples(train, dev, labels)
 
 
