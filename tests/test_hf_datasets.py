@@ -314,7 +314,7 @@ def test_a_none_value_and_an_empty_split_are_one_line(tmp_path, capsys):
     err = _refused(capsys, ["train", "lm", "--dataset", str(path), "--out", str(tmp_path / "r")])
     assert "row 1" in err and "'text'" in err and "None" in err
     path = write_dataset(tmp_path, {"train": {"text": []}}, "csv")  # datasets itself refuses it
-    assert "cannot read the dataset (Instruction \"train\" corresponds to no data!)" in _refused(
+    assert 'cannot read the dataset (Instruction "train" corresponds to no data!)' in _refused(
         capsys, ["train", "lm", "--dataset", str(path), "--out", str(tmp_path / "r")]
     )
 
