@@ -32,6 +32,32 @@ class DataConfig(Config):
 
 
 @dataclass(frozen=True)
+class DatasetData(DataConfig):
+    """A Hugging Face dataset as a task's data (:mod:`vaswani.data.hf_datasets`, read offline):
+    ``dataset``, a ``save_to_disk`` folder, a folder of data files or one Parquet, JSON Lines, JSON
+    or CSV file (stored absolute); its ``split`` is trained on and ``dev_split`` scored on (null:
+    ``validation`` where the dataset has one; without it, the task's own held-out part where it has
+    one). The columns are the task's fields."""
+
+    dataset: str | None = flag(
+        None,
+        "a Hugging Face dataset instead of files: a save_to_disk folder, a folder of data files, or a "
+        ".parquet, .jsonl, .json or .csv file (read offline; needs vaswani[datasets])",
+        metavar="PATH",
+    )
+    split: str = flag("train", "the --dataset split to train on (default train)")
+    dev_split: str | None = flag(
+        None, "the --dataset split to score on (default: validation, where the dataset has one)"
+    )
+
+    def _refuse_files(self, *fields: str) -> None:
+        """A dataset replaces the files of ``fields``: refuse both given."""
+        for name in fields:
+            if self.dataset is not None and getattr(self, name) is not None:
+                self._fail(name, "--dataset replaces the files: give one or the other")
+
+
+@dataclass(frozen=True)
 class WordVectorsData(DataConfig):
     """Pretrained word vectors as the input embedding (translation's source, a classifier's or
     tagger's encoder): ``word_vectors``, a file in one of :data:`VECTOR_FORMATS`
@@ -87,21 +113,26 @@ class EncoderData(WordVectorsData):
 
 
 @dataclass(frozen=True)
-class ParallelData(WordVectorsData):
+class ParallelData(WordVectorsData, DatasetData):
     """Sentence pairs for translation.
 
     ``source="default"`` generates the embedded English→Chinese corpus (``seed``, ``n_*`` sizes);
     ``source="files"`` reads the user's parallel files (absolute paths); ``source="tsv"`` reads
     sentence pairs from two ``columns`` of one tab-separated file (``pairs``) and holds out
     ``n_test`` and ``n_valid`` of them at random (``seed``), keeping every translation of one
-    source sentence in the same split. BPE tokenizers of ``vocab_size`` pieces are trained on
-    the training text, one per side or one for both (``shared_vocab``); ``tokenizer`` "word" makes the
-    source side a word-level vocabulary of ``vocab_size`` words instead (the words of the training
-    text, most frequent first; for ``word_vectors``). ``bleu_tokenize`` is
-    sacreBLEU's tokenizer; left null, it is chosen from the target language.
+    source sentence in the same split; ``source="dataset"`` reads the pairs of a Hugging Face
+    ``dataset`` (:class:`DatasetData`) from its ``source_column`` and ``target_column``, or, with
+    ``source_lang`` and ``target_lang``, from its ``translation`` column of one sentence per
+    language (its ``test`` split, where it has one, is the test). BPE tokenizers of ``vocab_size``
+    pieces are trained on the training text, one per side or one for both (``shared_vocab``);
+    ``tokenizer`` "word" makes the source side a word-level vocabulary of ``vocab_size`` words
+    instead (the words of the training text, most frequent first; for ``word_vectors``).
+    ``bleu_tokenize`` is sacreBLEU's tokenizer; left null, it is chosen from the target language.
     """
 
-    source: str = flag("files", "default (the embedded corpus), files (--src/--tgt) or tsv (--pairs)")
+    source: str = flag(
+        "files", "default (the embedded corpus), files (--src/--tgt), tsv (--pairs) or dataset (--dataset)"
+    )
     seed: int = flag(
         0,
         "seed of the embedded corpus and of the --pairs split",
@@ -128,6 +159,14 @@ class ParallelData(WordVectorsData):
         metavar="SRC,TGT",
         range="[0, inf)",
     )
+    source_column: str = flag("source", "the --dataset column of the source sentences (default source)")
+    target_column: str = flag("target", "the --dataset column of the target sentences (default target)")
+    source_lang: str | None = flag(
+        None, "the source language in a --dataset's translation column ({'de': ..., 'en': ...}), such as de"
+    )
+    target_lang: str | None = flag(
+        None, "the target language in a --dataset's translation column, such as en"
+    )
     vocab_size: int = flag(8000, "BPE vocabulary size per tokenizer", range="(0, inf)")
     shared_vocab: bool = flag(False, "one BPE for both languages")
     tokenizer: str = flag(
@@ -152,7 +191,7 @@ class ParallelData(WordVectorsData):
 
     def _check(self) -> None:
         super()._check()
-        self._one_of("source", ("default", "files", "tsv"))
+        self._one_of("source", ("default", "files", "tsv", "dataset"))
         self._one_of("tokenizer", PARALLEL_TOKENIZERS)
         self._check_vectors(self.tokenizer, "tokenizer")
         if self.tokenizer == "word" and self.shared_vocab:
@@ -163,6 +202,11 @@ class ParallelData(WordVectorsData):
             self._fail("src", "files need both 'src' and 'tgt'")
         if self.source == "tsv" and self.pairs is None:
             self._fail("pairs", "source 'tsv' needs the tab-separated file of sentence pairs")
+        if self.source == "dataset" and self.dataset is None:
+            self._fail("dataset", "source 'dataset' needs the dataset (--dataset PATH)")
+        self._refuse_files("src", "pairs")
+        if (self.source_lang is None) != (self.target_lang is None):
+            self._fail("source_lang", "'source_lang' and 'target_lang' go together")
         if self.columns[0] == self.columns[1]:
             self._fail("columns", f"two different column numbers >= 0, got {list(self.columns)}")
         for a, b in (("valid_src", "valid_tgt"), ("test_src", "test_tgt")):
@@ -176,12 +220,14 @@ class ParallelData(WordVectorsData):
 
 
 @dataclass(frozen=True)
-class TextData(DataConfig):
+class TextData(DatasetData):
     """Plain text for a language model (GPT) or a masked language model (BERT).
 
     The text comes from ``text`` (files or folders, ``source="text"``) or the embedded default
-    (Python's own documentation, ``source="default"``); the last ``valid_fraction`` of it is held
-    out. A language model splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size``
+    (Python's own documentation, ``source="default"``) or a Hugging Face ``dataset``, one document
+    a row of its ``text_column`` (``source="dataset"``, :class:`DatasetData`); the last
+    ``valid_fraction`` of it is held out (of a dataset without a ``dev_split``: of its ``split``).
+    A language model splits it with a ``tokenizer`` ("bpe": byte-level BPE of ``vocab_size``
     pieces, as GPT-2; "char": one token per character). ``eos_token`` (``<|endoftext|>``) and
     ``bos_token`` (none) are the special tokens of the run's tokenizer (see
     :class:`~vaswani.tokenizer.LMTokenizer`); a run imported from a Llama checkpoint keeps its own.
@@ -195,8 +241,9 @@ class TextData(DataConfig):
     a line) instead of windows.
     """
 
-    source: str = flag("default", "default (the embedded text) or text (--text)")
+    source: str = flag("default", "default (the embedded text), text (--text) or dataset (--dataset)")
     text: tuple[str, ...] | None = flag(None, "text files or folders to train on", nargs="+")
+    text_column: str = flag("text", "the --dataset column of the text (default text)")
     tokenizer: str = flag("bpe", "byte-level BPE (default) or characters (lm)", choices=LM_TOKENIZERS)
     vocab_size: int = flag(8000, "BPE (lm) or WordPiece (mlm) vocabulary size", range="(0, inf)")
     valid_fraction: float = flag(0.1, "held-out end of the text (default 0.1)", range="(0, 1)")
@@ -215,10 +262,13 @@ class TextData(DataConfig):
 
     def _check(self) -> None:
         super()._check()
-        self._one_of("source", ("default", "text"))
+        self._one_of("source", ("default", "text", "dataset"))
         self._one_of("tokenizer", LM_TOKENIZERS)
         if self.source == "text" and not self.text:
             self._fail("text", "source 'text' needs at least one file or folder")
+        if self.source == "dataset" and self.dataset is None:
+            self._fail("dataset", "source 'dataset' needs the dataset (--dataset PATH)")
+        self._refuse_files("text")
         if self.mask_random + self.mask_keep > 1.0:
             total = self.mask_random + self.mask_keep
             self._fail("mask_keep", f"mask_random + mask_keep must be <= 1, got {total}")
@@ -228,28 +278,40 @@ class TextData(DataConfig):
 class LMData(TextData):
     """A language model's text (:class:`TextData`), and the lm run ``init`` that a new run
     continues from (null: from scratch): its model config, tokenizer and weights, on the new
-    ``text``."""
+    ``text``. With ``streaming``, the ``dataset`` is read a batch of rows at a time and its token
+    ids written to a file that training memory-maps (:mod:`vaswani.pipelines.lm_text`), so that a
+    corpus larger than memory can be trained on."""
 
     init: str | None = flag(
         None,
         "continue from this lm run (one trained here, or imported from GPT-2 or Llama) on --text",
         metavar="RUN_DIR",
     )
+    streaming: bool = flag(
+        False,
+        "read --dataset as a stream: its token ids go to a file in the run directory that training "
+        "memory-maps (for corpora larger than memory; needs a --dev-split or a validation split)",
+    )
 
     def _check(self) -> None:
-        if self.init is not None and (self.source != "text" or not self.text):
-            self._fail("text", "an --init run trains on new text: give --text FILES")
+        new_text = {"text": self.text, "dataset": self.dataset}.get(self.source)
+        if self.init is not None and not new_text:
+            self._fail("text", "an --init run trains on new text: give --text FILES or --dataset PATH")
+        if self.streaming and self.source != "dataset":
+            self._fail("streaming", "streaming reads a --dataset")
         super()._check()
 
 
 @dataclass(frozen=True)
-class LabeledData(EncoderData):
+class LabeledData(EncoderData, DatasetData):
     """Labeled examples for a classifier.
 
     Examples come from ``train_file`` and ``dev_file`` (TSV, CSV or JSON lines: ``file_format``,
     or by extension), their text from one or two ``text_columns`` and their label from
     ``label_column`` (a header name, or a 0-based index written in digits; null: the defaults of
-    :mod:`vaswani.data.labeled`). ``labels`` is the label set of the training file (sorted), the
+    :mod:`vaswani.data.labeled`), or from the ``split`` and ``dev_split`` of a Hugging Face ``dataset``
+    (:class:`DatasetData`; the label column by default ``label``, the text columns by default its
+    one or two string columns besides). ``labels`` is the label set of the training file (sorted), the
     classes in order. The encoder starts from the run ``init`` (null: from scratch, with a
     WordPiece vocabulary of ``vocab_size``, or with ``text_tokenizer`` "word" a word-level one of
     that many words: :class:`EncoderData`), and a text becomes one vector by ``pool`` ("cls": the
@@ -301,8 +363,9 @@ class LabeledData(EncoderData):
             self._fail("text_columns", f"one or two (a text, or a pair), got {len(self.text_columns)}")
         if self.labels is not None and (len(self.labels) < 2 or len(set(self.labels)) < len(self.labels)):
             self._fail("labels", f"two or more distinct labels, got {list(self.labels)}")
-        if self.train_file is None or self.dev_file is None:
-            self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file'")
+        self._refuse_files("train_file", "dev_file")
+        if self.dataset is None and (self.train_file is None or self.dev_file is None):
+            self._fail("train_file", "source 'labeled' needs 'train_file' and 'dev_file' (or a dataset)")
 
 
 DIGITS = 1797  # images in scikit-learn's digits
@@ -370,10 +433,13 @@ class NatData(ParallelData):
 
 
 @dataclass(frozen=True)
-class TagData(EncoderData):
+class TagData(EncoderData, DatasetData):
     """Tagged sentences for a tagger (CoNLL-U or column files, :mod:`vaswani.data.conll`):
     ``train_file`` and ``dev_file``, their tags in ``column`` (null: UPOS, or a column file's last
-    field); ``tags`` is the tag set of the training file (sorted), the classes in order. The
+    field), or the ``split`` and ``dev_split`` of a Hugging Face ``dataset`` (:class:`DatasetData`),
+    each row a sentence: its words in ``tokens_column``, its tags in ``tags_column`` (null: the first
+    of ``tags``, ``ner_tags``, ``upos``, ``pos_tags`` it has);
+    ``tags`` is the tag set of the training file (sorted), the classes in order. The
     encoder starts from the run ``init`` (null: from scratch, with a WordPiece or word-level
     vocabulary of ``vocab_size``: see :class:`~vaswani.data.config.EncoderData`)."""
 
@@ -387,6 +453,10 @@ class TagData(EncoderData):
         "from 1 (default for a column file: its last)",
         metavar="COLUMN",
     )
+    tokens_column: str = flag("tokens", "the --dataset column of a sentence's words (default tokens)")
+    tags_column: str | None = flag(
+        None, "the --dataset column of their tags (default: tags, ner_tags, upos or pos_tags)"
+    )
     tags: tuple[str, ...] | None = no_flag(None)
     vocab_size: int = flag(8000, "WordPiece vocabulary size from scratch (default 8000)", range="(0, inf)")
 
@@ -397,5 +467,6 @@ class TagData(EncoderData):
             self._fail("column", f"--column must be {problem}")
         if self.tags is not None and (len(self.tags) < 2 or len(set(self.tags)) < len(self.tags)):
             self._fail("tags", f"two or more distinct tags, got {list(self.tags)}")
-        if self.train_file is None or self.dev_file is None:
-            self._fail("train_file", "a tagger needs 'train_file' and 'dev_file'")
+        self._refuse_files("train_file", "dev_file")
+        if self.dataset is None and (self.train_file is None or self.dev_file is None):
+            self._fail("train_file", "a tagger needs 'train_file' and 'dev_file' (or a dataset)")

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.batching import length_batches
 from vaswani.data.config import LabeledData
+from vaswani.data.hf_datasets import labeled_examples, train_and_dev
 from vaswani.data.labeled import Example, LabeledFile, read_labeled
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import BertClassifier
@@ -84,18 +85,36 @@ class Examples:
     labels: tuple[str, ...]
 
 
+Columns = Sequence[str] | None
+
+
 def load_labeled(spec: LabeledData) -> Examples:
-    """Read the training file, take its sorted label set (or the run's, ``spec.labels``), and read
-    the dev file with the same columns, refusing labels the training file does not have."""
-    if spec.train_file is None or spec.dev_file is None:
+    """Read the training file (or split of ``spec.dataset``), take its sorted label set (or the
+    run's, ``spec.labels``), and read the dev file (or split) with the same columns, refusing labels
+    the training examples do not have."""
+    if spec.dataset is not None:
+        train_split, dev_split = train_and_dev(spec.dataset, spec.split, spec.dev_split)
+
+        def read(dev: bool, columns: Columns, label: str | None, labels: Columns) -> LabeledFile:
+            return labeled_examples(*(dev_split if dev else train_split), columns, label, labels)
+
+        train_name = train_split[1]
+    elif spec.train_file is None or spec.dev_file is None:
         raise ConfigError("config field 'data.train_file': a classifier needs --train and --dev files")
-    train = read_labeled(spec.train_file, spec.text_columns, spec.label_column, spec.file_format, spec.labels)
+    else:
+        files = spec.train_file, spec.dev_file
+
+        def read(dev: bool, columns: Columns, label: str | None, labels: Columns) -> LabeledFile:
+            return read_labeled(files[dev], columns, label, spec.file_format, labels)
+
+        train_name = spec.train_file
+    train = read(False, spec.text_columns, spec.label_column, spec.labels)
     labels = spec.labels or train.labels
     if len(labels) < 2:
         raise DataError(
-            f"{spec.train_file}: every example has the label {labels[0]!r}; a classifier needs two or more"
+            f"{train_name}: every example has the label {labels[0]!r}; a classifier needs two or more"
         )
-    dev = read_labeled(spec.dev_file, train.text_columns, train.label_column, spec.file_format, labels)
+    dev = read(True, train.text_columns, train.label_column, labels)
     return Examples(train, dev, labels)
 
 

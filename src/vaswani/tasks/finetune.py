@@ -31,7 +31,7 @@ from vaswani.tasks.word_vectors import EmbeddingRows, embedding_rows, sized_for,
 from vaswani.tokenizer import WordPieceTokenizer
 
 WARMUP_FRACTION = 0.1
-FILE_FIELDS = ("train_file", "dev_file", "init", "word_vectors")
+FILE_FIELDS = ("train_file", "dev_file", "init", "word_vectors", "dataset")
 
 
 def pretrained_bert(init: Path) -> tuple[RunConfig, Bert, WordPieceTokenizer]:
@@ -80,14 +80,14 @@ def fine_tuning_rules(
     sections: Sections, flags: Sections, source: str, recipe: str, needs: str, examples: str
 ) -> None:
     """The rules every fine-tuning task's ``configure`` applies, in place: ``--train`` and
-    ``--dev`` are required (``needs`` says what, e.g. "train classify needs --train and --dev
-    files"), batches are counted in ``examples`` (``--batch-tokens`` is refused), the model of an
-    ``--init`` run is fixed but its dropout (a flag or a config file that changes it is refused;
-    ``recipe`` is the packaged recipe it started from), the model is encoder-only, and the files
-    are stored absolute."""
+    ``--dev`` (or ``--dataset``) are required (``needs`` says what, e.g. "train classify needs
+    --train and --dev files"), batches are counted in ``examples`` (``--batch-tokens`` is refused),
+    the model of an ``--init`` run is fixed but its dropout (a flag or a config file that changes
+    it is refused; ``recipe`` is the packaged recipe it started from), the model is encoder-only,
+    and the files are stored absolute."""
     model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
-    if data.get("train_file") is None or data.get("dev_file") is None:
-        raise ConfigError(f"{needs} (or --resume RUN_DIR)")
+    if data.get("dataset") is None and (data.get("train_file") is None or data.get("dev_file") is None):
+        raise ConfigError(f"{needs} (or --dataset PATH, or --resume RUN_DIR)")
     if "batch_tokens" in flags.get("train", {}):
         raise ConfigError(f"--batch-tokens: these batches hold --batch-size {examples}")
     if data.get("init") is not None:

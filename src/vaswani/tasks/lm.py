@@ -1,11 +1,13 @@
 """Language modelling: the task adapter (next-token prediction); a run in use is
 :class:`vaswani.pipelines.lm.LanguageModel`.
 
-Text comes from the user's files or, by default, from Python's own documentation
-(:mod:`vaswani.data.text`). The token stream is cut into windows of ``max_len + 1``
-tokens: the model reads the first ``max_len`` and predicts each next one. A new run starts from
-random weights and a tokenizer trained on its text, or (``--init``) continues an lm run on new
-text: that run's model config (but the dropout), tokenizer and weights.
+Text comes from the user's files, a Hugging Face dataset (:mod:`vaswani.data.hf_datasets`; with
+``--streaming``, token ids memory-mapped from the run directory: :mod:`vaswani.pipelines.lm_text`)
+or, by default, from Python's own documentation (:mod:`vaswani.data.text`). The token stream is
+cut into windows of ``max_len + 1`` tokens: the model reads the first ``max_len`` and predicts each
+next one. A new run starts from random weights and a tokenizer trained on its text, or
+(``--init``) continues an lm run on new text: that run's model config (but the dropout), tokenizer
+and weights.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.config import LMData
-from vaswani.data.text import read_documents, split_documents
+from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.generation.config import DecodingConfig
 from vaswani.layers.quantize import prepare_weights
 from vaswani.models.gpt import GPT
 from vaswani.pipelines.lm import TASK, TOKENIZER, LanguageModel, check_vocab, model_of, read_lm_run
 from vaswani.pipelines.lm_text import (
+    STREAM_FILE,
     WindowBatches,
     encode_documents,
-    load_documents,
     next_token_loss,
     run_tokenizer,
+    split_text,
+    stream_ids,
     stream_loss,
+    streamed_text,
+    tokenizer_sample,
 )
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -88,9 +94,15 @@ def train_lm(
 ) -> tuple[dict[str, Any], LanguageModel, str]:
     """Train (or, with ``resume``, continue) a language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run with ``data.init`` takes that run's
-    model config (but the dropout), tokenizer (and its special tokens) and weights."""
-    documents, name = load_documents(run.data)
-    train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
+    model config (but the dropout), tokenizer (and its special tokens) and weights. A streamed
+    dataset's tokenizer is trained on the start of its text, and its ids are memory-mapped from
+    ``run_dir`` (where a resumed run finds them)."""
+    streaming = isinstance(run.data, LMData) and run.data.streaming
+    if streaming:
+        read_train, valid_docs, name = streamed_text(run.data)
+        train_docs = tokenizer_sample(read_train())
+    else:
+        train_docs, valid_docs, name = split_text(run.data)
     init: Path | None = None  # the run whose weights a new run starts from
 
     def build() -> GPT:
@@ -110,12 +122,12 @@ def train_lm(
         vocab = padded_vocab_size(tokenizer.vocab_size)
         run = RunConfig(run.task, run.model.replace(vocab_size=vocab), run.train, run.data)
     check_vocab(run, tokenizer, run_dir)
-    task = LMTask(
-        run,
-        encode_documents(tokenizer, train_docs),
-        encode_documents(tokenizer, valid_docs),
-        tokenizer.vocab_size,
-    )
+    if streaming:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train_ids = stream_ids(tokenizer, read_train(), run_dir / STREAM_FILE)
+    else:
+        train_ids = encode_documents(tokenizer, train_docs)
+    task = LMTask(run, train_ids, encode_documents(tokenizer, valid_docs), tokenizer.vocab_size)
     metrics, model = fit_run(
         run, run_dir, task, build, lambda d: tokenizer.save(d / TOKENIZER), resume, quiet, device=device
     )

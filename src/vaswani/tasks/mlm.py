@@ -34,11 +34,11 @@ from torch import Tensor, nn
 from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.batching import pad, token_buckets
 from vaswani.data.config import TextData
-from vaswani.data.text import read_documents, split_documents
+from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError, DataError
 from vaswani.models.bert import MaskedLM
 from vaswani.pipelines.bert import TOKENIZER, check_tokenizer, save_tokenizer
-from vaswani.pipelines.lm_text import load_documents
+from vaswani.pipelines.lm_text import split_text
 from vaswani.pipelines.mlm import (
     TASK,
     MaskedLanguageModel,
@@ -132,10 +132,7 @@ def train_mlm(
     """Train (or, with ``resume``, continue) a masked language model in ``run_dir``; return the
     metrics, the model and the name of its text. A new run trains its WordPiece tokenizer on the
     training text and pads the vocabulary to a multiple of 64."""
-    documents, name = load_documents(run.data)
-    if run.data.nsp:
-        check_documents(documents)
-    train_docs, valid_docs = split_documents(documents, run.data.valid_fraction)
+    train_docs, valid_docs, name = split_text(run.data, check_documents if run.data.nsp else None)
     max_len = run.model.max_len
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, max_len)

@@ -97,18 +97,20 @@ def _naming_the_file(exc: ConfigError, source: str, in_file: Sections, flags: Se
 
 def text_recipe(task: str, flags: Sections) -> str:
     """A task trained on plain text: its embedded default job (``TASK-default``), or the recipe
-    for the user's text (``TASK``) once ``--text`` is given."""
-    return task if "text" in flags.get("data", {}) else f"{task}-default"
+    for the user's text (``TASK``) once ``--text`` or ``--dataset`` is given."""
+    given = flags.get("data", {})
+    return task if "text" in given or "dataset" in given else f"{task}-default"
 
 
 def text_run(
     task: str, arch: str, data_class: type, sections: Sections, flags: Sections, source: str
 ) -> RunConfig:
     """The rules of a task trained on plain text (``lm``, ``mlm``): a single-stack model of
-    ``arch``; ``--text`` is stored absolute and read as the source."""
+    ``arch``; ``--text`` (or ``--dataset``) is stored absolute and read as the source."""
     data = sections.setdefault("data", {})
-    if "text" in flags.get("data", {}):
-        data["source"] = "text"
-    absolute(data, ("text",))
+    for name in ("text", "dataset"):
+        if name in flags.get("data", {}):
+            data["source"] = name
+    absolute(data, ("text", "dataset"))
     one_stack(sections.setdefault("model", {}), arch, source)
     return validated(task, sections, data_class, source)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.config import TagData
 from vaswani.data.conll import Sentence, read_tagged
+from vaswani.data.hf_datasets import tagged_sentences, train_and_dev
 from vaswani.errors import ConfigError, DataError
 from vaswani.metrics import tag_report
 from vaswani.pipelines.bert import TOKENIZER, check_tokenizer, save_tokenizer
@@ -111,6 +112,20 @@ def tag_set(sentences: Sequence[Sentence], path: str | Path) -> tuple[str, ...]:
     return tags
 
 
+def read_sentences(spec: TagData) -> tuple[list[Sentence], list[Sentence], str]:
+    """The training and dev sentences of a tagger, from its files or the splits of its dataset
+    (:mod:`vaswani.data.hf_datasets`), and the training data's name."""
+    if spec.dataset is not None:
+        (train, train_name), (dev, dev_name) = train_and_dev(spec.dataset, spec.split, spec.dev_split)
+        return (
+            tagged_sentences(train, train_name, spec.tokens_column, spec.tags_column),
+            tagged_sentences(dev, dev_name, spec.tokens_column, spec.tags_column),
+            train_name,
+        )
+    assert spec.train_file is not None and spec.dev_file is not None  # TagData checks it
+    return read_tagged(spec.train_file, spec.column), read_tagged(spec.dev_file, spec.column), spec.train_file
+
+
 def train_tag(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], Tagger]:
@@ -119,7 +134,7 @@ def train_tag(
     pooler) from the run ``run.data.init``, or trains a WordPiece tokenizer on the training
     sentences; ``config.json`` records the tag set."""
     column = run.data.column
-    train, dev = read_tagged(run.data.train_file, column), read_tagged(run.data.dev_file, column)
+    train, dev, train_name = read_sentences(run.data)
     bert, rows = None, None
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, run.model.max_len)
@@ -131,7 +146,7 @@ def train_tag(
         texts = [" ".join(sentence.words) for sentence in train]
         run, tokenizer, rows = scratch_encoder(run, texts, quiet)
     if not resume:
-        tags = tag_set(train, run.data.train_file)
+        tags = tag_set(train, train_name)
         run = RunConfig(run.task, run.model, run.train, run.data.replace(tags=tags))
     check_tokenizer(run, tokenizer, run_dir)
     task = TagTask(run, tokenizer, train, dev)
@@ -173,7 +188,7 @@ def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
     spec = TagData.from_dict(sections["data"], source=source)
     checked = TrainConfig.from_dict(train, source=source)  # --epochs and --batch-size, before reading
     if checked.epochs is not None:
-        n_sentences = len(read_tagged(spec.train_file, spec.column))
+        n_sentences = len(read_sentences(spec)[0])
         sections["train"] = epoch_settings(train, n_sentences, checked.batch_size, checked.epochs)
     return validated(TASK, sections, TagData, source)
 

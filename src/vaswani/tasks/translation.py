@@ -16,7 +16,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, padded_vocab_size
-from vaswani.data import grammar
+from vaswani.data import grammar, hf_datasets
 from vaswani.data.batching import Seq2SeqBatch, seq2seq_batch, token_buckets
 from vaswani.data.config import ParallelData
 from vaswani.data.readers import read_parallel, read_tsv_pairs
@@ -57,6 +57,7 @@ Pairs = list[tuple[str, str]]
 DEFAULT_CORPUS = "the default corpus"
 PATH_FIELDS = (
     "src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "pairs", "word_vectors", "init",
+    "dataset",
 )  # fmt: skip
 EMPTY = "(empty)"
 """How an empty translation is displayed to a person; a file or a pipe keeps an empty line."""
@@ -119,21 +120,51 @@ def load_data(spec: ParallelData, quiet: bool = True) -> TranslationData:
             raise DataError(f"{spec.pairs}: {exc}") from None
         name = f"{spec.pairs} (train split)"
         return TranslationData(train, valid, test, name, f"{spec.pairs} (valid split)")
+    if spec.source == "dataset":
+        return dataset_pairs(spec)
     assert spec.src is not None and spec.tgt is not None  # DataConfig checks it
     train = read_parallel(spec.src, spec.tgt)
+    valid, valid_name = None, spec.valid_src
     if spec.valid_src and spec.valid_tgt:
         valid = read_parallel(spec.valid_src, spec.valid_tgt)
-        valid_name = spec.valid_src
-    else:
-        cut = max(1, min(1000, len(train) // 20))
-        train, valid = train[:-cut], train[-cut:]
-        valid_name = f"{spec.src} (held-out tail)"
-        if not train:
-            raise DataError(f"{spec.src}: too few lines to hold out a validation split")
     test: Pairs = []
     if spec.test_src and spec.test_tgt:
         test = read_parallel(spec.test_src, spec.test_tgt)
-    return TranslationData(train, valid, test, spec.src, valid_name)
+    return held_out(train, valid, test, spec.src, valid_name)
+
+
+def held_out(
+    train: Pairs, valid: Pairs | None, test: Pairs, name: str, valid_name: str | None
+) -> TranslationData:
+    """The data of ``train`` (named ``name``), ``valid`` (or else a tail of ``train``: a twentieth,
+    1 to 1000 pairs) and ``test``."""
+    if valid is None:
+        cut = max(1, min(1000, len(train) // 20))
+        train, valid = train[:-cut], train[-cut:]
+        valid_name = f"{name} (held-out tail)"
+        if not train:
+            raise DataError(f"{name}: too few lines to hold out a validation split")
+    return TranslationData(train, valid, test, name, valid_name or name)
+
+
+def dataset_pairs(spec: ParallelData) -> TranslationData:
+    """The sentence pairs of a Hugging Face dataset (:mod:`vaswani.data.hf_datasets`): its ``split``,
+    its ``dev_split`` (or ``validation``; else a held-out tail, as of files) and its ``test`` split
+    where it has one (and scores on another)."""
+    assert spec.dataset is not None  # ParallelData checks it
+    splits = hf_datasets.open_splits(spec.dataset)
+    languages = None if spec.source_lang is None else (spec.source_lang, spec.target_lang or "")
+
+    def pairs(split: str) -> Pairs:
+        name = hf_datasets.split_name(spec.dataset, split)
+        found = hf_datasets.split_of(splits, split, spec.dataset)
+        return hf_datasets.sentence_pairs(found, name, spec.source_column, spec.target_column, languages)
+
+    dev = hf_datasets.dev_split_name(splits, spec.dev_split, spec.dataset)
+    test = pairs("test") if "test" in splits and "test" not in (spec.split, dev) else []
+    name = hf_datasets.split_name(spec.dataset, spec.split)
+    valid_name = None if dev is None else hf_datasets.split_name(spec.dataset, dev)
+    return held_out(pairs(spec.split), None if dev is None else pairs(dev), test, name, valid_name)
 
 
 def build_tokenizers(
@@ -358,7 +389,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
 def recipe(flags: Sections) -> str:
     """The embedded default job, or the recipe for the user's files once they are given."""
     data = flags.get("data", {})
-    return "translation-files" if "src" in data or "pairs" in data else "translation"
+    return "translation-files" if {"src", "pairs", "dataset"} & set(data) else "translation"
 
 
 def configure(
@@ -380,12 +411,16 @@ def configure(
         raise ConfigError("--valid-src and --valid-tgt go together")
     if "pairs" in given and "src" in given:
         raise ConfigError("--pairs replaces --src and --tgt: give one or the other")
+    if "dataset" in given and ("src" in given or "pairs" in given):
+        raise ConfigError("--dataset replaces --src and --tgt (and --pairs): give one or the other")
     if given.get("init") is not None:
         refuse_model_flags(flags)
     model, data = sections.setdefault("model", {}), sections.setdefault("data", {})
     sections.setdefault("train", {}).setdefault("select_by", "bleu")  # the metric the run is scored by
     if "pairs" in given or "src" in given:
         data["source"] = "tsv" if "pairs" in given else "files"
+    if "dataset" in given:
+        data["source"] = "dataset"
     if model.get("arch", "encoder_decoder") not in ("encoder_decoder", "rnn"):
         raise ConfigError(
             f"{source}: config field 'model.arch': a translator is 'encoder_decoder' or 'rnn', "
