@@ -47,6 +47,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 IMAGE_POOLS = ("cls", "mean")
 VIT_INITS = ("hf", "timm")
 SELECT_BY = ("bleu", "chrf", "loss")
+LORA_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate_proj", "up_proj", "down_proj"
+)  # fmt: skip
+"""The projections that ``--lora-targets`` names (attention's, the plain and the gated FFN's)."""
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("image_size", "patch_size", "channels", "pooling", "vit_init"), ("vit",)),
     **dict.fromkeys(("type_vocab_size", "pooler"), ("encoder_only",)),
@@ -397,6 +401,18 @@ class TrainConfig(Config):
         False, "deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)"
     )
     select_by: str | None = flag(None, "also keep the best weights by this metric", choices=SELECT_BY)
+    lora_rank: int | None = flag(
+        None,
+        "train rank-R adapters of the --init model instead of all its weights (LoRA)",
+        flag="--lora",
+        metavar="R",
+        range="(0, inf)",
+    )
+    lora_alpha: float = flag(8.0, "LoRA's alpha: the adapters' update is scaled by alpha / R", range="(0, inf)")
+    lora_dropout: float = flag(0.0, "dropout on the adapters' input", range="[0, 1)")
+    lora_targets: tuple[str, ...] = flag(
+        ("q_proj", "v_proj"), f"projections to adapt, of {','.join(LORA_TARGETS)}", metavar="NAMES"
+    )
 
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
@@ -410,6 +426,10 @@ class TrainConfig(Config):
             self._fail("min_lr", f"must be in [0, lr={self.lr}], got {self.min_lr}")
         if self.deterministic and self.threads not in (None, 1):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
+        unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+        if unknown or not self.lora_targets:
+            got = repr(unknown[0]) if unknown else "none"
+            self._fail("lora_targets", f"each must be one of {', '.join(LORA_TARGETS)}; got {got}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
