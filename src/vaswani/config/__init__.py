@@ -408,7 +408,9 @@ class TrainConfig(Config):
         metavar="R",
         range="(0, inf)",
     )
-    lora_alpha: float = flag(8.0, "LoRA's alpha: the adapters' update is scaled by alpha / R", range="(0, inf)")
+    lora_alpha: float = flag(
+        8.0, "LoRA's alpha: the adapters' update is scaled by alpha / R", range="(0, inf)"
+    )
     lora_dropout: float = flag(0.0, "dropout on the adapters' input", range="[0, 1)")
     lora_targets: tuple[str, ...] = flag(
         ("q_proj", "v_proj"), f"projections to adapt, of {','.join(LORA_TARGETS)}", metavar="NAMES"

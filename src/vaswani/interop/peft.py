@@ -87,7 +87,11 @@ def _pieces(
 
 def _hf_rows(family: str, cfg: ModelConfig, ours: str, lora_b: Tensor) -> Tensor:
     """B in the row order of the family's weight: Llama's interleaved rotary q and k reordered."""
-    if family == llama.MODEL_TYPE and cfg.position == "rope_interleaved" and ours.endswith(("q_proj", "k_proj")):
+    if (
+        family == llama.MODEL_TYPE
+        and cfg.position == "rope_interleaved"
+        and ours.endswith(("q_proj", "k_proj"))
+    ):
         heads = cfg.n_heads if ours.endswith("q_proj") else cfg.n_kv_heads or cfg.n_heads
         return lora_b[llama.half_split_order(cfg, heads)]
     return lora_b
@@ -124,9 +128,13 @@ def peft_adapter(run_dir: Path, run: RunConfig) -> tuple[dict[str, Tensor], dict
     for key in sorted(k for k in tensors if k.endswith(".lora_A")):
         name = key.removesuffix(".lora_A")
         inner = next((name.removeprefix(b) for b in BODIES if name.startswith(b)), name)
-        for ours, hf, lora_b in _pieces(inner, tensors[f"{name}.lora_B"], table, run.model, train.lora_targets):
-            out[f"base_model.model.{hf}.lora_A.weight"] = tensors[key].contiguous()
-            out[f"base_model.model.{hf}.lora_B.weight"] = _hf_rows(family, run.model, ours, lora_b).contiguous()
+        for ours, hf, lora_b in _pieces(
+            inner, tensors[f"{name}.lora_B"], table, run.model, train.lora_targets
+        ):
+            out[f"base_model.model.{hf}.lora_A.weight"] = tensors[key].clone()  # one A per module, unshared
+            out[f"base_model.model.{hf}.lora_B.weight"] = _hf_rows(
+                family, run.model, ours, lora_b
+            ).contiguous()
     modules = sorted({k.removeprefix("base_model.model.").rsplit(".lora_", 1)[0] for k in out})
     config = {
         "peft_type": "LORA",

@@ -173,7 +173,9 @@ def merged_copy(model: nn.Module) -> nn.Module:
         return model
     copy = type(model).__new__(type(model))
     copy.__dict__ = model.__dict__.copy()
-    copy._modules = {name: None if child is None else merged_copy(child) for name, child in model._modules.items()}
+    copy._modules = {
+        name: None if child is None else merged_copy(child) for name, child in model._modules.items()
+    }
     return copy
 
 
