@@ -6,6 +6,7 @@ logits (GPT-2, Llama, BERT; skipped without ``peft``), and bad settings are refu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,13 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import (
+    COUNTING,
     encoder_run,
+    tiny_args,
     tiny_lm_run,
+    tiny_mlm_run,
     write_lm_text,
+    write_reverse_task,
     write_sentiment,
 )
 from vaswani.cli import main
@@ -241,3 +246,37 @@ def test_adapter_state_is_the_trained_tensors():
         "bert.blocks.layers.0.self_attn.q_proj.lora_A", "bert.blocks.layers.0.self_attn.q_proj.lora_B",
         "head.linear.weight", "head.linear.bias",
     }  # fmt: skip
+
+
+def changed_tensors(before: Path, after: Path) -> set[str]:
+    """The names of the weights that differ between two runs' ``model.safetensors`` (same keys)."""
+    a, b = load_file(before / "model.safetensors"), load_file(after / "model.safetensors")
+    return {k for k in a if k in b and not torch.equal(a[k], b[k])}
+
+
+def test_train_translation_init_with_lora_changes_only_the_adapted_projections(tmp_path, capsys):
+    src, tgt = write_reverse_task(tmp_path)
+    assert main(tiny_args(src, tgt, tmp_path / "base")) == 0
+    args = ["train", "translation", "--src", str(src), "--tgt", str(tgt), "--init", str(tmp_path / "base")]
+    assert main([*args, "--out", str(tmp_path / "lora"), "--lora", "2", "--max-steps", "3", "--quiet"]) == 0
+    changed = changed_tensors(tmp_path / "base", tmp_path / "lora")
+    assert changed and all(re.search(r"_attn\.(q|v|qkv|kv)_proj\.weight$", k) for k in changed), changed
+    assert any(".cross_attn." in k for k in changed) and any(".self_attn." in k for k in changed)
+    capsys.readouterr()
+    assert main(["translate", str(tmp_path / "lora"), "a b c"]) == 0  # the merged run decodes as any
+
+
+def test_train_tag_init_with_lora_trains_the_adapters_and_the_new_head(tmp_path):
+    mlm = tiny_mlm_run(tmp_path)
+    rows = "".join(
+        f"{i + 1}\t{w}\t_\t{'NUM' if w in COUNTING else 'X'}\t_\t_\t_\t_\t_\t_\n"
+        for i, w in enumerate("one two cat")
+    )
+    for name in ("train", "dev"):
+        (tmp_path / f"{name}.conllu").write_text((rows + "\n") * 8, encoding="utf-8")
+    files = ["--train", str(tmp_path / "train.conllu"), "--dev", str(tmp_path / "dev.conllu")]
+    args = ["train", "tag", *files, "--init", str(mlm), "--out", str(tmp_path / "lora"), "--max-steps", "3"]
+    assert main([*args, "--lora", "2", "--lora-targets", "v_proj,linear2", "--quiet"]) == 0
+    adapter = load_file(tmp_path / "lora" / "adapter.safetensors")
+    assert {k for k in adapter if k.startswith("head.")} == {"head.linear.weight", "head.linear.bias"}
+    assert {k.rsplit(".", 2)[-2] for k in adapter if ".lora_" in k} == {"v_proj", "linear2"}

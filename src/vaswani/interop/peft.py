@@ -34,7 +34,7 @@ from torch import Tensor
 from vaswani.config import ROTARY, ModelConfig, RunConfig
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.interop import bert, gpt2, llama
-from vaswani.interop.common import write_json, write_safetensors
+from vaswani.interop.common import new_folder, write_json, write_safetensors
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 
@@ -156,14 +156,15 @@ def peft_adapter(run_dir: Path, run: RunConfig) -> tuple[dict[str, Tensor], dict
 
 
 def export_peft(run_dir: Path, out: Path) -> list[str]:
-    """Write the adapters of the LoRA run ``run_dir`` into the folder ``out`` (made if needed) in
-    PEFT's format; return the names of the trained tensors left out (a new head)."""
+    """Write the adapters of the LoRA run ``run_dir`` into the folder ``out`` (new or empty; it
+    appears complete or not at all) in PEFT's format; return the names of the trained tensors
+    left out (a new head)."""
     run_dir, out = Path(run_dir), Path(out)
     task = RunDir(run_dir).read_config().task
     spec = registry.TASKS.get(task)
     run = RunDir(run_dir).read_config(task, spec.data if spec is not None else None)
     tensors, config, left_out = peft_adapter(run_dir, run)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / CONFIG, config)
-    write_safetensors(out / WEIGHTS, {k: v.to(torch.float32) for k, v in tensors.items()})
+    with new_folder(out) as tmp:
+        write_json(tmp / CONFIG, config)
+        write_safetensors(tmp / WEIGHTS, {k: v.to(torch.float32) for k, v in tensors.items()})
     return left_out
