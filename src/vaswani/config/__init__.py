@@ -342,6 +342,13 @@ class TrainConfig(Config):
     ``deterministic`` makes torch use deterministic algorithms on one thread, so that a run,
     stopped and resumed or not, gives bit-identical weights on the CPU. A step whose loss or
     gradient is not finite is skipped; ``max_bad_steps`` such steps in a row stop training.
+
+    ``lora_rank`` R trains low-rank adapters (:mod:`vaswani.layers.lora`) of a run that starts from
+    a pretrained one (``--init``) instead of all its weights: each projection named in
+    ``lora_targets`` computes x Wᵀ + b + (``lora_alpha`` / R) B A dropout(x)ᵀ with W and b frozen,
+    A (R, in) and B (out, R) trained (B from zero), dropout ``lora_dropout``; a task's new head is
+    trained in full. The run's ``model.safetensors`` holds the merged weights, W + (α / R) B A, and
+    ``adapter.safetensors`` the adapters alone.
     """
 
     _section = "train"
