@@ -25,11 +25,12 @@ from tests.helpers import (
 )
 from vaswani.cli import main
 from vaswani.config import ModelConfig
-from vaswani.layers.lora import LoRALinear, adapter_state, apply_lora, merge_lora, merged_copy
+from vaswani.layers.lora import LoRALinear, adapter_state, apply_lora, merge_lora, merged_copy, merged_state
 from vaswani.models.bert import BertClassifier
 from vaswani.models.gpt import GPT
 from vaswani.pipelines.classify import TextClassifier
 from vaswani.pipelines.lm import LanguageModel
+from vaswani.training.averaging import newest_checkpoints
 
 TINY_GPT = ModelConfig.preset(
     "gpt-mini", vocab_size=64, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=16
@@ -280,3 +281,18 @@ def test_train_tag_init_with_lora_trains_the_adapters_and_the_new_head(tmp_path)
     adapter = load_file(tmp_path / "lora" / "adapter.safetensors")
     assert {k for k in adapter if k.startswith("head.")} == {"head.linear.weight", "head.linear.bias"}
     assert {k.rsplit(".", 2)[-2] for k in adapter if ".lora_" in k} == {"v_proj", "linear2"}
+
+
+def test_averaging_the_checkpoints_of_a_lora_run_averages_the_merged_models(gpt_base, tmp_path):
+    text = write_lm_text(tmp_path / "new.txt", seed=1)
+    run = tmp_path / "lora"
+    assert main(lora_run(gpt_base, run, text, "--checkpoint-every", "2")) == 0
+    chosen = newest_checkpoints(run, 2)
+    scale = 16.0 / 4
+    merged = [merged_state(load_file(path / "model.safetensors"), scale) for path in chosen]
+    assert main(["average", str(run), "--last", "2"]) == 0
+    averaged = load_file(run / "model.safetensors")
+    assert averaged.keys() == load_file(gpt_base / "model.safetensors").keys()
+    for key, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (merged[0][key] + merged[1][key]) / 2)
+    assert LanguageModel.load(run, torch.device("cpu")).model(torch.tensor([[3, 4]])).isfinite().all()

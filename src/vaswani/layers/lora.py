@@ -21,7 +21,7 @@ trained tensors alone (A, M ⊙ B, and the modules trained in full).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ from vaswani.layers.attention import MultiHeadAttention
 from vaswani.layers.feedforward import FeedForward
 from vaswani.layers.linear import ACTIVATIONS, Linear
 
-__all__ = ["LoRALinear", "adapter_state", "apply_lora", "merge_lora", "merged_copy"]
+__all__ = ["LoRALinear", "adapter_state", "apply_lora", "merge_lora", "merged_copy", "merged_state"]
 
 
 class LoRALinear(nn.Module):
@@ -177,6 +177,26 @@ def merged_copy(model: nn.Module) -> nn.Module:
         name: None if child is None else merged_copy(child) for name, child in model._modules.items()
     }
     return copy
+
+
+def merged_state(state: Mapping[str, Tensor], scale: float) -> dict[str, Tensor]:
+    """The state dict of an adapted model (``X.base.weight``, ``X.base.bias``, ``X.lora_A``,
+    ``X.lora_B``) as that of its merged model: ``X.weight`` = W + ``scale`` · B A (``scale`` = α / r;
+    B's rows outside the adapted slices are zero, never trained), ``X.bias`` = b; the other tensors
+    as they are. For weights read from a file (a checkpoint), where no module is at hand."""
+    out: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if name.endswith(".lora_A"):
+            stem = name.removesuffix(".lora_A")
+            delta = scale * (state[f"{stem}.lora_B"].double() @ tensor.double())
+            base = state[f"{stem}.base.weight"]
+            out[f"{stem}.weight"] = (base.double() + delta).to(base.dtype)
+        elif ".base." in name and name.rsplit(".base.", 1)[0] + ".lora_A" in state:
+            if name.endswith(".bias"):
+                out[name.replace(".base.bias", ".bias")] = tensor
+        elif not name.endswith(".lora_B"):
+            out[name] = tensor
+    return out
 
 
 def adapter_state(model: nn.Module) -> dict[str, Tensor]:
