@@ -610,6 +610,8 @@ CLI = [
     Cli("lm", "missing text", lm_train(text="{tmp}/nope.txt"), ["nope.txt", "no such file"]),
     Cli("lm", "--lora 0", lm_train("--lora", "0"), ["--lora", "train.lora_rank", "must be > 0"]),
     Cli("lm", "--lora without --init", lm_train("--lora", "4"), ["--lora", "start from one with --init"]),
+    Cli("lm", "--lora-alpha without --lora", lm_train("--lora-alpha", "4"),
+        ["--lora-alpha", "train.lora_alpha", "need a rank"]),
     Cli("lm", "an unknown --lora-targets", lm_train("--lora", "4", "--lora-targets", "query"),
         ["--lora-targets", "each must be one of", "'query'"]),
     Cli("lm", "non-UTF-8 text", lm_train(text="{tmp}/latin1.txt"), ["latin1.txt:2", "UTF-8"]),

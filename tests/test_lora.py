@@ -218,8 +218,9 @@ def test_peft_loads_the_adapters_of_a_bert_classifier_on_its_encoder(tmp_path, c
         (("--lora", "2", "--lora-targets", "q_proj,query"), "--lora-targets: "),
         (("--lora", "2", "--lora-dropout", "1"), "--lora-dropout: "),
         (("--lora", "2", "--lora-targets", "gate_proj"), "--lora-targets: "),
+        ((), "--lora-alpha: "),  # lora_run's --lora-alpha 16, without --lora
     ],
-    ids=["rank-0", "unknown-target", "dropout-1", "absent-target"],
+    ids=["rank-0", "unknown-target", "dropout-1", "absent-target", "no-rank"],
 )
 def test_bad_lora_settings_are_refused_in_one_line(gpt_base, tmp_path, capsys, flags, named):
     text = write_lm_text(tmp_path / "new.txt", seed=1)

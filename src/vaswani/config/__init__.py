@@ -345,7 +345,7 @@ class TrainConfig(Config):
 
     ``lora_rank`` R trains low-rank adapters (:mod:`vaswani.layers.lora`) of a run that starts from
     a pretrained one (``--init``) instead of all its weights: each projection named in
-    ``lora_targets`` computes x Wᵀ + b + (``lora_alpha`` / R) B A dropout(x)ᵀ with W and b frozen,
+    ``lora_targets`` computes x Wᵀ + b + (``lora_alpha`` / R) dropout(x) Aᵀ Bᵀ with W and b frozen,
     A (R, in) and B (out, R) trained (B from zero), dropout ``lora_dropout``; a task's new head is
     trained in full. The run's ``model.safetensors`` holds the merged weights, W + (α / R) B A, and
     ``adapter.safetensors`` the adapters alone.
@@ -435,6 +435,14 @@ class TrainConfig(Config):
             self._fail("min_lr", f"must be in [0, lr={self.lr}], got {self.min_lr}")
         if self.deterministic and self.threads not in (None, 1):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
+        if self.lora_rank is None:
+            changed = [
+                f.name
+                for f in dataclasses.fields(self)
+                if f.name.startswith("lora_") and getattr(self, f.name) != f.default
+            ]
+            if changed:
+                self._fail(changed[0], "adapter settings need a rank: --lora R")
         unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if unknown or not self.lora_targets:
             got = repr(unknown[0]) if unknown else "none"

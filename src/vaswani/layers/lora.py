@@ -2,7 +2,7 @@
 
 A projection y = x Wᵀ + b of W (out, in) is adapted as
 
-    y = x Wᵀ + b + (α / r) · (M ⊙ B) A dropout(x)ᵀ
+    y = x Wᵀ + b + (α / r) · dropout(x) Aᵀ (M ⊙ B)ᵀ
 
 with A (r, in) and B (out, r) the only trained tensors, W and b frozen, and M (out, 1) a mask of
 the output rows that are adapted: all of them for a plain projection, the targeted slices of a
@@ -11,6 +11,9 @@ those of K; the rows outside M get no gradient and stay zero). A starts as ``nn.
 Kaiming-uniform initialisation (as PEFT's), B at zero, so an adapted model starts as its base.
 Merging folds the product into the weight, W' = W + (α / r) (M ⊙ B) A, which computes the same
 function (up to rounding) at the base's cost.
+
+Shapes: x (…, in) → y (…, out). The update costs r · (in + out) multiply-adds a position (against
+in · out for W) and trains r · (in + out) parameters of the layer's in · out.
 
 :func:`apply_lora` freezes a model and wraps the projections of its attention and feed-forward
 layers named in the targets (vaswani's names, :data:`~vaswani.config.LORA_TARGETS`);
