@@ -24,7 +24,8 @@ from tests.helpers import (
     write_sentiment,
 )
 from vaswani.cli import main
-from vaswani.config import ModelConfig
+from vaswani.config import ModelConfig, TrainConfig
+from vaswani.errors import ConfigError
 from vaswani.layers.lora import LoRALinear, adapter_state, apply_lora, merge_lora, merged_copy, merged_state
 from vaswani.models.bert import BertClassifier
 from vaswani.models.gpt import GPT
@@ -229,6 +230,11 @@ def test_bad_lora_settings_are_refused_in_one_line(gpt_base, tmp_path, capsys, f
     assert main([*args, *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"vaswani: error: {named}") and err.count("\n") == 1, err
+
+
+def test_lora_is_not_sharded():
+    with pytest.raises(ConfigError, match="LoRA adapters are not sharded"):
+        TrainConfig(lora_rank=4, fsdp=True)
 
 
 def test_lora_needs_a_pretrained_model(tmp_path, capsys):

@@ -443,6 +443,8 @@ class TrainConfig(Config):
             ]
             if changed:
                 self._fail(changed[0], "adapter settings need a rank: --lora R")
+        elif self.fsdp:
+            self._fail("fsdp", "LoRA adapters are not sharded: train them on one process or with DDP")
         unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if unknown or not self.lora_targets:
             got = repr(unknown[0]) if unknown else "none"
