@@ -207,8 +207,11 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"{os.cpu_count()} CPUs ({platform.machine()}), python {platform.python_version()}; load average "
         f"{load[0]:.2f} at the start; {time.perf_counter() - started:.0f} s in all. Trained state: 12 bytes "
-        "per trained parameter (gradient, Adam's moments); peak RSS: the whole training process. "
-        f"Written by `python benchmarks/lora.py{' --quick' if args.quick else f' --steps {steps}'}`.",
+        "per trained parameter (gradient, Adam's moments); peak RSS: the whole training process. Full "
+        "fine-tuning at its recipe's learning rate (classify-init 5e-5, lm-init 1e-4), LoRA (query and "
+        f"value projections) at {', '.join(sorted({c.lora_lr for c in chosen}))}; the gpt-mini base "
+        f"trained {args.base_steps} steps. Written by `python benchmarks/lora.py"
+        f"{' --quick' if args.quick else f' --steps {steps} --base-steps {args.base_steps}'}`.",
     ]
     print("\n".join(lines))
     target = args.results or (None if args.quick else RESULTS)
