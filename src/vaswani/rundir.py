@@ -158,7 +158,8 @@ class RunDir:
     LOCK = ".lock"
     BACKUP = "model.before-average.safetensors"
     BEST = "model.best.safetensors"  # the best weights by train.select_by (vaswani.training.selection)
-    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP, BEST))
+    ADAPTER = "adapter.safetensors"  # a LoRA run's adapters, unmerged (vaswani.layers.lora)
+    OWN_FILES = frozenset((CONFIG, WEIGHTS, METRICS, LOG, LOCK, BACKUP, BEST, ADAPTER))
     OWN_SUFFIXES = (".json", ".spm")  # tokenizers, labels, preprocessing, SentencePiece models
 
     def __init__(self, path: str | Path) -> None:
@@ -476,6 +477,10 @@ class RunDir:
     def write_weights(self, data: bytes) -> None:
         """Write ``model.safetensors`` atomically from safetensors bytes (:func:`vaswani.io.model_bytes`)."""
         atomic_write(self.weights, data)
+
+    def write_adapter(self, data: bytes) -> None:
+        """Write ``adapter.safetensors`` atomically from safetensors bytes."""
+        atomic_write(self.path / self.ADAPTER, data)
 
     def write_best(self, data: bytes) -> None:
         """Write ``model.best.safetensors`` atomically from safetensors bytes."""

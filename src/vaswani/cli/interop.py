@@ -50,6 +50,20 @@ def add_parsers(commands: Any) -> None:
     p.set_defaults(handler=cmd_export)
     p = add_run_command(
         commands,
+        "export-peft",
+        help="write a LoRA run's adapters in PEFT's format",
+        description="Write the adapters of the LoRA run RUN_DIR (trained with --lora R) into the folder "
+        "OUT in PEFT's format (adapter_config.json, adapter_model.safetensors), named as the "
+        "Hugging Face export of its --init run names its modules (vaswani export-hf INIT_RUN): "
+        "peft.PeftModel.from_pretrained(model, OUT) on that model computes what the run does. Language "
+        "models (GPT-2, Llama) and BERT classifiers and taggers (their encoder; a new head trained in full "
+        "is left out). The run's model.safetensors already holds the merged weights. OUT must be new or "
+        "empty.",
+    )
+    p.add_argument("out", type=Path, metavar="OUT")
+    p.set_defaults(handler=cmd_export_peft)
+    p = add_run_command(
+        commands,
         "export-ctranslate2",
         help="write a translation run as a CTranslate2 model folder",
         description="Write the translation run RUN_DIR as a CTranslate2 model folder OUT that "
@@ -107,6 +121,20 @@ def cmd_export(args: argparse.Namespace) -> None:
     note = unread_target_side(out)
     if note is not None:
         print(note, file=sys.stderr)
+
+
+def cmd_export_peft(args: argparse.Namespace) -> None:
+    from vaswani.interop.peft import export_peft
+
+    check_output(args.out, "OUT", {"RUN_DIR": args.run_dir}, folder=True)
+    left_out = export_peft(args.run_dir, args.out)
+    print(f"wrote PEFT adapter folder {args.out} (from {args.run_dir})")
+    if left_out:
+        print(
+            f"vaswani: note: {len(left_out)} tensors trained in full ({left_out[0]}, …) are no part of the "
+            "Hugging Face model and were left out; the run's model.safetensors has them",
+            file=sys.stderr,
+        )
 
 
 def cmd_export_ctranslate2(args: argparse.Namespace) -> None:

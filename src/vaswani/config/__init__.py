@@ -47,6 +47,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 IMAGE_POOLS = ("cls", "mean")
 VIT_INITS = ("hf", "timm")
 SELECT_BY = ("bleu", "chrf", "loss")
+LORA_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate_proj", "up_proj", "down_proj"
+)  # fmt: skip
+"""The projections that ``--lora-targets`` names (attention's, the plain and the gated FFN's)."""
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("image_size", "patch_size", "channels", "pooling", "vit_init"), ("vit",)),
     **dict.fromkeys(("type_vocab_size", "pooler"), ("encoder_only",)),
@@ -338,6 +342,13 @@ class TrainConfig(Config):
     ``deterministic`` makes torch use deterministic algorithms on one thread, so that a run,
     stopped and resumed or not, gives bit-identical weights on the CPU. A step whose loss or
     gradient is not finite is skipped; ``max_bad_steps`` such steps in a row stop training.
+
+    ``lora_rank`` R trains low-rank adapters (:mod:`vaswani.layers.lora`) of a run that starts from
+    a pretrained one (``--init``) instead of all its weights: each projection named in
+    ``lora_targets`` computes x Wᵀ + b + (``lora_alpha`` / R) dropout(x) Aᵀ Bᵀ with W and b frozen,
+    A (R, in) and B (out, R) trained (B from zero), dropout ``lora_dropout``; a task's new head is
+    trained in full. The run's ``model.safetensors`` holds the merged weights, W + (α / R) B A, and
+    ``adapter.safetensors`` the adapters alone.
     """
 
     _section = "train"
@@ -397,6 +408,20 @@ class TrainConfig(Config):
         False, "deterministic algorithms on one thread: the same weights on every rerun or resume (CPU)"
     )
     select_by: str | None = flag(None, "also keep the best weights by this metric", choices=SELECT_BY)
+    lora_rank: int | None = flag(
+        None,
+        "train rank-R adapters of the --init model instead of all its weights (LoRA)",
+        flag="--lora",
+        metavar="R",
+        range="(0, inf)",
+    )
+    lora_alpha: float = flag(
+        8.0, "LoRA's alpha: the adapters' update is scaled by alpha / R", range="(0, inf)"
+    )
+    lora_dropout: float = flag(0.0, "dropout on the adapters' input", range="[0, 1)")
+    lora_targets: tuple[str, ...] = flag(
+        ("q_proj", "v_proj"), f"projections to adapt, of {','.join(LORA_TARGETS)}", metavar="NAMES"
+    )
 
     def _check(self) -> None:
         self._one_of("schedule", SCHEDULES)
@@ -410,6 +435,20 @@ class TrainConfig(Config):
             self._fail("min_lr", f"must be in [0, lr={self.lr}], got {self.min_lr}")
         if self.deterministic and self.threads not in (None, 1):
             self._fail("threads", f"a deterministic run uses one thread, got {self.threads}")
+        if self.lora_rank is None:
+            changed = [
+                f.name
+                for f in dataclasses.fields(self)
+                if f.name.startswith("lora_") and getattr(self, f.name) != f.default
+            ]
+            if changed:
+                self._fail(changed[0], "adapter settings need a rank: --lora R")
+        elif self.fsdp:
+            self._fail("fsdp", "LoRA adapters are not sharded: train them on one process or with DDP")
+        unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+        if unknown or not self.lora_targets:
+            got = repr(unknown[0]) if unknown else "none"
+            self._fail("lora_targets", f"each must be one of {', '.join(LORA_TARGETS)}; got {got}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:

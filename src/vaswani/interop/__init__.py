@@ -3,7 +3,8 @@
 One module per model family holds its key-mapping table, used in both directions
 (:mod:`vaswani.interop.gpt2`, :mod:`vaswani.interop.llama`, :mod:`vaswani.interop.marian`,
 :mod:`vaswani.interop.bert`, :mod:`vaswani.interop.vit`);
-:mod:`vaswani.interop.common` has what they share. Imports are
+:mod:`vaswani.interop.common` has what they share; :mod:`vaswani.interop.peft` writes a LoRA run's
+adapters in PEFT's format, by those tables. Imports are
 chosen by the ``model_type`` of the folder's ``config.json`` (:data:`IMPORTERS`), exports by the
 Hugging Face family that the run's task names in the task registry (``hf_family``,
 :data:`EXPORTERS`): a language model is written as Llama when its positions are rotary, else as

@@ -11,6 +11,7 @@
   ``BlockStack``, checkpointing, drop-path), :mod:`~vaswani.layers.embedding`,
   :mod:`~vaswani.layers.linear`, :mod:`~vaswani.layers.cross_entropy` (the LM head and its loss in
   one chunked pass);
+- :mod:`~vaswani.layers.lora` (low-rank adapters of the projections, merged or not);
 - :mod:`~vaswani.layers.quantize` (int8 and bf16 inference weights) and
   :mod:`~vaswani.layers.kernels` (every machine-tuned choice, with what was measured).
 """

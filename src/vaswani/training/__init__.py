@@ -1,7 +1,8 @@
 """One trainer for every task.
 
 - :mod:`~vaswani.training.trainer`: the loop (accumulation, clipping, schedule, autocast, logging,
-  evaluation, checkpoints, exact resume); ``fit_run`` for every task;
+  evaluation, checkpoints, exact resume); ``fit_run`` for every task (with ``--lora R``, the model's
+  adapters: the merged weights saved, the adapters beside them);
 - :mod:`~vaswani.training.distributed`: this process's place and device, the process group, the
   collectives, DDP or FSDP2, whole optimizer states; :mod:`~vaswani.training.batches`: a process's
   rows of a batch and their move to the device;

@@ -17,7 +17,7 @@ every moment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from torch import Tensor
 
 from vaswani.errors import RunDirError
 from vaswani.io import WEIGHTS, atomic_write, first_line
+from vaswani.layers.lora import merged_state
 from vaswani.rundir import RunDir
 from vaswani.training.checkpoint import CHECKPOINTS, checkpoint_problem, list_checkpoints
 
@@ -64,10 +65,15 @@ def newest_checkpoints(run_dir: Path, n: int) -> list[Path]:
     return chosen
 
 
-def average_weights(files: Sequence[Path]) -> dict[str, Tensor]:
+def average_weights(
+    files: Sequence[Path], lora_scale: Callable[[], float] | None = None
+) -> dict[str, Tensor]:
     """θ̄ = (1/N) Σ θ_i over the safetensors ``files``, summed in float64 and returned in each
     tensor's own dtype. The files must hold the same names and shapes; a tensor that is not
-    floating-point (a step counter, say) must be equal in all of them and is kept as it is."""
+    floating-point (a step counter, say) must be equal in all of them and is kept as it is. The
+    checkpoints of a LoRA run (unmerged adapters) are merged first, each with its own adapters
+    (W_i = W + (α / r) B_i A_i, ``lora_scale()`` giving α / r), so that the average is that of the
+    models the checkpoints compute."""
     total: dict[str, Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     first = files[0]
@@ -76,6 +82,8 @@ def average_weights(files: Sequence[Path]) -> dict[str, Tensor]:
             weights = load_file(str(path))
         except Exception as exc:  # safetensors raises its own error types on foreign or corrupt files
             raise RunDirError(f"{path}: not a readable safetensors file ({first_line(exc)})") from None
+        if lora_scale is not None and any(name.endswith(".lora_A") for name in weights):
+            weights = merged_state(weights, lora_scale())
         if total and set(weights) != set(total):
             odd = sorted(set(weights) ^ set(total))[:3]
             raise RunDirError(f"{path}: its tensors differ from those of {first} ({odd}): not the same model")
@@ -97,6 +105,16 @@ def average_weights(files: Sequence[Path]) -> dict[str, Tensor]:
     }
 
 
+def lora_scale(run_dir: Path) -> float:
+    """α / r of the LoRA run ``run_dir`` (its ``config.json``)."""
+    train = RunDir(run_dir).read_config().train
+    if train.lora_rank is None:
+        raise RunDirError(
+            f"{run_dir}: its checkpoints hold LoRA adapters, its config.json no train.lora_rank"
+        )
+    return train.lora_alpha / train.lora_rank
+
+
 def average_checkpoints(run_dir: Path, last: int, out: Path | None = None) -> Averaged:
     """Average the weights of the newest ``last`` checkpoints of ``run_dir`` (θ̄ = (1/N) Σ θ_i)
     and write them atomically to ``out``, by default to ``run_dir/model.safetensors`` after
@@ -108,7 +126,7 @@ def average_checkpoints(run_dir: Path, last: int, out: Path | None = None) -> Av
 def write_average(run_dir: Path, chosen: Sequence[Path], out: Path | None = None) -> Averaged:
     """The average of the ``chosen`` checkpoints (:func:`newest_checkpoints`) of ``run_dir``,
     written as :func:`average_checkpoints` writes it."""
-    averaged = average_weights([path / WEIGHTS for path in chosen])
+    averaged = average_weights([path / WEIGHTS for path in chosen], lambda: lora_scale(run_dir))
     data = save(averaged, metadata={"averaged_checkpoints": ",".join(path.name for path in chosen)})
     weights = run_dir / WEIGHTS
     target = weights if out is None else out

@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from safetensors.torch import save
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.batching import epoch_order
-from vaswani.errors import TrainingInterrupted, VaswaniError
+from vaswani.errors import ConfigError, TrainingInterrupted, VaswaniError
 from vaswani.io import WEIGHTS, load_weights, model_bytes
 from vaswani.layers.blocks import set_grad_checkpointing
+from vaswani.layers.lora import adapter_state, apply_lora, merged_copy
 from vaswani.rundir import RunDir
 from vaswani.runtime import seed_everything, set_threads, use_deterministic_mode
 from vaswani.training import distributed, memory
@@ -267,9 +269,15 @@ class Trainer:
         distributed.barrier(self.place)
 
     def _save_weights(self, best: dict[str, str] | None = None) -> None:  # best: model.best's metadata
-        weights = model_bytes(self.model, best) if self.place.main or self.sharded else b""
+        """``model.safetensors`` (or, with ``best``, ``model.best.safetensors``): the weights with
+        any LoRA adapters merged, so that every command reads a LoRA run as any other; beside
+        ``model.safetensors``, the adapters alone in ``adapter.safetensors`` (:func:`lora_bytes`)."""
+        whole = self.place.main or self.sharded
+        weights = model_bytes(merged_copy(self.model), best) if whole else b""
         if self.place.main:
             (self.files.write_weights if best is None else self.files.write_best)(weights)
+            if best is None and self.cfg.lora_rank is not None:
+                self.files.write_adapter(lora_bytes(self.model, self.cfg))
         distributed.barrier(self.place)
 
     def _skipped(self, progress: Progress, loss: float) -> None:
@@ -391,6 +399,31 @@ class Trainer:
         return result
 
 
+def lora_bytes(model: nn.Module, cfg: TrainConfig) -> bytes:
+    """The trained tensors of a LoRA model (:func:`~vaswani.layers.lora.adapter_state`) as
+    safetensors bytes, with the rank, alpha, dropout and targets in the header."""
+    settings = {
+        "lora_rank": str(cfg.lora_rank),
+        "lora_alpha": str(cfg.lora_alpha),
+        "lora_dropout": str(cfg.lora_dropout),
+        "lora_targets": ",".join(cfg.lora_targets),
+    }
+    return save({k: v.cpu().contiguous() for k, v in adapter_state(model).items()}, settings)
+
+
+def adapted(run: RunConfig, model: nn.Module) -> nn.Module:
+    """``model`` with the LoRA adapters of ``run.train`` (:func:`~vaswani.layers.lora.apply_lora`:
+    the base frozen, a new ``head`` trained in full), or as it is without ``lora_rank``. Adapters
+    train a pretrained model: a run that does not start from one (``data.init``) is refused."""
+    cfg = run.train
+    if cfg.lora_rank is None:
+        return model
+    if getattr(run.data, "init", None) is None:
+        raise ConfigError("--lora: adapters train a pretrained model: start from one with --init RUN_DIR")
+    apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    return model
+
+
 def fit_run(
     run: RunConfig,
     run_dir: Path,
@@ -415,7 +448,7 @@ def fit_run(
     if run.train.fsdp and not place.many:  # a sharded run resumed on one process
         print("vaswani: note: fsdp on one process: nothing to shard", file=sys.stderr)
     seed_everything(run.train.seed)
-    model = memory.built(run, device, build_model)  # once it is seen to fit in memory
+    model = adapted(run, memory.built(run, device, build_model))  # once it is seen to fit in memory
     if place.rank > 0:  # each process its own dropout masks (the weights are the same: seeded above)
         torch.manual_seed(run.train.seed + 1000 * place.rank)
     checkpoint = None
@@ -434,4 +467,4 @@ def fit_run(
     result = trainer.fit(quiet=quiet)
     if trainer.sharded:  # each process holds a shard: the whole trained model, from its weights
         model = RunDir(run_dir).load_weights(build_model()).to(device)
-    return result, model
+    return result, merged_copy(model)
