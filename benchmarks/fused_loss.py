@@ -86,11 +86,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     shape, batch = (QUICK, 2) if args.quick else (FULL, 8)
+    vocabs = VOCABS[:1] if args.quick else VOCABS
+    args.steps = 1 if args.quick else args.steps
     print(f"CPU: {cpu_description()}; torch {torch.__version__}; {args.threads} threads; GPT {shape}, "
           f"batch {batch} × {shape['max_len']}; {args.steps} timed steps each way", flush=True)  # fmt: skip
     rows: list[Row] = []
     memory_lines = []
-    for vocab in VOCABS:
+    for vocab in vocabs:
         for bf16 in (False, True):
             precision = "bf16" if bf16 else "fp32"
             model, optimizer, ids = setup(shape, vocab, batch)

@@ -6,14 +6,19 @@
 ``max_tokens``, ``stream``; greedy) and ``GET /health`` on 127.0.0.1. Each request runs
 ``generate`` in a thread of its own, as the streamer's examples do; a non-streamed answer carries
 ``usage.completion_tokens``, a stream ends with ``data: [DONE]``.
+
+``python benchmarks/hf_serve.py --quick`` is a smoke run without a socket: a tiny lm run trained and
+exported for it, one completion asked streamed and not, the two texts checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,11 +82,37 @@ def _generate(model: Any, kwargs: dict[str, Any], streamer: Any) -> None:
         model.generate(**kwargs, streamer=streamer)
 
 
+def smoke() -> None:
+    """``--quick``: the app of a tiny exported run, through FastAPI's test client."""
+    import quick
+    from fastapi.testclient import TestClient
+
+    from vaswani.cli import main as vaswani
+
+    with tempfile.TemporaryDirectory() as scratch:
+        run = quick.train("lm", Path(scratch))
+        if vaswani(["export-hf", str(run), str(Path(scratch, "hf"))]) != 0:
+            raise SystemExit("hf_serve --quick: export-hf failed")
+        client = TestClient(create_app(str(Path(scratch, "hf"))))
+        body = {"prompt": "one two", "max_tokens": 8}
+        whole = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+        events = client.post("/v1/completions", json={**body, "stream": True}).text.split("\n\n")
+        pieces = [json.loads(e[6:])["choices"][0]["text"] for e in events if e.startswith("data: {")]
+    print(f"streamed: {''.join(pieces)!r}, whole: {whole!r}")
+    if "".join(pieces) != whole:
+        raise SystemExit("hf_serve --quick: the streamed text differs from the whole one")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("folder", nargs="?")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a tiny model, no socket")
     args = parser.parse_args()
+    if args.quick:
+        return smoke()
+    if args.folder is None or args.port is None:
+        parser.error("give FOLDER and --port (or --quick)")
     uvicorn.run(create_app(args.folder), host="127.0.0.1", port=args.port, log_level="warning")
 
 

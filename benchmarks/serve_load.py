@@ -1,6 +1,6 @@
 """Load test of ``vaswani serve``: real servers on 127.0.0.1, bounded, stopping by themselves.
 
-``python benchmarks/serve_load.py`` (about 5 minutes on 2 busy cores; ``--quick``: about 1.5)
+``python benchmarks/serve_load.py`` (about 5 minutes on 2 busy cores; ``--quick``: about half a minute)
 trains a small translation run and a small language model (or takes ``--translation-run`` and
 ``--lm-run``), then, each server a ``vaswani serve`` process of its own:
 
@@ -192,8 +192,9 @@ def train_runs(folder: Path, quick: bool) -> tuple[Path, Path]:
     """A small translation run (the default recipe's model, few steps, little data) and a small GPT
     (gpt-mini on the default text): the model shapes of the defaults, trained for a minute or two."""
     runs = folder / "translation", folder / "lm"
-    steps = ("60", "20") if quick else ("150", "40")
-    small = ["--n-train", "20000", "--n-valid", "50", "--n-test", "50", "--eval-sentences", "20"]
+    steps = ("4", "4") if quick else ("150", "40")
+    pairs = "500" if quick else "20000"
+    small = ["--n-train", pairs, "--n-valid", "50", "--n-test", "50", "--eval-sentences", "20"]
     for task, out, n, extra in (("translation", runs[0], steps[0], small), ("lm", runs[1], steps[1], [])):
         started = time.perf_counter()
         subprocess.run(
@@ -338,7 +339,7 @@ def main() -> None:
     ENV["OMP_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.requests, args.rounds = min(args.requests, 128), min(args.rounds, 2)
+        args.requests, args.rounds = min(args.requests, 16), 1
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}", flush=True)  # fmt: skip
     started = time.perf_counter()

@@ -23,6 +23,7 @@ claim). Each corpus's part is kept as ``OUT/CORPUS.md``; the table, with the com
     python benchmarks/translation_results.py --out runs/translation_results      # about two hours
     (the same call again trains and scores only what an earlier one left undone)
     python benchmarks/translation_results.py --out runs/translation_results --report   # score again
+    python benchmarks/translation_results.py --quick   # a smoke run: the seven models, tiny, 3 steps
 """
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def corpus_plan(prefix: str, base: list[str], budget: list[str], tune: list[str]
 
 CORPORA = {"m30k": "Multi30k de→en, test2016", "zh": "The embedded en→zh corpus"}
 EDGES = {"m30k": [10, 15, 20], "zh": [4, 6, 8, 10]}  # the source-length buckets' last lengths
+
+
+def quick_plan(out: Path) -> list[Job]:
+    """``--quick``: the embedded corpus's seven runs and its scoring, as tiny models trained for a few
+    steps on the corpus of ``benchmarks/quick.py`` (a smoke run of the whole script)."""
+    import quick
+
+    src, tgt = quick.parallel_corpus(out)
+    base = ["--src", str(src), "--tgt", str(tgt), *quick.TINY_MODEL, "--batch-tokens", "256"]
+    steps = ["--max-steps", "3", "--eval-every", "1000"]
+    runs = corpus_plan("zh", base, steps, [*FINE_TUNE, *steps], out)
+    score = ["--score", "zh", "--out", str(out), "--timed", "2"]
+    return [*runs, Job("zh-score", score, [r.name for r in runs], [str(Path(__file__).resolve())])]
 
 
 def plan(out: Path, minutes: float, tune_minutes: float, timed: int) -> list[Job]:
@@ -368,7 +382,13 @@ def main(argv: list[str] | None = None) -> None:
         "--report", action="store_true", help="train nothing: score the runs of an earlier --out"
     )
     parser.add_argument("--score", choices=CORPORA, help="only score this corpus's runs of --out (a job)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny models, 3 steps, no table")
     args = parser.parse_args(argv)
+    if args.quick:
+        with tempfile.TemporaryDirectory() as scratch:
+            run_all(quick_plan(Path(scratch)), Path(scratch), args.jobs)
+            print((Path(scratch) / "zh.md").read_text(encoding="utf-8"))
+        return
     if not (MULTI30K / "train.de").is_file():
         print(f"skipped: no Multi30k in {shown(MULTI30K)}")
         return

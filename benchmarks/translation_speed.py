@@ -14,7 +14,7 @@ are medians and the ratio is the median of the per-pair ratios. Read the ratios,
 absolute speeds.
 
     python benchmarks/translation_speed.py            # fp32 and bf16, ~1-3 min on 2 cores
-    python benchmarks/translation_speed.py --quick    # smoke run, < 30 s on a quiet machine
+    python benchmarks/translation_speed.py --quick    # a smoke run: seconds
     python benchmarks/translation_speed.py --bf16     # bf16 autocast only (--fp32: fp32 only)
     python benchmarks/translation_speed.py --threads 1 --clock cpu   # steadiest on a busy machine
 """
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--bf16", action="store_true", help="bf16 autocast only (default: fp32 and bf16)")
     precision.add_argument("--fp32", action="store_true", help="fp32 only (default: fp32 and bf16)")
-    parser.add_argument("--quick", action="store_true", help="few steps and repetitions (< 30 s)")
+    parser.add_argument("--quick", action="store_true", help="few steps, small batches (a smoke run)")
     parser.add_argument("--batch", type=int, default=64, help="training sentences per batch")
     parser.add_argument("--src-len", type=int, default=20)
     parser.add_argument("--tgt-len", type=int, default=20)
@@ -316,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.steps if args.steps is not None else (3 if args.quick else 20)
     warmup = 1 if args.quick else 2
     decode_reps = 1 if args.quick else 3
+    if args.quick:  # a smoke run: small batches, short outputs
+        args.batch, args.decode_batch, args.new_tokens = 8, 4, 8
     precisions = [True] if args.bf16 else [False] if args.fp32 else [False, True]
     # nn.MultiheadAttention warns about the (standard) float causal mask next to bool padding masks
     warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")

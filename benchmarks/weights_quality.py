@@ -22,13 +22,12 @@ import quick
 import torch
 from timing import cpu_description
 
-from vaswani.data.config import ParallelData, TextData
+from vaswani.data.config import LMData, ParallelData
 from vaswani.layers.quantize import prepare_weights
 from vaswani.pipelines.lm import LanguageModel
-from vaswani.pipelines.lm_text import encode_documents, load_documents, stream_loss
+from vaswani.pipelines.lm_text import encode_documents, split_text, stream_loss
 from vaswani.pipelines.translation import Translator
 from vaswani.rundir import RunDir
-from vaswani.tasks.lm import split_documents
 from vaswani.tasks.translation import evaluate_split, load_data
 
 WEIGHTS = {"fp32": (None, None), "bf16": (None, "bf16"), "int8": ("int8", None)}
@@ -38,9 +37,8 @@ WEIGHTS = {"fp32": (None, None), "bf16": (None, "bf16"), "int8": ("int8", None)}
 def lm_perplexities(run_dir: Path) -> dict[str, float]:
     """The perplexity of the lm run on its validation split, per kind of weights."""
     lm = LanguageModel.load(run_dir, "cpu")
-    run = RunDir(run_dir).read_config("lm", TextData)
-    documents, _ = load_documents(run.data)  # type: ignore[arg-type]
-    _, valid = split_documents(documents, run.data.valid_fraction)  # type: ignore[attr-defined]
+    run = RunDir(run_dir).read_config("lm", LMData)
+    _, valid, _ = split_text(run.data)  # type: ignore[arg-type]
     ids = encode_documents(lm.tokenizer, valid)
     found = {}
     for name, (quantize, dtype) in WEIGHTS.items():
