@@ -89,3 +89,34 @@ def test_tensorboard_without_the_package_is_one_line(tmp_path, monkeypatch, caps
         "vaswani: error: --tensorboard needs the tensorboard"
     )
     assert "pip install tensorboard" in err
+
+
+def test_mlflow_run_holds_the_logs_numbers_and_the_config_and_a_resume_continues_it(tmp_path):
+    """``--mlflow FOLDER``: one MLflow run whose metric history is the log's values at the log's
+    steps, whose parameters are the config's fields; a resumed run continues the same MLflow run."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    text, run, store = write_lm_text(tmp_path / "train.txt"), tmp_path / "run", tmp_path / "mlruns"
+    flags = ("--max-steps", "9", "--log-every", "3", "--eval-every", "9", "--mlflow", str(store))
+    assert main(tiny_lm_args(text, run, *flags)) == 0
+    assert main(["train", "lm", "--resume", str(run), "--max-steps", "12", "--quiet"]) == 0
+    client = MlflowClient(store.resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("vaswani").experiment_id])
+    assert found.info.run_name == "run" and found.info.status == "FINISHED"
+    assert found.data.params["model.d_model"] == "32" and found.data.params["train.log_every"] == "3"
+    for kind, name in (("train", "train_loss"), ("train", "lr"), ("eval", "valid_loss")):
+        logged = [(int(row["step"]), float(row[name])) for row in log_rows(run, kind)]
+        history = sorted((m.step, m.value) for m in client.get_metric_history(found.info.run_id, name))
+        assert [s for s, _ in history] == [s for s, _ in logged], name
+        assert [v for _, v in history] == pytest.approx([v for _, v in logged], rel=1e-6), name
+    assert [int(row["step"]) for row in log_rows(run, "train")] == [3, 6, 9, 12]
+
+
+def test_mlflow_without_the_package_is_one_line(tmp_path, monkeypatch, capsys):
+    for name in [n for n in sys.modules if n.split(".")[0] == "mlflow"] + ["mlflow"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: importing it fails
+    text = write_lm_text(tmp_path / "train.txt")
+    assert main(tiny_lm_args(text, tmp_path / "run", "--max-steps", "2", "--mlflow", "mlruns")) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("vaswani: error: --mlflow needs the mlflow")

@@ -379,6 +379,11 @@ class TrainConfig(Config):
         range="(0, inf)",
     )
     tensorboard: bool = flag(False, "also write TensorBoard event files to RUN_DIR/tensorboard")
+    mlflow: str | None = flag(
+        None,
+        "also log to MLflow at this tracking URI (http://HOST:PORT, or a local folder: a file store)",
+        metavar="URI",
+    )
     eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N", range="(0, inf)")
     checkpoint_every: int | None = flag(
         None, "a checkpoint every STEPS steps", metavar="STEPS", range="(0, inf)"

@@ -1,5 +1,6 @@
-"""Where the trainer's numbers go: rows of ``train_log.csv`` and, with ``train.tensorboard``,
-TensorBoard event files in ``RUN_DIR/tensorboard``.
+"""Where the trainer's numbers go: rows of ``train_log.csv``; with ``train.tensorboard``,
+TensorBoard event files in ``RUN_DIR/tensorboard``; with ``train.mlflow`` (a tracking URI), the
+same numbers, and the config's fields as parameters, in an MLflow run.
 
 Every ``train.log_every`` steps a row of kind ``train``: the mean train loss of those steps, the
 learning rate of the last one, the mean gradient norm (before clipping) and the tokens per second
@@ -7,11 +8,14 @@ of training time; every evaluation a row of kind ``eval`` with the validation me
 since the last row (:class:`Window`) are part of the trainer's saved state, so that a resumed run
 writes the same rows as one that was never stopped; rows after the checkpoint it resumes from
 (written before a crash) are dropped first, and its TensorBoard file starts by purging them too.
+A resumed run logs to the MLflow run it began (its id is kept in ``RUN_DIR/mlflow.json``); MLflow
+keeps every value it was sent, so steps logged again after a crash appear twice in its history.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 import time
@@ -20,10 +24,12 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from vaswani.errors import ConfigError
-from vaswani.io import link_refused, open_for_write, write_error
+from vaswani.io import atomic_write_text, link_refused, open_for_write, write_error
 from vaswani.rundir import RunDir
 
 TENSORBOARD_HINT = "pip install tensorboard (or the tensorboard extra: pip install -e '.[tensorboard]')"
+MLFLOW_HINT = "pip install mlflow-skinny (or the mlflow extra: pip install -e '.[mlflow]')"
+MLFLOW_FILE = "mlflow.json"  # {"uri": ..., "run_id": ...}: the MLflow run a resumed run continues
 
 
 class Window:
@@ -119,15 +125,84 @@ class EventFile:
         self.file.close()
 
 
+def flat_fields(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"model": {"d_model": 256}}`` as ``{"model.d_model": "256"}``: a run config as parameters."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flat_fields(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
+    return flat
+
+
+class MlflowRun:
+    """An MLflow run in experiment ``vaswani`` at tracking ``uri``, through ``MlflowClient`` (no global
+    state): named after the run directory, the config's fields as parameters, each log row's values
+    as metrics at its step, ended FINISHED, or FAILED when training raised. A ``uri`` without a
+    scheme is a local folder: MLflow's file store, which MLflow 3 keeps in maintenance mode and
+    opens only when ``MLFLOW_ALLOW_FILE_STORE`` is set (set here for that case)."""
+
+    def __init__(self, uri: str, files: RunDir) -> None:
+        try:
+            from mlflow.entities import Metric, Param
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise ConfigError(f"--mlflow needs the mlflow package: {MLFLOW_HINT}") from None
+        if "://" not in uri and not uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            uri = Path(uri).resolve().as_uri()
+        self.Metric, self.files = Metric, files
+        self.client = MlflowClient(uri)
+        kept = self._kept()
+        if kept.get("uri") == uri and kept.get("run_id"):
+            self.run_id = str(kept["run_id"])
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        experiment = self.client.get_experiment_by_name("vaswani")
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment("vaswani")
+        run = self.client.create_run(experiment_id, run_name=files.path.name)
+        self.run_id = run.info.run_id
+        config = json.loads(files.file(RunDir.CONFIG).read_text(encoding="utf-8"))
+        params = [Param(k, v[:6000]) for k, v in flat_fields(config).items()]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 parameters a call
+            self.client.log_batch(self.run_id, params=params[start : start + 100])
+        atomic_write_text(files.file(MLFLOW_FILE), json.dumps({"uri": uri, "run_id": self.run_id}))
+
+    def _kept(self) -> dict[str, Any]:
+        path = self.files.file(MLFLOW_FILE)
+        try:
+            return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            return {}
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.run_id, metrics=[self.Metric(k, float(v), now, step) for k, v in values.items()]
+        )
+
+    def end(self, failed: bool) -> None:
+        self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
+
+
 class Tracker:
     """The main process's log of a training run (``enabled`` False: the other processes', which
     write nothing). ``start_step`` is where training begins: a resumed run first drops the rows
     after it."""
 
-    def __init__(self, files: RunDir, tensorboard: bool, start_step: int, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        files: RunDir,
+        tensorboard: bool,
+        start_step: int,
+        enabled: bool = True,
+        mlflow: str | None = None,
+    ) -> None:
         self.files = files
         self.enabled = enabled
         self.events: EventFile | None = None
+        self.mlflow: MlflowRun | None = None
         if not enabled:
             return
         if start_step > 0:
@@ -135,6 +210,8 @@ class Tracker:
         if tensorboard:
             purge_from = start_step + 1 if start_step > 0 else None
             self.events = EventFile(files.file(RunDir.TENSORBOARD), purge_from)
+        if mlflow is not None:
+            self.mlflow = MlflowRun(mlflow, files)
 
     def log(self, kind: str, step: int, seconds: float, values: dict[str, float]) -> None:
         """A row of ``kind`` (``train`` or ``eval``) at ``step`` after ``seconds`` of training."""
@@ -143,6 +220,8 @@ class Tracker:
         self.files.append_log({"step": step, "kind": kind, "seconds": round(seconds, 2), **values})
         if self.events is not None:
             self.events.scalars(step, values)
+        if self.mlflow is not None:
+            self.mlflow.metrics(step, values)
 
     def __enter__(self) -> Tracker:
         return self
@@ -152,3 +231,5 @@ class Tracker:
     ) -> None:
         if self.events is not None:
             self.events.close()
+        if self.mlflow is not None:
+            self.mlflow.end(failed=kind is not None and not issubclass(kind, KeyboardInterrupt))

@@ -330,7 +330,7 @@ class Trainer:
         window = Window(state.window, state.train_seconds)
         with (
             progress,
-            Tracker(self.files, cfg.tensorboard, state.step, self.place.main) as tracker,
+            Tracker(self.files, cfg.tensorboard, state.step, self.place.main, cfg.mlflow) as tracker,
             stop_requests(self, (lambda: state.step + 1) if self.place.main else None),
         ):
             while state.step < cfg.max_steps and (budget is None or state.train_seconds < budget):
