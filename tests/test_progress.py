@@ -14,7 +14,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.helpers import LineTask, tiny_args, write_reverse_task
+from tests.helpers import (
+    LineTask,
+    tiny_args,
+    tiny_classify_args,
+    tiny_lm_args,
+    tiny_mlm_args,
+    write_lm_text,
+    write_repeated_text,
+    write_reverse_task,
+    write_sentiment,
+)
 from vaswani.cli import main
 from vaswani.config import TrainConfig
 from vaswani.data.grammar import generate_pairs
@@ -147,3 +157,22 @@ def test_data_preparation_shows_each_stage_in_a_log_and_counts_on_a_terminal():
     with progress.Stage("generating", 10, quiet=True, stream=quiet):
         pass
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm", "classify"])
+def test_tokenizer_training_shows_a_line_as_it_starts_and_ends(task, tmp_path, capsys):
+    """Not quiet, every task that trains a tokenizer says so on standard error (no silent minute)."""
+    if task == "lm":
+        args = tiny_lm_args(write_lm_text(tmp_path / "t.txt"), tmp_path / "run", "--tokenizer", "bpe")
+        kind = "bpe"
+    elif task == "mlm":
+        args, kind = tiny_mlm_args(write_repeated_text(tmp_path / "t.txt"), tmp_path / "run"), "WordPiece"
+    else:
+        train, dev = write_sentiment(tmp_path, "train", 40, 0), write_sentiment(tmp_path, "dev", 10, 1)
+        args, kind = tiny_classify_args(train, dev, tmp_path / "run"), "WordPiece"
+    args = [a for a in args if a != "--quiet"]
+    assert main([*args, "--max-steps", "2"]) == 0  # the last --max-steps given wins
+    err = capsys.readouterr().err.splitlines()
+    started = [line for line in err if line.startswith(f"training a {kind} tokenizer on ")]
+    assert started and started[0].endswith("…"), err
+    assert any(re.fullmatch(rf"training a {kind} tokenizer on [\d,]+ \w+: done in \d+:\d\d", x) for x in err)

@@ -29,6 +29,7 @@ from vaswani.rundir import RunDir
 from vaswani.tasks.settings import absolute, one_stack
 from vaswani.tasks.word_vectors import EmbeddingRows, embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training.progress import Stage
 
 WARMUP_FRACTION = 0.1
 FILE_FIELDS = ("train_file", "dev_file", "init", "word_vectors", "dataset")
@@ -136,10 +137,12 @@ def scratch_encoder(
     ``data.text_tokenizer`` "word"), the run config sized to it, and the embedding rows of
     ``data.word_vectors`` (None without; their count printed unless ``quiet``)."""
     spec, max_len = run.data, run.model.max_len
-    if spec.text_tokenizer == "word":
-        tokenizer = train_bert_words(texts, spec.vocab_size, max_len=max_len)
-    else:
-        tokenizer = WordPieceTokenizer.train(texts, spec.vocab_size, max_len=max_len)
+    kind = "word-level" if spec.text_tokenizer == "word" else "WordPiece"
+    with Stage(f"training a {kind} tokenizer on {len(texts):,} texts", quiet=quiet):
+        if spec.text_tokenizer == "word":
+            tokenizer = train_bert_words(texts, spec.vocab_size, max_len=max_len)
+        else:
+            tokenizer = WordPieceTokenizer.train(texts, spec.vocab_size, max_len=max_len)
     model = run.model.replace(vocab_size=padded_vocab_size(tokenizer.vocab_size), pad_id=tokenizer.pad_id)
     rows = embedding_rows(spec, tokenizer, model.d_model) if spec.word_vectors is not None else None
     if rows is not None and not quiet:

@@ -47,6 +47,7 @@ from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import fixed_model
 from vaswani.tasks.settings import absolute, text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
+from vaswani.training.progress import Stage
 from vaswani.training.trainer import fit_run
 
 SAMPLE_PROMPT = "The "
@@ -118,7 +119,9 @@ def train_lm(
         model = pretrained.model.replace(dropout=run.model.dropout)
         run = RunConfig(run.task, model, run.train, run.data.replace(**kept))
     else:
-        tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
+        what = f"training a {run.data.tokenizer} tokenizer on {len(train_docs):,} documents"
+        with Stage(what, quiet=quiet):
+            tokenizer = LMTokenizer.train(train_docs, run.data.tokenizer, run.data.vocab_size)
         vocab = padded_vocab_size(tokenizer.vocab_size)
         run = RunConfig(run.task, run.model.replace(vocab_size=vocab), run.train, run.data)
     check_vocab(run, tokenizer, run_dir)

@@ -64,6 +64,7 @@ from vaswani.runtime import Resolved
 from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.settings import text_recipe, text_run
 from vaswani.tokenizer import WordPieceTokenizer
+from vaswani.training.progress import Stage
 from vaswani.training.trainer import fit_run
 
 FILL_MASK_EXAMPLE = "The [MASK] statement exits a loop."
@@ -137,7 +138,8 @@ def train_mlm(
     if resume:
         tokenizer = WordPieceTokenizer.load(run_dir / TOKENIZER, max_len)
     else:
-        tokenizer = WordPieceTokenizer.train(train_docs, run.data.vocab_size, max_len=max_len)
+        with Stage(f"training a WordPiece tokenizer on {len(train_docs):,} documents", quiet=quiet):
+            tokenizer = WordPieceTokenizer.train(train_docs, run.data.vocab_size, max_len=max_len)
         vocab = padded_vocab_size(tokenizer.vocab_size)
         model_cfg = run.model.replace(vocab_size=vocab, pad_id=tokenizer.pad_id)
         run = RunConfig(run.task, model_cfg, run.train, run.data)
