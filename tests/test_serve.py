@@ -162,7 +162,7 @@ def test_stop_n_and_seed(client):
         ("/v1/translations", {"input": "Tom", "model": "nope"}, 404, "model", ["nope"]),
         ("/v1/translations", {"input": "Tom", "model": "lm"}, 422, "model", ["lm run"]),
         ("/v1/completions", {"prompt": "a", "max_tokens": 49}, 422, "max_tokens", ["--max-tokens"]),
-        ("/v1/completions", {"prompt": "a", "max_tokens": 0}, 422, "max_tokens", ["1..48"]),
+        ("/v1/completions", {"prompt": "a", "max_tokens": 0}, 422, "max_tokens", ["echo"]),
         ("/v1/completions", {"prompt": "a", "n": 5}, 422, "n", ["n"]),
         ("/v1/completions", {"prompt": "a", "temperature": -1}, 422, "temperature", ["decoding.temperature"]),
         ("/v1/completions", {"prompt": "汤姆" * 40}, 422, "prompt", ["--max-prompt-tokens 40"]),

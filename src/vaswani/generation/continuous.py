@@ -44,6 +44,7 @@ from vaswani.generation.compiled import (
 )
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.lm import lm_budget
+from vaswani.generation.logprobs import logprobs_of
 from vaswani.generation.request import Decode, Request
 from vaswani.generation.sampling import choose_next
 from vaswani.layers.blocks import LayerCache
@@ -224,11 +225,15 @@ class BatchEngine(Generic[State]):
         return taken
 
     def _choose(self, logits: Tensor, rows: list[Request]) -> list[int]:
-        """Each row's next token: argmax, or a draw with its own decoding and generator."""
+        """Each row's next token: argmax, or a draw with its own decoding and generator; the
+        log-probabilities of the rows that asked for them are recorded."""
         choice = logits.argmax(dim=-1)
         for i, row in enumerate(rows):
             if row.decoding.strategy == "sample":
                 choice[i] = choose_next(logits[i : i + 1], row.decoding, row.generator)[0]
+        for i, row in enumerate(rows):
+            if row.top_logprobs is not None:
+                row.logprobs.extend(logprobs_of(logits[i : i + 1], choice[i : i + 1], row.top_logprobs))
         return choice.tolist()
 
     def _self_attention_mask(self) -> Tensor | None:
@@ -306,11 +311,12 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
 
     def submit(
         self, prompt_ids: Sequence[int], decoding: DecodingConfig = GREEDY,
-        on_event: Callable[[Request], None] | None = None,
+        on_event: Callable[[Request], None] | None = None, logprobs: int | None = None,
     ) -> Request:  # fmt: skip
         """Queue the generation of a continuation of ``prompt_ids`` (an empty prompt starts from
         EOS, as a new document) as ``decoding`` says; ``on_event(request)`` is called from the
-        engine's thread after each new token and at the end. A prompt that leaves no room in the context
+        engine's thread after each new token and at the end; ``logprobs`` (alternatives per
+        token, 0 for none) records each token's log-probability. A prompt that leaves no room in the context
         is a DataError, an id outside the vocabulary an InputError, a full queue QueueFull."""
         budget = lm_budget(decoding)
         prompt = [int(i) for i in prompt_ids] or [self.eos_id]
@@ -321,7 +327,10 @@ class ContinuousEngine(BatchEngine[list[LayerCache]]):
         if not all(0 <= i < vocab for i in prompt):
             raise InputError(f"prompt: token ids must be in [0, {vocab})")
         generator = decoding.generator(self.device)
-        return self._enqueue(Request(prompt, decoding, budget, self.eos_id, self.decode, generator, on_event))
+        request = Request(
+            prompt, decoding, budget, self.eos_id, self.decode, generator, on_event, logprobs=logprobs
+        )
+        return self._enqueue(request)
 
     def _restart(self, rows: list[Request]) -> list[Request]:
         """Rows whose context is full: their view restarts ``max_len // 2`` tokens before their end."""

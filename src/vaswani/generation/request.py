@@ -16,6 +16,7 @@ import torch
 
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import cut_at_stop, held_back
+from vaswani.generation.logprobs import TokenLogprob
 
 Decode = Callable[[Sequence[int]], str]
 """Text of token ids (the tokenizer's ``decode``: stopping at EOS, special tokens left out)."""
@@ -38,16 +39,20 @@ class Request:
     :meth:`result`; :meth:`cancel` ends it at the next step boundary. ``on_event(request)`` is called
     from the engine's thread after each new token and at the end. Read it one way once (a
     :meth:`result` may follow any). ``tokens`` are those the decoder starts from: the prompt by
-    default, a translation's BOS (its ``prompt`` is then the source)."""
+    default, a translation's BOS (its ``prompt`` is then the source). With ``logprobs`` (a number
+    of alternatives, 0 for none), :attr:`logprobs` holds each generated token's
+    :class:`~vaswani.generation.logprobs.TokenLogprob`, in the order of :attr:`ids`."""
 
     def __init__(
         self, prompt: list[int], decoding: DecodingConfig, budget: int, eos_id: int, decode: Decode,
         generator: torch.Generator | None, on_event: Callable[[Request], None] | None,
-        tokens: Sequence[int] | None = None,
+        tokens: Sequence[int] | None = None, logprobs: int | None = None,
     ) -> None:  # fmt: skip
         self.prompt, self.decoding, self.budget, self.eos_id = prompt, decoding, budget, eos_id
         self.generator = generator
         self.ids: list[int] = []  # generated so far (written by the engine's thread)
+        self.top_logprobs = logprobs
+        self.logprobs: list[TokenLogprob] = []  # of each id, when asked for (written before it)
         self.finish_reason: str | None = None
         self.error: BaseException | None = None
         self._decode, self._on_event = decode, on_event

@@ -74,7 +74,6 @@ from vaswani.pipelines.bert import ENCODER_TASK, MLM_TASK
 MODEL_TYPE = "bert"
 PREFIX = "bert."
 VOCAB = "vocab.txt"
-TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # Hugging Face's module inside a layer → ours; each has a weight and a bias.
 LAYER_MODULES = {

@@ -29,7 +29,6 @@ from vaswani.interop.bert import (
     PREFIX,
     SKIPPED,
     TABLE,
-    TOKENIZER_CONFIG,
     UNTIED_DECODER,
     VOCAB,
     check_expressible,
@@ -38,6 +37,7 @@ from vaswani.interop.bert import (
     task_of,
 )
 from vaswani.interop.common import (
+    TOKENIZER_CONFIG,
     KeyMap,
     expand,
     fits_vocabulary,

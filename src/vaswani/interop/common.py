@@ -36,11 +36,14 @@ from vaswani.io import (
     write_file,
 )
 from vaswani.models.gpt import GPT
+from vaswani.pipelines.chat import TEMPLATE_FILE, template_of
 from vaswani.pipelines.lm import TASK as LM_TASK
 from vaswani.pipelines.lm import TOKENIZER as LM_TOKENIZER
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tokenizer import LMTokenizer
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 PICKLED = "pytorch_model.bin"
 
@@ -183,6 +186,26 @@ def write_lm_run(
         state = state_from_hf(tensors, cfg)
     save_run(out, RunConfig(LM_TASK, cfg, registry.configure(LM_TASK).train, data), GPT(cfg), state)
     write_file(out / LM_TOKENIZER, tokenizer.tokenizer.to_str(pretty=True).encode("utf-8"))
+    template = read_chat_template(src)
+    if template is not None:
+        write_file(out / TEMPLATE_FILE, template.encode("utf-8"))
+
+
+def read_chat_template(src: Path) -> str | None:
+    """The chat template of the Hugging Face folder ``src``: its ``chat_template.jinja``, else
+    ``tokenizer_config.json``'s ``chat_template``; None when it has neither."""
+    if (src / TEMPLATE_FILE).is_file():
+        return (src / TEMPLATE_FILE).read_text(encoding="utf-8")
+    if (src / TOKENIZER_CONFIG).is_file():
+        return template_of(read_json(src / TOKENIZER_CONFIG))
+    return None
+
+
+def chat_template_setting(run_dir: Path) -> dict[str, str]:
+    """``{"chat_template": ...}`` for an exported ``tokenizer_config.json`` when the run has a
+    chat template, else nothing."""
+    path = run_dir / TEMPLATE_FILE
+    return {"chat_template": path.read_text(encoding="utf-8")} if path.is_file() else {}
 
 
 def write_lm_folder(

@@ -48,7 +48,9 @@ from vaswani.data.config import TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop import fields
 from vaswani.interop.common import (
+    TOKENIZER_CONFIG,
     KeyMap,
+    chat_template_setting,
     decoder_state_from_hf,
     expand,
     naming,
@@ -287,7 +289,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     byte_level = is_byte_level_bpe(tokenizer.tokenizer)
     unk = END_OF_TEXT if byte_level or tokenizer.tokenizer.token_to_id(LM_UNK) is None else LM_UNK
     write_json(
-        out / "tokenizer_config.json",
+        out / TOKENIZER_CONFIG,
         {
             "tokenizer_class": "GPT2Tokenizer" if byte_level else "PreTrainedTokenizerFast",
             "bos_token": END_OF_TEXT,
@@ -295,6 +297,7 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
             "unk_token": unk,
             "add_prefix_space": False,
             "model_max_length": run.model.max_len,
+            **chat_template_setting(run_dir),
         },
     )
     if byte_level:

@@ -20,7 +20,14 @@ from vaswani.config import RunConfig
 from vaswani.data.config import LMData, TextData
 from vaswani.errors import ConfigError, DataError, RunDirError
 from vaswani.interop import fields
-from vaswani.interop.common import naming, write_json, write_lm_folder, write_lm_run
+from vaswani.interop.common import (
+    TOKENIZER_CONFIG,
+    chat_template_setting,
+    naming,
+    write_json,
+    write_lm_folder,
+    write_lm_run,
+)
 from vaswani.interop.llama import CONFIG_TABLE, config_from_hf, config_to_hf, state_from_hf, state_to_hf
 from vaswani.io import first_line
 from vaswani.pipelines.lm import TASK, TOKENIZER
@@ -122,4 +129,5 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     settings.update({key: tokenizer.tokenizer.id_to_token(i) for key, i in names.items()})
     if tokenizer.tokenizer.token_to_id(LM_UNK) is not None:
         settings["unk_token"] = LM_UNK
-    write_json(out / "tokenizer_config.json", {**settings, "model_max_length": run.model.max_len})
+    settings.update(chat_template_setting(run_dir))
+    write_json(out / TOKENIZER_CONFIG, {**settings, "model_max_length": run.model.max_len})

@@ -6,7 +6,8 @@ load raises its one-line error before anything listens). The app's state holds w
 :class:`~vaswani.serve.batching.BatchQueue`), ``app.state.settings``
 (:class:`~vaswani.serve.settings.ServeSettings`) and ``app.state.metrics``
 (:class:`~vaswani.serve.metrics.ServeMetrics`). Routes: ``/health``, ``/metrics``, ``/v1/models``,
-and the routers of :mod:`vaswani.serve.completions` and :mod:`vaswani.serve.tasks`; a page at ``/``
+and the routers of :mod:`vaswani.serve.completions`, :mod:`vaswani.serve.chat` and
+:mod:`vaswani.serve.tasks`; a page at ``/``
 is added by the router that serves it. The API's schema is ``/openapi.json``; FastAPI's ``/docs``
 and ``/redoc`` pages are off, since they fetch their scripts from a public CDN (the server is meant
 to work offline; any OpenAPI viewer reads the schema).
@@ -21,7 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from vaswani.serve import completions, page, tasks
+from vaswani.serve import chat, completions, page, tasks
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.engine import engines_of
 from vaswani.serve.errors import install_handlers
@@ -79,6 +80,7 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
         )
 
     app.include_router(completions.router)
+    app.include_router(chat.router)
     app.include_router(tasks.router)
     app.include_router(page.router)
     return app

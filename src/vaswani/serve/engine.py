@@ -8,7 +8,7 @@ to ``--max-batch`` rows). Beam search (n-best) stays batched per call by the mod
 
 ``engines_of(models, settings, metrics)`` starts them (``app.state.engines``: model id → engine),
 their steps' rows counted as the model's batch sizes; :func:`complete_rows` awaits the results of
-some inputs and :func:`stream_completion` streams one as server-sent events. Both count in the
+some inputs and :func:`stream_rows` streams them as server-sent events. Both count in the
 model's queue (``queue.hold``: its length, and the 503 of a full queue), wait on the event loop
 without blocking it (the engine wakes them), and cancel their rows when the client goes away.
 """
@@ -16,8 +16,8 @@ without blocking it (the engine wakes them), and cancel their rows when the clie
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import Request
@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.continuous import ContinuousEngine
 from vaswani.generation.continuous_seq2seq import Seq2SeqEngine
+from vaswani.generation.logprobs import TokenLogprob
 from vaswani.generation.request import Request as EngineRequest
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.errors import log_failure
@@ -38,15 +39,23 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 Engine = ContinuousEngine | Seq2SeqEngine
 
 
+Prompt = str | list[int]  # a text, or its token ids
+Chunk = Callable[[int, str, str | None, list[TokenLogprob]], dict[str, Any]]
+Closing = Callable[[list["Generation"]], dict[str, Any] | None]
+
+
 @dataclass
 class Generation:
     """One row's text, why it ended (``stop``: EOS or a stop string; ``length``: the budget), the
-    tokens it generated (up to its end) and the tokens of its input (prompt or source)."""
+    tokens it generated (up to its end) and the tokens of its input (prompt or source); ``ids``
+    are the generated ids (EOS left out) and ``logprobs`` theirs, when asked for."""
 
     text: str
     finish_reason: str
     tokens: int
     input_tokens: int
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 def engines_of(
@@ -84,14 +93,35 @@ def engines_of(
 
 
 def submit(
-    engine: Engine, served: ServedModel, text: str, decoding: DecodingConfig,
-    wake: Callable[[EngineRequest], None],
+    engine: Engine, served: ServedModel, text: Prompt, decoding: DecodingConfig,
+    wake: Callable[[EngineRequest], None], logprobs: int | None = None,
 ) -> EngineRequest:  # fmt: skip
-    """Queue one prompt (an lm run) or source text (a translation run); one too long (or a bad
-    option) raises its one-line error here."""
+    """Queue one prompt (an lm run: a text or its ids; ``logprobs`` alternatives per token, None
+    for no log-probabilities) or source text (a translation run); one too long (or a bad option)
+    raises its one-line error here."""
     if isinstance(engine, Seq2SeqEngine):
+        assert isinstance(text, str)
         return engine.submit(served.wrapper.src_tok.encode(text), decoding, on_event=wake)
-    return engine.submit(served.wrapper.tokenizer.encode(text), decoding, on_event=wake)
+    ids = served.wrapper.tokenizer.encode(text) if isinstance(text, str) else text
+    return engine.submit(ids, decoding, on_event=wake, logprobs=logprobs)
+
+
+def submit_rows(
+    engine: Engine, served: ServedModel, prompts: list[Prompt], decoding: DecodingConfig, n: int,
+    wake: Callable[[EngineRequest], None], logprobs: int | None,
+) -> list[EngineRequest]:  # fmt: skip
+    """Queue each of ``prompts`` (each ``n`` times in a row: with a seed, choice j draws from
+    seed + j); if one is refused, those queued before it are cancelled."""
+    rows: list[EngineRequest] = []
+    try:
+        for i, prompt in enumerate(prompts):
+            seeded = decoding if decoding.seed is None else replace(decoding, seed=decoding.seed + i % n)
+            rows.append(submit(engine, served, prompt, seeded, wake, logprobs))
+    except BaseException:
+        for row in rows:
+            row.cancel()
+        raise
+    return rows
 
 
 def waker(each_token: bool) -> tuple[asyncio.Event, Callable[[EngineRequest], None]]:
@@ -125,27 +155,28 @@ def generation(row: EngineRequest) -> Generation:
     of a stream, so that the one-shot text is the streamed one)."""
     ids = row.ids[:-1] if row.ids and row.ids[-1] == row.eos_id else row.ids
     reason = "stop" if row.finish_reason == "stop" else "length"
-    return Generation(row.text().removesuffix("\ufffd"), reason, len(ids), len(row.prompt))
+    text = row.text().removesuffix("\ufffd")
+    return Generation(text, reason, len(ids), len(row.prompt), list(ids), row.logprobs[: len(ids)])
 
 
 async def complete_rows(
     request: Request,
     served: ServedModel,
     queue: BatchQueue,
-    prompts: list[str],
+    prompts: list[Prompt],
     decoding: DecodingConfig,
     n: int,
+    logprobs: int | None = None,
 ) -> list[Generation]:
     """The completion (or translation) of each of ``prompts`` (each ``n`` times in a row: with a
-    seed, choice j draws from seed + j), through the model's engine."""
+    seed, choice j draws from seed + j), through the model's engine; with ``logprobs``, each
+    token's log-probability and as many alternatives."""
     engine: Engine = request.app.state.engines[served.name]
     with queue.hold():
         woken, wake = waker(each_token=False)
         rows: list[EngineRequest] = []
         try:
-            for i, prompt in enumerate(prompts):
-                seeded = decoding if decoding.seed is None else replace(decoding, seed=decoding.seed + i % n)
-                rows.append(submit(engine, served, prompt, seeded, wake))
+            rows = submit_rows(engine, served, prompts, decoding, n, wake, logprobs)
             for row in rows:
                 async for _ in new_ids(row, woken):
                     pass
@@ -160,39 +191,69 @@ async def complete_rows(
     return done
 
 
-def stream_completion(
-    request: Request, served: ServedModel, queue: BatchQueue, prompt: str, decoding: DecodingConfig,
-    chunk: Callable[[str, str | None], dict[str, Any]],
+def stream_rows(
+    request: Request, served: ServedModel, queue: BatchQueue, prompts: list[Prompt],
+    decoding: DecodingConfig, n: int, chunk: Chunk, logprobs: int | None = None,
+    opening: Sequence[dict[str, Any]] = (), closing: Closing | None = None,
 ) -> StreamingResponse:  # fmt: skip
-    """One completion (or translation) streamed through the model's engine: its text in pieces
-    never cut inside a character (:class:`~vaswani.serve.streaming.TextStream`), the finish reason
-    in the last chunk, then ``data: [DONE]``; the row stops when the client goes away."""
+    """The completions (or translations) of ``prompts`` (each ``n`` times) streamed through the
+    model's engine: the ``opening`` events, then ``chunk(index, text, finish_reason, logprobs)`` of
+    each row as its text grows, in pieces never cut inside a character
+    (:class:`~vaswani.serve.streaming.TextStream`; the log-probabilities of the tokens that made
+    the piece, when asked for), its finish reason in its last chunk, then ``closing(generations)``
+    (the usage, say) and ``data: [DONE]``. Rows stop when the client goes away."""
     engine: Engine = request.app.state.engines[served.name]
     metrics = request.app.state.metrics
     queue.check_room()
     woken, wake = waker(each_token=True)
-    row = submit(engine, served, prompt, decoding, wake)
+    rows = submit_rows(engine, served, prompts, decoding, n, wake, logprobs)
 
     async def events() -> AsyncIterator[str]:
-        text = TextStream(engine.decode, decoding.stop)
+        texts = [TextStream(engine.decode, decoding.stop) for _ in rows]
+        read = [0] * len(rows)  # ids read from each row
+        done: list[Generation | None] = [None] * len(rows)
         with queue.hold(check=False):
             try:
-                async for new in new_ids(row, woken):
-                    piece = "".join(text.push(t) for t in new if t != row.eos_id)
-                    if piece:
-                        yield sse(chunk(piece, None))
-                rest, done = text.finish(), generation(row)
-                metrics.tokens.labels(served.name).inc(done.tokens)
-                if rest:
-                    yield sse(chunk(rest, None))
-                yield sse(chunk("", done.finish_reason))
+                for payload in opening:
+                    yield sse(payload)
+                while any(g is None for g in done):
+                    moved = False
+                    for i, row in enumerate(rows):
+                        if done[i] is not None:
+                            continue
+                        new = row.drain()
+                        if new:
+                            moved = True
+                            kept = [j for j, t in enumerate(new) if t != row.eos_id]
+                            piece = "".join(texts[i].push(new[j]) for j in kept)
+                            scored = row.logprobs[read[i] : read[i] + len(new)]
+                            read[i] += len(new)
+                            shown = [scored[j] for j in kept if j < len(scored)]
+                            if piece or shown:
+                                yield sse(chunk(i, piece, None, shown))
+                        if row.ended:
+                            moved = True
+                            rest, done[i] = texts[i].finish(), generation(row)
+                            if rest:
+                                yield sse(chunk(i, rest, None, []))
+                            yield sse(chunk(i, "", done[i].finish_reason, []))
+                    if not moved:
+                        await woken.wait()
+                        woken.clear()
+                finished = [g for g in done if g is not None]
+                metrics.tokens.labels(served.name).inc(sum(g.tokens for g in finished))
+                last = closing(finished) if closing is not None else None
+                if last is not None:
+                    yield sse(last)
                 yield DONE
             except Exception as exc:  # the stream has begun: end it with one line, never a traceback
                 log_failure(request.url.path, exc, request.app.state.settings.debug)
                 yield sse({"error": {"message": "internal error: generation failed", "type": "server_error"}})
             finally:
-                if not row.ended:
+                gone = [row for row in rows if not row.ended]
+                for row in gone:
                     row.cancel()
+                if gone:
                     metrics.cancelled.labels(served.name).inc()
 
     return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from vaswani.errors import RunDirError, VaswaniError
 from vaswani.layers.quantize import prepare_weights
+from vaswani.pipelines.chat import ChatTemplate
 from vaswani.pipelines.common import Pipeline, check_inference_weights
 from vaswani.tasks import registry
 
 # The endpoints that serve each task's runs (besides /v1/models and /health).
 ENDPOINTS: dict[str, tuple[str, ...]] = {
-    "lm": ("/v1/completions", "/v1/attention"),
+    "lm": ("/v1/completions", "/v1/chat/completions", "/v1/attention"),
     "translation": ("/v1/translations", "/v1/attention"),
     "mlm": ("/v1/fill-mask",),
     "encoder": ("/v1/embeddings",),
@@ -31,12 +32,14 @@ ENDPOINTS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class ServedModel:
-    """One loaded run: its id, task, wrapper (``registry.load``'s) and directory."""
+    """One loaded run: its id, task, wrapper (``registry.load``'s) and directory; an lm run's chat
+    template (its own, or the plain default)."""
 
     name: str
     task: str
     wrapper: Pipeline
     run_dir: Path
+    chat: ChatTemplate | None = None
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -67,11 +70,12 @@ def load_models(
                 prepare_weights(wrapper.model, quantize, dtype)
             if compile and hasattr(wrapper, "compile_decoding"):
                 wrapper.compile_decoding()
+            chat = ChatTemplate.load(run_dir, wrapper.tokenizer) if spec.name == "lm" else None
         except VaswaniError as exc:
             message = str(exc)
             raise type(exc)(message if str(run_dir) in message else f"{run_dir}: {message}") from None
         name, number = run_dir.resolve().name, 2
         while name in models:
             name, number = f"{run_dir.resolve().name}-{number}", number + 1
-        models[name] = ServedModel(name, spec.name, wrapper, run_dir)
+        models[name] = ServedModel(name, spec.name, wrapper, run_dir, chat)
     return models

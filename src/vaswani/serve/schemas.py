@@ -28,13 +28,20 @@ class Request(BaseModel):
     model: str | None = Field(None, description="a served model's id; optional when one model is served")
 
 
-class CompletionRequest(Request):
-    """OpenAI's ``/v1/completions`` body, for ``lm`` runs."""
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    prompt: Texts = Field(description="a prompt or a list of prompts")
+    include_usage: bool = Field(False, description="a last chunk with the usage, its choices empty")
+
+
+class Sampling(Request):
+    """What ``/v1/completions`` and ``/v1/chat/completions`` share: the budget, sampling, stop
+    strings, choices per prompt, seed and streaming."""
+
     max_tokens: int | None = Field(
         None,
-        description="tokens to generate per completion (default 16, or the server's --max-tokens if less)",
+        description="tokens to generate per completion (default 16 for completions, the server's "
+        "--max-tokens for chat, or that cap if less); 0 with echo scores the prompt alone",
     )
     temperature: float | None = Field(None, description="sampling temperature (0 or unset: greedy)")
     top_p: float | None = Field(
@@ -43,15 +50,38 @@ class CompletionRequest(Request):
     top_k: int | None = Field(None, description="sample among the k most likely tokens")
     stop: str | list[str] | None = Field(None, description="the completion ends before the first of these")
     n: int = Field(1, description="completions per prompt")
-    seed: int | None = Field(None, description="seed of the sampling generator")
+    seed: int | None = Field(None, description="seed of the sampling (choice i draws from seed + i)")
     stream: bool = Field(False, description="server-sent events, ending in data: [DONE]")
+    stream_options: StreamOptions | None = Field(None, description="include_usage: a last chunk with usage")
+
+
+class CompletionRequest(Sampling):
+    """OpenAI's ``/v1/completions`` body, for ``lm`` runs."""
+
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(
+        description="a prompt or a list of prompts, as text or token ids"
+    )
+    logprobs: int | None = Field(
+        None, description="log-probabilities of the tokens and of this many alternatives (0..20)"
+    )
+    echo: bool = Field(False, description="the prompt before the completion (scored, with logprobs)")
+
+
+class CompletionLogprobs(BaseModel):
+    """The legacy completions' log-probabilities: one entry per token of the choice's text
+    (the prompt's first, with echo, whose first token has none)."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
 
 
 class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: Literal["stop", "length"] | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Usage(BaseModel):
@@ -67,6 +97,66 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] = Field(description="the message's text (or text parts)")
+    name: str | None = None
+
+
+class ChatCompletionRequest(Sampling):
+    """OpenAI's ``/v1/chat/completions`` body, for ``lm`` runs: the conversation is rendered by
+    the run's chat template (:mod:`vaswani.pipelines.chat`)."""
+
+    messages: list[ChatMessage] = Field(description="the conversation so far")
+    max_completion_tokens: int | None = Field(None, description="max_tokens by its newer name")
+    logprobs: bool = Field(False, description="the log-probability of each token of the reply")
+    top_logprobs: int | None = Field(None, description="alternatives per token, with logprobs (0..20)")
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: ChatLogprobs | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
 
 
 def decoding_fields(leave_out: tuple[str, ...]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ results split back, one per job.
 
 ``runner(served)`` is the ``run`` of that model's :class:`~vaswani.serve.batching.BatchQueue`;
 :data:`KINDS` names each kind's batch function ``(wrapper, options, payloads) -> results``, and
-beam-search translations (kind ``translate``) stop early when all their clients have gone.
+beam-search translations (kind ``translate``) stop early when all their clients have gone; kind
+``score`` gives the log-probabilities of prompts' tokens (``echo`` with ``logprobs``).
 (Completions and greedy or sampled translations run on the continuous-batching engines,
 :mod:`vaswani.serve.engine`.)
 """
@@ -17,9 +18,11 @@ from typing import Any
 from torch import Tensor
 
 from vaswani.generation.config import DecodingConfig
+from vaswani.generation.logprobs import prompt_logprobs
 from vaswani.pipelines.classify import TextClassifier
 from vaswani.pipelines.encoder import SentenceEncoder
 from vaswani.pipelines.image import ImageClassifier
+from vaswani.pipelines.lm import LanguageModel
 from vaswani.pipelines.mlm import MaskedLanguageModel
 from vaswani.pipelines.tag import Tagger
 from vaswani.pipelines.translation import Translator
@@ -70,6 +73,11 @@ def _fill_mask(mlm: MaskedLanguageModel, options: Any, payloads: list[Any]) -> l
     return joined(payloads, lambda texts: [mlm.fill_mask(text, *options) for text in texts])
 
 
+def _score(lm: LanguageModel, top: int, payloads: list[Any]) -> list[Any]:
+    vocab = lm.tokenizer.vocab_size
+    return [[prompt_logprobs(lm.model, ids, top, vocab) for ids in payload] for payload in payloads]
+
+
 def _images(classifier: ImageClassifier, options: Any, payloads: list[Any]) -> list[Any]:
     return joined(payloads, lambda paths: classifier.predict(paths, *options))
 
@@ -80,6 +88,7 @@ KINDS: dict[str, Batch] = {
     "tag": _tag,
     "fill_mask": _fill_mask,
     "images": _images,
+    "score": _score,
 }
 
 

@@ -1,0 +1,65 @@
+"""Log-probabilities of tokens, as a server reports them (OpenAI's ``logprobs``).
+
+For logits :math:`z` (rows, vocab) over the vocabulary, the log-probability of token :math:`t` is
+:math:`\\log p(t) = z_t - \\log \\sum_j e^{z_j}` (``log_softmax``): the model's own distribution,
+before any temperature, top-k or top-p shapes the draw. :func:`logprobs_of` gives, for each row,
+the chosen token's log-probability and the ``top`` most likely tokens with theirs (best first);
+:func:`prompt_logprobs` scores every token of a text given the ones before it (the first, which
+nothing predicts, has none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vaswani.models.gpt import GPT
+
+MAX_TOP = 20  # the most alternatives a request may ask for (OpenAI's top_logprobs cap)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token's id and log-probability, and the ``top`` alternatives (id, log-probability),
+    most likely first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def logprobs_of(logits: Tensor, chosen: Tensor, top: int) -> list[TokenLogprob]:
+    """For logits (rows, vocab) and the chosen ids (rows,): each row's :class:`TokenLogprob` with
+    its ``top`` alternatives (0: none). Logits of -inf (padding of the embedding) stay impossible."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    picked = logp.gather(-1, chosen.view(-1, 1)).squeeze(-1).tolist()
+    if top > 0:
+        values, ids = logp.topk(min(top, logp.shape[-1]), dim=-1)
+        rows = zip(ids.tolist(), values.tolist(), strict=True)
+        alternatives = [tuple(zip(i, v, strict=True)) for i, v in rows]
+    else:
+        alternatives = [()] * len(picked)
+    return [
+        TokenLogprob(int(t), lp, alt)
+        for t, lp, alt in zip(chosen.tolist(), picked, alternatives, strict=True)
+    ]
+
+
+@torch.no_grad()
+def prompt_logprobs(
+    model: GPT, ids: Sequence[int], top: int, vocab_size: int | None = None
+) -> list[TokenLogprob | None]:
+    """The log-probability of each of ``ids`` given those before it, in one forward pass of
+    ``model`` (the first token: None); logits of ids >= ``vocab_size`` (the embedding's padding)
+    are left out of the distribution. ``ids`` must fit the model's context."""
+    if len(ids) < 2:
+        return [None] * len(ids)
+    device = next(model.parameters()).device
+    tokens = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    logits = model(tokens)[0, :-1].float()  # (len - 1, vocab): the prediction of each next token
+    if vocab_size is not None and vocab_size < logits.shape[-1]:
+        logits[:, vocab_size:] = -torch.inf
+    return [None, *logprobs_of(logits, tokens[0, 1:], top)]
