@@ -98,6 +98,13 @@ ONEDNN_ACTIVATIONS = {
 """Each activation of :class:`~vaswani.layers.linear.Linear` → oneDNN's (name, algorithm) of it."""
 
 
+def portable() -> bool:
+    """Whether the model is being traced into a graph for another runtime (``torch.onnx.export``
+    traces with ``torch.jit``): every projection is then ``F.linear``, which ONNX has an operator
+    for, whatever this machine's fastest kernel is."""
+    return torch.jit.is_tracing()
+
+
 def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     """Whether ``act(x Wᵀ + b)`` should run through oneDNN's linear: float32 on the CPU, no
     gradient needed (the kernel has no backward), no autocast (which the kernel would bypass).
@@ -109,6 +116,7 @@ def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     return (
         ONEDNN_LINEAR is not None
         and not torch.compiler.is_compiling()
+        and not portable()
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
@@ -191,6 +199,7 @@ def onednn_trains(x: Tensor, weight: Tensor) -> bool:
     return (
         ONEDNN_TRAINING is not None
         and MKL_SKIPS_AVX512
+        and not portable()
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and torch.is_grad_enabled()

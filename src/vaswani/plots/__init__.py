@@ -365,13 +365,12 @@ NOT_METRICS = frozenset(
 def runs_figure(logs: dict[str, str | Path], out_png: str | Path | None = None) -> Figure:
     """Several runs' curves overlaid, one colour and one line per run in each panel: the train loss
     and the valid loss against steps, and the first validation metric that every run logs (BLEU,
-    accuracy...; perplexity, which the valid loss already shows, only when there is no other). ``logs`` maps each run's name to its
-    ``train_log.csv``; written to ``out_png`` when given."""
+    accuracy...; perplexity, which the valid loss already shows, only when there is no other).
+    ``logs`` maps each run's name to its ``train_log.csv``; written to ``out_png`` when given."""
     read = {name: read_train_log(path) for name, path in logs.items()}
-    shared = sorted(
-        (c for c in next(iter(read.values())) if c not in NOT_METRICS and all(c in log for log in read.values())),
-        key=lambda c: c.endswith("ppl"),
-    )
+    first = next(iter(read.values()))
+    metrics = [c for c in first if c not in NOT_METRICS and all(c in log for log in read.values())]
+    shared = sorted(metrics, key=lambda c: c.endswith("ppl"))
     panels = [("train_loss", "train loss"), ("valid_loss", "valid loss")] + [(c, c) for c in shared[:1]]
     title = f"{len(read)} runs: " + ", ".join(read)
     with _fonts_for([title, *read], None if out_png is None else Path(out_png)):
