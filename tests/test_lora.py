@@ -31,6 +31,7 @@ from vaswani.models.bert import BertClassifier
 from vaswani.models.gpt import GPT
 from vaswani.pipelines.classify import TextClassifier
 from vaswani.pipelines.lm import LanguageModel
+from vaswani.pipelines.translation import Translator
 from vaswani.training.averaging import newest_checkpoints
 
 TINY_GPT = ModelConfig.preset(
@@ -303,3 +304,29 @@ def test_averaging_the_checkpoints_of_a_lora_run_averages_the_merged_models(gpt_
     for key, tensor in averaged.items():
         torch.testing.assert_close(tensor, (merged[0][key] + merged[1][key]) / 2)
     assert LanguageModel.load(run, torch.device("cpu")).model(torch.tensor([[3, 4]])).isfinite().all()
+
+
+def test_peft_loads_the_adapters_of_a_translation_run_on_its_marian_export(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    src, tgt = write_reverse_task(tmp_path)
+    assert main(tiny_args(src, tgt, tmp_path / "base")) == 0
+    args = ["train", "translation", "--src", str(src), "--tgt", str(tgt), "--init", str(tmp_path / "base")]
+    lora = ["--lora", "2", "--lora-targets", "q_proj,k_proj,v_proj,linear2", "--lr", "5e-2"]
+    assert main([*args, "--out", str(tmp_path / "lora"), *lora, "--max-steps", "4", "--quiet"]) == 0
+    assert main(["export-peft", str(tmp_path / "lora"), str(tmp_path / "adapter")]) == 0
+    assert main(["export-hf", str(tmp_path / "base"), str(tmp_path / "hf")]) == 0
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text(encoding="utf-8"))
+    assert config["task_type"] == "SEQ_2_SEQ_LM"
+    assert any("encoder_attn.k_proj" in m for m in config["target_modules"])  # a fused kv_proj, cut
+    hf = peft.PeftModel.from_pretrained(
+        transformers.MarianMTModel.from_pretrained(tmp_path / "hf"), tmp_path / "adapter"
+    ).eval()
+    ours = Translator.load(tmp_path / "lora", torch.device("cpu")).model.eval()
+    base = Translator.load(tmp_path / "base", torch.device("cpu")).model.eval()
+    source, target = torch.randint(4, 12, (2, 7)), torch.randint(4, 12, (2, 5))
+    with torch.no_grad():
+        theirs = hf(input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=target).logits
+        mine = ours(source, target)[..., : theirs.shape[-1]]
+        assert (mine - base(source, target)[..., : theirs.shape[-1]]).abs().max() > 1e-3
+    torch.testing.assert_close(theirs, mine, atol=1e-4, rtol=1e-4)
