@@ -110,9 +110,12 @@ class ChatTemplate:
         plain = [{**m, "content": message_text(m.get("content", ""))} for m in messages]
         try:
             return self.template.render(
-                messages=plain, add_generation_prompt=add_generation_prompt, tools=None, documents=None,
+                messages=plain,
+                add_generation_prompt=add_generation_prompt,
+                tools=None,
+                documents=None,
                 **self.special,
-            )  # fmt: skip
+            )
         except TemplateError as exc:
             raise InputError(f"messages: the run's chat template refuses them ({exc})") from None
 

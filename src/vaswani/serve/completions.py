@@ -72,10 +72,17 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         if max_tokens == 0:
             raise ApiError(422, "stream: max_tokens 0 scores the prompt: ask for it without stream", "stream")
         return stream_rows(
-            request, served, queue, rows, decoding, body.n, completion_chunk(head, decode),
-            logprobs=top, opening=[{**head, "choices": [c.model_dump() for c in echoed]}] if echoed else (),
+            request,
+            served,
+            queue,
+            rows,
+            decoding,
+            body.n,
+            completion_chunk(head, decode),
+            logprobs=top,
+            opening=[{**head, "choices": [c.model_dump() for c in echoed]}] if echoed else (),
             closing=usage_chunk(head, body, prompts),
-        )  # fmt: skip
+        )
     if max_tokens == 0:
         done = [Generation("", "length", 0, len(ids)) for _, ids in prompts for _ in range(body.n)]
     else:
