@@ -6,7 +6,7 @@ never downloads a browser or a driver; the server is the real app on 127.0.0.1, 
 English → Chinese run trained on sentences of the embedded grammar corpus and a tiny language model.
 
 ``VASWANI_PAGE_SCREENSHOT=docs/images/serve.png python -m pytest tests/test_serve_page.py`` also
-saves the page after a translation, as the README shows it.
+saves the page after a translation, as docs/serving.md shows it.
 """
 
 from __future__ import annotations

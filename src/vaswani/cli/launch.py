@@ -9,7 +9,7 @@ the main process, when it hosted the store, could abort at exit while a peer was
 ("terminate called without an active exception"). Ctrl-C reaches every process from the terminal
 (each finishes its step, and the checkpoint is written); a SIGTERM to this launcher is
 passed on to them. When one process fails the others are stopped; the exit status is the main
-process's, else the first failing one's. For several machines use ``torchrun`` (see the README).
+process's, else the first failing one's. For several machines use ``torchrun`` (see docs/training.md).
 """
 
 from __future__ import annotations
