@@ -62,6 +62,8 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     top = check_top(body.logprobs, "logprobs")
     if body.max_tokens == 0 and not body.echo:
         raise ApiError(422, "max_tokens: 0 generates nothing; it needs echo (the prompt alone)", "max_tokens")
+    if body.max_tokens == 0 and body.stream:
+        raise ApiError(422, "stream: max_tokens 0 scores the prompt: ask for it without stream", "stream")
     max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
     decoding = plan(body, served, settings, [ids for _, ids in prompts], max_tokens)
     rows: list[Prompt] = [ids for _, ids in prompts for _ in range(body.n)]
@@ -69,8 +71,6 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     head = {"id": ident, "object": "text_completion", "created": created, "model": served.name}
     echoed = await echoes(request, served, queue, prompts, top) if body.echo else []
     if body.stream:
-        if max_tokens == 0:
-            raise ApiError(422, "stream: max_tokens 0 scores the prompt: ask for it without stream", "stream")
         return stream_rows(
             request,
             served,
