@@ -1,0 +1,346 @@
+"""Translation speed of vaswani against CTranslate2 on the same weights, in fp32 and int8.
+
+CTranslate2 (OpenNMT's C++ engine) is what people deploy Marian translators with on CPUs. Here it
+runs the very weights vaswani runs: each model is a vaswani run directory, converted by
+``vaswani export-ctranslate2`` (CTranslate2's Marian loader, :mod:`vaswani.interop.ct2`), and the
+same sources are translated in one process by
+
+- vaswani fp32 (``translate_beam_ids`` / ``translate_ids``, what ``Translator`` runs),
+- vaswani int8 (``--quantize int8``: :mod:`vaswani.layers.quantize`),
+- CTranslate2 fp32 and int8 (``compute_type`` at load),
+
+at beam 4 with batches of 32, greedy with batches of 32, and greedy one sentence at a time (the
+first ``--batch1`` sources). Both engines get the same batches (sources sorted by length), the same
+budget (the Translator's rule: 2·|x| + 10 new tokens at the batch's longest source, capped by the
+model's max_len), the same length penalty (|y|^1 for beam search), the same threads, and never
+generate the suppressed ids (Marian's ``<pad>``). Passes are interleaved (vaswani, CTranslate2,
+CTranslate2, vaswani, ...) after one warm-up pass each; the table gives target tokens per second
+(the tokens of each engine's translations, ``</s>`` included) and vaswani's rate over
+CTranslate2's at the same precision, with how many translations are identical to CTranslate2
+fp32's and the BLEU of each (the trained model, against its references).
+
+Two models:
+
+- ``trained``: a translation run (``--run RUN_DIR``); by default the embedded English → Chinese job
+  trained here for ``--steps`` steps, translating its own test split;
+- ``base``: the transformer-base shape (6+6 layers, d_model 512, 8 heads, FFN 2048, a shared Marian
+  vocabulary of 8,000 BPE pieces trained on Multi30k's German, whose test2016 it translates; without
+  ``../shared/data/multi30k``, the trained model's sources) with random weights drawn as
+  ``marian_speed.py`` draws them, for speed only (``--no-base`` skips it).
+
+    python benchmarks/ct2_speed.py                 # both models (about 20 minutes on 2 cores)
+    python benchmarks/ct2_speed.py --run runs/zh --no-base
+    python benchmarks/ct2_speed.py --quick         # smoke run: tiny models, a few sentences (seconds)
+
+Needs ``ctranslate2`` (the ``ctranslate2`` extra, or ``compare``); without it, one line and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from marian_speed import DATA, QUICK, Setup, batches, budget, build_pair, marian_bpe, until_eos
+from timing import available_cores, cpu_description, record
+
+from vaswani.cli import main as vaswani
+from vaswani.config import RunConfig, TrainConfig
+from vaswani.data.config import ParallelData
+from vaswani.generation.config import DecodingConfig
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
+from vaswani.interop.common import save_run
+from vaswani.layers.quantize import prepare_weights
+from vaswani.metrics import bleu, is_cjk
+from vaswani.models.transformer import Transformer
+from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator
+from vaswani.rundir import RunDir
+from vaswani.tasks.translation import load_data
+from vaswani.tokenizer import TextTokenizer
+
+BEAM, ALPHA = 4, 1.0
+BASE = {
+    "d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 8,
+    "decoder_attention_heads": 8, "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048,
+    "max_position_embeddings": 256,
+}  # fmt: skip
+MODES = (("beam 4, batch 32", BEAM, 32), ("greedy, batch 32", 1, 32), ("greedy, batch 1", 1, 1))
+TARGETS = {("beam 4, batch 32", "fp32"): ">= 1.0", ("beam 4, batch 32", "int8"): ">= 0.9",
+           ("greedy, batch 1", "fp32"): ">= 0.8"}  # fmt: skip
+"""Issue 32's targets, vaswani / CTranslate2 at the same precision."""
+Work = list[tuple[torch.Tensor, list[int]]]
+
+
+@dataclass
+class Model:
+    """A model as both engines run it: vaswani's in fp32 and int8, CTranslate2's folder, the
+    tokenizers, the sources (ids) and the references (None for random weights)."""
+
+    name: str
+    fp32: Transformer
+    int8: Transformer
+    ct2_folder: Path
+    src_tok: TextTokenizer
+    tgt_tok: TextTokenizer
+    sources: list[list[int]]
+    references: list[str] | None
+
+
+def ct2_folder(run_dir: Path, out: Path) -> Path:
+    """The run converted by ``vaswani export-ctranslate2``."""
+    if vaswani(["export-ctranslate2", str(run_dir), str(out)]) != 0:
+        sys.exit(f"export-ctranslate2 failed for {run_dir}")
+    return out
+
+
+Tokenizers = tuple[TextTokenizer, TextTokenizer]  # source, target
+
+
+def with_int8(
+    name: str, model: Transformer, run_dir: Path, folder: Path, tokenizers: Tokenizers,
+    sources: list[list[int]], references: list[str] | None,
+) -> Model:  # fmt: skip
+    """The ``Model`` of a run: vaswani's fp32 model, an int8 copy and the CTranslate2 folder."""
+    int8 = copy.deepcopy(model)
+    prepare_weights(int8, "int8", None)
+    folder = ct2_folder(run_dir, folder / f"{name}-ct2")
+    return Model(name, model, int8, folder, *tokenizers, sources, references)
+
+
+def trained_model(args: argparse.Namespace, folder: Path) -> Model:
+    """The trained run (``--run``, else the embedded job trained here), its test split."""
+    run_dir = args.run
+    if run_dir is None:
+        run_dir = folder / "trained"
+        steps = "30" if args.quick else str(args.steps)
+        shape = ["--d-model", "32", "--heads", "2", "--d-ff", "64", "--layers", "1"] if args.quick else []
+        if (
+            vaswani(["train", "translation", "--out", str(run_dir), "--max-steps", steps, "--quiet", *shape])
+            != 0
+        ):
+            sys.exit("training the embedded translation job failed")
+    translator = Translator.load(run_dir, "cpu")
+    data = load_data(RunDir(run_dir).read_config("translation", ParallelData).data)
+    pairs = (data.test or data.valid)[: args.sentences or (16 if args.quick else 1000)]
+    sources = translator.src_tok.encode_batch([src for src, _ in pairs])
+    model = translator.model.eval()
+    tokenizers = (translator.src_tok, translator.tgt_tok)
+    return with_int8("trained", model, run_dir, folder, tokenizers, sources, [ref for _, ref in pairs])
+
+
+def base_model(args: argparse.Namespace, folder: Path, texts: list[str]) -> Model:
+    """The transformer-base shape with random weights (``marian_speed.build_pair``), as a run: its
+    vocabulary trained on, and its sources taken from, Multi30k's German where it is there (else
+    ``texts``)."""
+    shape, vocab = (QUICK, 500) if args.quick else (BASE, 8000)
+    train, test = DATA / "train.de", DATA / "test2016.de"
+    if train.is_file() and test.is_file():
+        tok = marian_bpe(
+            train.read_text(encoding="utf-8").splitlines()[: 2000 if args.quick else 29000], vocab
+        )
+        texts = test.read_text(encoding="utf-8").splitlines()
+    else:
+        tok = marian_bpe(texts, vocab)
+    sources = tok.encode_batch(texts[: args.sentences or (16 if args.quick else 1000)])
+    sample = batches(sources, 32, tok.pad_id)[0][0]
+    ours, _ = build_pair(Setup(shape, vocab, len(texts), len(sources), 32), tok, sample)
+    run_dir = folder / "base"
+    run_dir.mkdir()
+    run = RunConfig("translation", ours.config, TrainConfig(), ParallelData(source="default"))
+    save_run(run_dir, run, Transformer(ours.config), ours.state_dict())
+    tok.save(run_dir / SRC_TOKENIZER)
+    tok.save(run_dir / TGT_TOKENIZER)
+    return with_int8("base", ours.eval(), run_dir, folder, (tok, tok), sources, None)
+
+
+def vaswani_pass(model: Transformer, m: Model, work: Work, beam: int) -> dict[int, list[int]]:
+    """vaswani's translation ids of every sentence (by index), batch by batch."""
+    tok, out = m.tgt_tok, {}
+    for src, index in work:
+        limit = budget(src, m.src_tok.pad_id, model.config.max_len)
+        if beam > 1:
+            decoding = DecodingConfig(
+                beam=beam,
+                length_penalty_kind="simple",
+                length_penalty=ALPHA,
+                early_stopping=True,
+                max_new_tokens=limit,
+            )
+            rows = translate_beam_ids(model, src, tok.bos_id, tok.eos_id, decoding, tok.suppressed_ids)
+            ids = rows.tokens[:, 0].tolist()
+        else:
+            decoding = DecodingConfig(max_new_tokens=limit)
+            found = translate_ids(model, src, tok.bos_id, tok.eos_id, decoding, suppress=tok.suppressed_ids)
+            ids = found.tokens.tolist()
+        for i, row in zip(index, ids, strict=True):
+            out[i] = until_eos(row, tok.eos_id, tok.pad_id)
+    return out
+
+
+def ct2_pass(translator: Any, m: Model, work: Work, beam: int) -> dict[int, list[int]]:
+    """CTranslate2's translation ids of the same batches (its tokens mapped back to ids, ``</s>``
+    appended where it ended one, as vaswani's rows keep it)."""
+    src_vocab, tgt = m.src_tok.tokenizer, m.tgt_tok
+    suppressed = [[tgt.tokenizer.id_to_token(i)] for i in tgt.suppressed_ids] or None
+    out = {}
+    for src, index in work:
+        limit = budget(src, m.src_tok.pad_id, m.fp32.config.max_len)
+        tokens = [[src_vocab.id_to_token(i) for i in m.sources[j]] for j in index]
+        results = translator.translate_batch(
+            tokens,
+            beam_size=beam,
+            length_penalty=ALPHA,
+            max_decoding_length=limit,
+            max_batch_size=len(index),
+            suppress_sequences=suppressed,
+            return_end_token=True,
+        )
+        for i, result in zip(index, results, strict=True):
+            out[i] = [tgt.tokenizer.token_to_id(t) for t in result.hypotheses[0]]
+    return out
+
+
+Pass = Callable[[], dict[int, list[int]]]
+
+
+def race(
+    ours: Pass, theirs: Pass, reps: int
+) -> tuple[list[float], list[float], dict[int, list[int]], dict[int, list[int]]]:
+    """Target tokens/s of ``reps`` passes of each (ours, theirs, theirs, ours, ...) after one warm-up
+    pass each, and the translations of their last passes."""
+    rates: tuple[list[float], list[float]] = ([], [])
+    outputs: list[dict[int, list[int]]] = [{}, {}]
+
+    def timed(which: int, counted: bool = True) -> None:
+        start = time.perf_counter()
+        found = (ours, theirs)[which]()
+        seconds = time.perf_counter() - start
+        outputs[which] = found
+        if counted:
+            rates[which].append(sum(len(row) for row in found.values()) / seconds)
+
+    with torch.inference_mode():
+        timed(0, counted=False)
+        timed(1, counted=False)
+        for i in range(reps):
+            for which in (0, 1) if i % 2 == 0 else (1, 0):
+                timed(which)
+    return rates[0], rates[1], outputs[0], outputs[1]
+
+
+def bench(m: Model, ctranslate2: Any, threads: int, reps: int, batch1: int) -> list[list[str]]:
+    """The rows of one model: per mode and precision, both engines' target tokens/s and their ratio."""
+    engines = {
+        p: ctranslate2.Translator(str(m.ct2_folder), device="cpu", compute_type=p, intra_threads=threads)
+        for p in ("float32", "int8")
+    }
+    rows = []
+    for mode, beam, size in MODES:
+        sources = m.sources if size > 1 else m.sources[:batch1]
+        work = batches(sources, size, m.src_tok.pad_id)
+        reference: dict[int, list[int]] = {}
+        for precision, model, engine in (
+            ("fp32", m.fp32, engines["float32"]),
+            ("int8", m.int8, engines["int8"]),
+        ):
+            ours_rates, ct2_rates, ours, theirs = race(
+                functools.partial(vaswani_pass, model, m, work, beam),
+                functools.partial(ct2_pass, engine, m, work, beam),
+                reps,
+            )
+            reference = reference or theirs  # CTranslate2 fp32's, the first
+            same = sum(ours[i] == reference[i] for i in reference)
+            a, b = statistics.median(ours_rates), statistics.median(ct2_rates)
+            target = TARGETS.get((mode, precision), "")
+            name = f"{m.name} model, {mode}, target tokens/s"
+            record(name, precision, ours_rates, ct2_rates, "CTranslate2", target, ours_name="vaswani")
+            cells = [
+                m.name,
+                mode,
+                precision,
+                f"{a:,.0f}",
+                f"{b:,.0f}",
+                f"{a / b:.2f}",
+                f"{same}/{len(reference)}",
+            ]
+            if m.references is not None:
+                refs = [m.references[i] for i in range(len(sources))]
+                tokenize = "zh" if any(is_cjk(r) for r in refs[:20]) else "13a"
+                for found in (ours, theirs):
+                    hyps = [m.tgt_tok.decode(found[i]) for i in range(len(sources))]
+                    cells.append(f"{bleu(hyps, refs, tokenize=tokenize).value:.2f}")
+            else:
+                cells += ["", ""]
+            print(" | ".join(cells), flush=True)
+            rows.append(cells)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny models, a few sentences, 1 pass: a smoke run"
+    )
+    parser.add_argument(
+        "--run", type=Path, help="a trained translation run (default: train the embedded job)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=1000, help="steps of the embedded job trained here (1000)"
+    )
+    parser.add_argument("--sentences", type=int, help="sources per model (1000; --quick 16)")
+    parser.add_argument("--batch1", type=int, help="sources decoded one at a time (100; --quick 4)")
+    parser.add_argument("--reps", type=int, help="timed passes per engine (3; --quick 1)")
+    parser.add_argument("--threads", type=int, help="threads of both engines (default: all cores)")
+    parser.add_argument("--no-base", action="store_true", help="skip the transformer-base shape")
+    args = parser.parse_args(argv)
+    try:
+        import ctranslate2
+    except ImportError:
+        print("skipped: ctranslate2 is not installed (pip install -e '.[ctranslate2]')")
+        return
+    threads = args.threads or available_cores()
+    torch.set_num_threads(threads)
+    reps, batch1 = args.reps or (1 if args.quick else 3), args.batch1 or (4 if args.quick else 100)
+    print(
+        f"{cpu_description()}; torch {torch.__version__}, ctranslate2 {ctranslate2.__version__}, "
+        f"{threads} threads",
+        flush=True,
+    )
+    header = [
+        "model",
+        "decoding",
+        "precision",
+        "vaswani tokens/s",
+        "CTranslate2 tokens/s",
+        "vaswani/CT2",
+        "same ids as CT2 fp32",
+        "BLEU vaswani",
+        "BLEU CT2",
+    ]
+    print(" | ".join(header), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        trained = trained_model(args, folder)
+        rows += bench(trained, ctranslate2, threads, reps, batch1)
+        if not args.no_base:
+            texts = [trained.src_tok.decode(ids) for ids in trained.sources]
+            rows += bench(base_model(args, folder, texts), ctranslate2, threads, reps, batch1)
+    print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
