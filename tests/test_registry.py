@@ -15,7 +15,7 @@ from tests.helpers import FIXTURES, copied_run
 from vaswani import recipes
 from vaswani.cli import build_parser, main
 from vaswani.cli.flags import add_fields, flag_names, given
-from vaswani.config import FAMILY_FIELDS, TASK_TRAIN_FIELDS, ModelConfig, TrainConfig
+from vaswani.config import FAMILY_FIELDS, ModelConfig, TrainConfig
 from vaswani.data.config import LabeledData, LMData, ParallelData, TextData
 from vaswani.errors import ConfigError, RunDirError
 from vaswani.rundir import RunDir
@@ -133,12 +133,12 @@ def test_a_new_field_gets_its_flag_help_and_value():
 
 
 def test_every_config_field_has_a_flag():
-    """The train command offers every field of the training's and the task's data configs (but the
-    training fields other tasks read; the model's: those of the task's archs, below)."""
+    """The train command offers every field of the training's and the task's data configs (the
+    model's: those of the task's archs, below)."""
     options = _flags_of(build_parser(), "lm")
     for cls in (TrainConfig, LMData):
         for f in dataclasses.fields(cls):
-            if f.metadata.get("flag", "") is not None and "lm" in TASK_TRAIN_FIELDS.get(f.name, ("lm",)):
+            if f.metadata.get("flag", "") is not None:
                 assert set(flag_names(f)) <= options, f.name
 
 
@@ -162,11 +162,6 @@ def test_each_train_help_offers_only_its_own_familys_model_flags(capsys):
         assert other not in translation
     assert "--image-size" in image and "--patch-size" in image and "--pooler" not in image
     assert "--pooler" in classify and "--type-vocab-size" in classify and "--image-size" not in classify
-    lm, mlm = _help("lm", capsys), _help("mlm", capsys)
-    for other in ("--src-vocab-size", "--n-decoder-layers", "--arch", "--select-by"):
-        assert other not in lm and other not in mlm  # a translator's fields, one arch
-    assert "--lora-rank" in lm and "--lora-rank" not in mlm and "--lora-rank" in classify
-    assert "--arch" in translation and "--select-by" in translation and "--n-encoder-layers" in translation
 
 
 def test_every_model_field_a_task_trains_is_still_a_flag_of_its_train_command():
@@ -174,12 +169,7 @@ def test_every_model_field_a_task_trains_is_still_a_flag_of_its_train_command():
     for spec in registry.trainable():
         flags = _flags_of(parser, spec.name)
         for field in dataclasses.fields(ModelConfig):
-            if field.name == "arch" and len(spec.archs) == 1:
-                continue  # the task's one arch
             if set(FAMILY_FIELDS.get(field.name, spec.archs)) & set(spec.archs):
-                assert set(flag_names(field)) <= flags, (spec.name, field.name)
-        for field in dataclasses.fields(TrainConfig):
-            if spec.name in TASK_TRAIN_FIELDS.get(field.name, (spec.name,)):
                 assert set(flag_names(field)) <= flags, (spec.name, field.name)
     image = parser.parse_args(["train", "image", "--image-size", "16", "--patch-size", "4"])
     assert (getattr(image, "model.image_size"), getattr(image, "model.patch_size")) == (16, 4)

@@ -54,7 +54,7 @@ def add_parsers(commands: Any) -> None:
         )
         add_fields(p.add_argument_group("model"), ModelConfig, skip=registry.model_fields_skipped(spec))
         training = p.add_argument_group("training")
-        add_fields(training, TrainConfig, skip=registry.train_fields_skipped(spec))
+        add_fields(training, TrainConfig)
         training.add_argument(
             "--bf16",
             action=argparse.BooleanOptionalAction,

@@ -54,21 +54,9 @@ LORA_TARGETS = (
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("image_size", "patch_size", "channels", "pooling", "vit_init"), ("vit",)),
     **dict.fromkeys(("type_vocab_size", "pooler"), ("encoder_only",)),
-    **dict.fromkeys(
-        ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers"),
-        ("encoder_decoder", "rnn"),
-    ),
 }
 """The model fields that only some archs read → those archs; every other field is every arch's.
 A run's ``config.json`` holds its own family's fields (:meth:`ModelConfig.to_dict`)."""
-TASK_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(
-        ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets"), ("lm", "classify", "tag", "translation")
-    ),
-    "select_by": ("translation", "nat"),
-}
-"""The training fields that only some tasks read → those tasks (``vaswani train TASK --help`` offers
-the others' flags no more)."""
 
 
 def padded_vocab_size(n: int, multiple: int = 64) -> int:
@@ -396,9 +384,7 @@ class TrainConfig(Config):
         "also log to MLflow at this tracking URI (http://HOST:PORT, or a local folder: a file store)",
         metavar="URI",
     )
-    eval_sentences: int = flag(
-        500, "validation examples scored (a translator's translated for BLEU)", metavar="N", range="(0, inf)"
-    )
+    eval_sentences: int = flag(500, "validation sentences translated for BLEU", metavar="N", range="(0, inf)")
     checkpoint_every: int | None = flag(
         None, "a checkpoint every STEPS steps", metavar="STEPS", range="(0, inf)"
     )

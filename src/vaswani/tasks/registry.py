@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vaswani.config import ARCHS, FAMILY_FIELDS, TASK_TRAIN_FIELDS, RunConfig
+from vaswani.config import ARCHS, FAMILY_FIELDS, RunConfig
 from vaswani.data.config import (
     DataConfig,
     ImageData,
@@ -217,16 +217,8 @@ def get(name: str, where: object = "") -> TaskSpec:
 
 def model_fields_skipped(spec: TaskSpec) -> tuple[str, ...]:
     """The model fields that no arch of ``spec`` reads (:data:`~vaswani.config.FAMILY_FIELDS`),
-    such as a ViT's ``image_size`` for a translator, and ``arch`` itself when the task has one:
-    no flag of ``vaswani train TASK``."""
-    skipped = tuple(name for name, archs in FAMILY_FIELDS.items() if not set(archs) & set(spec.archs))
-    return (*skipped, "arch") if len(spec.archs) == 1 else skipped
-
-
-def train_fields_skipped(spec: TaskSpec) -> tuple[str, ...]:
-    """The training fields that ``spec`` does not read (:data:`~vaswani.config.TASK_TRAIN_FIELDS`),
-    such as LoRA's for masked-LM pretraining: no flag of ``vaswani train TASK``."""
-    return tuple(name for name, tasks in TASK_TRAIN_FIELDS.items() if spec.name not in tasks)
+    such as a ViT's ``image_size`` for a translator: no flag of ``vaswani train TASK``."""
+    return tuple(name for name, archs in FAMILY_FIELDS.items() if not set(archs) & set(spec.archs))
 
 
 def trainable() -> list[TaskSpec]:
