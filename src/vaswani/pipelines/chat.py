@@ -78,7 +78,7 @@ class ChatTemplate:
     ``ChatTemplate.load(run_dir, tokenizer).encode(messages)`` is the prompt's ids."""
 
     def __init__(self, source: str | None, tokenizer: LMTokenizer) -> None:
-        self.source, self.plain = source or PLAIN, source is None
+        self.source = source or PLAIN
         self.stop: tuple[str, ...] = PLAIN_STOP if source is None else ()
         try:
             self.template = environment().from_string(self.source)

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from vaswani.generation.logprobs import TokenLogprob
+from vaswani.pipelines.chat import message_text
 from vaswani.serve.completions import CLIENT_GONE, check_top, plan, unless_gone, usage_chunk, usage_of
 from vaswani.serve.engine import Chunk, Prompt, complete_rows, stream_rows
 from vaswani.serve.errors import ApiError
@@ -42,7 +43,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     assert served.chat is not None  # every served lm run has one
     if not body.messages:
         raise ApiError(422, "messages: give at least one message", "messages")
-    chars = sum(len(m.content) if isinstance(m.content, str) else 0 for m in body.messages)
+    chars = sum(len(message_text(m.model_dump()["content"])) for m in body.messages)  # text parts too
     if chars > settings.max_input_chars:
         limit = f"the server's --max-input-chars {settings.max_input_chars}"
         raise ApiError(422, f"messages: {chars} characters exceed {limit}", "messages")

@@ -114,12 +114,14 @@ def prompt_ids(
     if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
         value = [value]  # type: ignore[list-item]  # one prompt of ids
     items = [value] if isinstance(value, str) else list(value)
-    texts([i for i in items if isinstance(i, str)] or [""], settings, "prompt", may_be_empty=True)
+    if not items:
+        raise ApiError(422, "prompt: give at least one prompt", "prompt")
     if len(items) > settings.max_inputs:
         cap = settings.max_inputs
         raise ApiError(422, f"prompt: {len(items)} prompts exceed the server's --max-inputs {cap}", "prompt")
-    if not items:
-        raise ApiError(422, "prompt: give at least one prompt", "prompt")
+    strings = [item for item in items if isinstance(item, str)]
+    if strings:  # the character caps of text prompts
+        texts(strings, settings, "prompt", may_be_empty=True)
     vocab = tok.vocab_size
     prompts = []
     for i, item in enumerate(items):
