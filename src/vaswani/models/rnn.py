@@ -4,14 +4,20 @@ attention with the "general" (multiplicative) score, over LSTMs (``--arch rnn``)
 With ``d = d_model`` and ``L = n_layers`` (every stack), for a source x (batch, S) and a target
 prefix y (batch, T)::
 
-    h_1..h_S        = RNN_enc(E_src x)                 (batch, S, d)   L layers, left to right
+    h_1..h_S        = RNN_enc(sqrt(d) E_src x)         (batch, S, d)   L layers, left to right
     s_0             = tanh(W_b h_last)                 every decoder layer's first state (c_0 = 0)
-    s_1..s_T        = RNN_dec(E_tgt y; s_0)            (batch, T, d)   L layers
+    s_1..s_T        = RNN_dec(sqrt(d) E_tgt y; s_0)    (batch, T, d)   L layers
     a_tj            = softmax_j(s_t^T W_a h_j)         (batch, T, S)   padded positions j excluded
     c_t             = sum_j a_tj h_j                   (batch, T, d)
     h~_t            = tanh(W_c [c_t; s_t])             (batch, T, d)
     P(y_t | y_<t, x) = softmax(W_out h~_t + b)         W_out = E_tgt unless tie_embeddings none
                                                        (all: E_src = E_tgt too)
+
+The embeddings are the Transformer's (:class:`~vaswani.layers.embedding.Embeddings` without
+positions): tables drawn from N(0, 1/d), scaled by sqrt(d) (``scale_embeddings``), so that the
+LSTMs read inputs of unit variance. Unscaled, the same tables give inputs of variance 1/d, every
+gate starts near 1/2 whatever the token, and the model learns several times slower (on the
+embedded en→zh corpus at Adam 1e-2: 55 BLEU after 400 steps unscaled, 95 scaled).
 
 The encoder reads left to right, so that a sentence's states never see the padding after it (a
 bidirectional encoder would, or would need packed sequences and the lengths on the host); there is
@@ -32,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
+from vaswani.layers.embedding import Embeddings
 from vaswani.layers.masks import padding_mask
 
 
@@ -69,25 +76,26 @@ class RNNTranslator(nn.Module):
         self.config = cfg
         d = cfg.d_model
         dropout = cfg.dropout if cfg.n_layers > 1 else 0.0
-        self.src_embed = nn.Embedding(cfg.src_vocab_size or cfg.vocab_size, d)
-        tgt_vocab = cfg.tgt_vocab_size or cfg.vocab_size
-        self.tgt_embed = self.src_embed if cfg.tie_embeddings == "all" else nn.Embedding(tgt_vocab, d)
+        src_vocab, tgt_vocab = cfg.src_vocab_size or cfg.vocab_size, cfg.tgt_vocab_size or cfg.vocab_size
+        self.src_embed = Embeddings(src_vocab, d, None, cfg.dropout, cfg.scale_embeddings)
+        shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
+        self.tgt_embed = Embeddings(tgt_vocab, d, None, cfg.dropout, cfg.scale_embeddings, token=shared)
         self.encoder = nn.LSTM(d, d, cfg.n_layers, batch_first=True, dropout=dropout)
         self.decoder = nn.LSTM(d, d, cfg.n_layers, batch_first=True, dropout=dropout)
         self.bridge = nn.Linear(d, d)
         self.score = nn.Linear(d, d, bias=False)
         self.combine = nn.Linear(2 * d, d, bias=False)
-        self.output = nn.Linear(d, self.tgt_embed.num_embeddings, bias=True)
+        self.output = nn.Linear(d, tgt_vocab, bias=True)
         self.drop = nn.Dropout(cfg.dropout)
         for embed in (self.src_embed, self.tgt_embed):
-            nn.init.normal_(embed.weight, 0.0, 1.0 / math.sqrt(d))
+            nn.init.normal_(embed.token.weight, 0.0, 1.0 / math.sqrt(d))
         if cfg.tie_embeddings != "none":
-            self.output.weight = self.tgt_embed.weight
+            self.output.weight = self.tgt_embed.token.weight
 
     def encode(self, src: Tensor) -> RNNSource:
         """The encoder states of ``src`` (batch, S) and the decoder's first state, from the state
         at each row's last real token (the first state of an empty source is tanh(b))."""
-        memory, _ = self.encoder(self.drop(self.src_embed(src)))
+        memory, _ = self.encoder(self.src_embed(src))
         real = src != self.config.pad_id
         last = (real.sum(dim=1) - 1).clamp(min=0)
         final = memory[torch.arange(src.shape[0], device=src.device), last] * real.any(dim=1, keepdim=True)
@@ -114,7 +122,7 @@ class RNNTranslator(nn.Module):
         ``cross``."""
         rows = tgt_in.shape[0]
         state = source.cache if source.cache is not None else self._first_state(source, rows)
-        states, new = self.decoder(self.drop(self.tgt_embed(tgt_in)), state)
+        states, new = self.decoder(self.tgt_embed(tgt_in), state)
         if source.cache is not None:
             source.cache = new
         if last_only:
