@@ -147,7 +147,8 @@ def test_a_run_trains_decodes_evaluates_and_resumes_exactly(data, tmp_path, caps
     capsys.readouterr()
     assert main(["translate", str(whole), "--beam", "3", "a b c"]) == 0
     out, err = capsys.readouterr()
-    assert err.startswith("vaswani: weights: model.best.safetensors (the best by loss: valid_loss ")
+    weights = "vaswani: weights: model.best.safetensors (the best by loss: valid_loss "
+    assert any(line.startswith(weights) for line in err.splitlines()), err  # after any note
     assert out.strip() == Translator.load(whole).translate(["a b c"], DecodingConfig(beam=3))[0]
     assert main(["evaluate", str(whole)]) == 0
     assert "BLEU" in capsys.readouterr().out
@@ -158,3 +159,46 @@ def test_a_run_trains_decodes_evaluates_and_resumes_exactly(data, tmp_path, caps
         assert main(refused) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--arch rnn" in err, refused
+
+
+def test_arch_rnn_starts_from_the_rnns_own_recipes(tmp_path):
+    """``--arch rnn`` picks the LSTM's recipes (their learning rate and clipping, not the
+    Transformer's); flags still win over them, and configs/multi30k-rnn.yaml resolves to the files
+    recipe's LSTM on configs/multi30k.yaml's data."""
+    from vaswani.tasks import translation
+    from vaswani.tasks.settings import run_config
+
+    def resolved(flags, config=None):
+        return run_config(translation.recipe, translation.configure, flags, config=config)
+
+    transformer, rnn = resolved({}), resolved({"model": {"arch": "rnn"}})
+    assert (transformer.model.arch, transformer.train.lr, transformer.train.clip_norm) == (
+        "encoder_decoder",
+        2e-3,
+        1.0,
+    )
+    assert (rnn.model.arch, rnn.train.lr, rnn.train.clip_norm, rnn.train.max_steps) == (
+        "rnn",
+        1e-2,
+        5.0,
+        2000,
+    )
+    assert rnn.data == transformer.data and rnn.model.d_model == transformer.model.d_model
+    src, tgt = write_reverse_task(tmp_path, n=20)
+    files = resolved({"model": {"arch": "rnn"}, "data": {"src": src, "tgt": tgt}})
+    assert (files.model.d_model, files.model.dropout, files.train.lr, files.train.clip_norm) == (
+        256,
+        0.2,
+        5e-3,
+        5.0,
+    )
+    assert resolved({"model": {"arch": "rnn"}, "train": {"lr": 3e-3}}).train.lr == 3e-3
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    transformer, lstm = (
+        resolved({}, config=configs / "multi30k.yaml"),
+        resolved({}, config=configs / "multi30k-rnn.yaml"),
+    )
+    assert (lstm.model.arch, lstm.train.lr, lstm.train.clip_norm) == ("rnn", 5e-3, 5.0)
+    assert lstm.data == transformer.data and lstm.model.tie_embeddings == transformer.model.tie_embeddings
+    for field in ("batch_tokens", "max_minutes", "schedule", "precision", "eval_every", "eval_sentences"):
+        assert getattr(lstm.train, field) == getattr(transformer.train, field), field

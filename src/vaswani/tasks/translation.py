@@ -387,9 +387,11 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
 
 
 def recipe(flags: Sections) -> str:
-    """The embedded default job, or the recipe for the user's files once they are given."""
+    """The embedded default job, or the recipe for the user's files once they are given; the RNN's
+    own of each with ``--arch rnn`` (``translation-rnn``, ``translation-files-rnn``)."""
     data = flags.get("data", {})
-    return "translation-files" if {"src", "pairs", "dataset"} & set(data) else "translation"
+    name = "translation-files" if {"src", "pairs", "dataset"} & set(data) else "translation"
+    return f"{name}-rnn" if flags.get("model", {}).get("arch") == "rnn" else name
 
 
 def configure(
