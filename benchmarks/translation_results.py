@@ -10,8 +10,9 @@ thread each (``--threads 1``), every log in ``OUT/NAME.log`` (``benchmarks/jobs.
 - Multi30k (``configs/multi30k.yaml``, ``../shared/data/multi30k``): every model for the same
   ``--minutes`` of training steps (25) on one core; the fine-tunings of the autoregressive run for
   ``--fine-tune-minutes`` (8) each, at a constant learning rate of 1e-4;
-- the embedded en→zh corpus: every model at the default job's budget (the translation recipe's 1,000
-  steps), the fine-tunings for ``--fine-tune-minutes`` / 4.
+- the embedded en→zh corpus: every model for ``--zh-steps`` (3,000: where each has converged, its
+  validation BLEU flat), the Transformer and the LSTM also with a second seed (``--seed 1``) to show
+  the spread; the fine-tunings for ``--fine-tune-minutes`` / 4.
 
 Once a corpus's runs are done, a job of its own (``--score CORPUS``, one thread) scores them one at a
 time on their test split (test2016 for Multi30k): every decoding over the whole split at batch 64
@@ -58,11 +59,15 @@ MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 FINE_TUNE = shlex.split("--lr 1e-4 --schedule constant --warmup 0 --max-steps 1000000 --batch-tokens 1000")
 DESD = shlex.split("--encoder-layers 6 --decoder-layers 1")
 ITERATIONS, LENGTH_BEAMS = (1, 4, 10), (1, 3, 5)
+ZH_STEPS = 3000  # every en→zh model's validation BLEU is flat by then (the LSTM's by 1,500 steps)
 
 
-def corpus_plan(prefix: str, base: list[str], budget: list[str], tune: list[str], out: Path) -> list[Job]:
-    """The seven runs of one corpus: ``base`` names the corpus and model settings, ``budget`` the
-    training budget of every model, ``tune`` the fine-tunings' settings."""
+def corpus_plan(
+    prefix: str, base: list[str], budget: list[str], tune: list[str], out: Path, seeds: Sequence[int] = ()
+) -> list[Job]:
+    """The seven runs of one corpus, and the Transformer and the LSTM again with each of ``seeds``:
+    ``base`` names the corpus and model settings, ``budget`` the training budget of every model,
+    ``tune`` the fine-tunings' settings."""
     one = ["--threads", "1", "--quiet"]
 
     def job(name: str, task: str, *args: str, after: Sequence[str] = ()) -> Job:
@@ -79,6 +84,11 @@ def corpus_plan(prefix: str, base: list[str], budget: list[str], tune: list[str]
         job("tok", "translation", *init, "--objective", "token", after=["ar"]),
         job("cmlm", "nat", *base, *budget),
         job("rnn", "translation", *base, *budget, "--arch", "rnn"),
+        *(job(f"ar-seed{n}", "translation", *base, *budget, "--seed", str(n)) for n in seeds),
+        *(
+            job(f"rnn-seed{n}", "translation", *base, *budget, "--arch", "rnn", "--seed", str(n))
+            for n in seeds
+        ),
     ]
 
 
@@ -99,7 +109,7 @@ def quick_plan(out: Path) -> list[Job]:
     return [*runs, Job("zh-score", score, [r.name for r in runs], [str(Path(__file__).resolve())])]
 
 
-def plan(out: Path, minutes: float, tune_minutes: float, timed: int) -> list[Job]:
+def plan(out: Path, minutes: float, tune_minutes: float, timed: int, zh_steps: int) -> list[Job]:
     """The Multi30k runs first (the longest), then the embedded corpus's; each corpus scored on one
     thread once its runs are done (``--score``)."""
     m30k = ["--config", "configs/multi30k.yaml"]
@@ -116,9 +126,10 @@ def plan(out: Path, minutes: float, tune_minutes: float, timed: int) -> list[Job
     jobs = []
     for prefix, runs in (
         ("m30k", corpus_plan("m30k", m30k, ["--max-minutes", f"{minutes:g}"], m30k_tune, out)),
-        ("zh", corpus_plan("zh", [], [], zh_tune, out)),
+        ("zh", corpus_plan("zh", [], ["--max-steps", str(zh_steps)], zh_tune, out, seeds=SEEDS)),
     ):
         score = ["--score", prefix, "--out", str(out), "--minutes", f"{minutes:g}", "--timed", str(timed)]
+        score += ["--zh-steps", str(zh_steps)]
         jobs += [
             *runs,
             Job(f"{prefix}-score", score, [r.name for r in runs], [str(Path(__file__).resolve())]),
@@ -191,14 +202,17 @@ def decodings(run: Path) -> list[tuple[str, Translate, str]]:
     ]
 
 
+SEEDS = (1,)  # the second seed of the en→zh Transformer and LSTM
 MODELS = {
     "ar": "Transformer",
+    **{f"ar-seed{n}": f"Transformer, seed {n}" for n in SEEDS},
     "mrt": "Transformer + MRT",
     "tok": "Transformer + token loss",
     "cmlm": "CMLM",
     "cmlm-distill": "CMLM, distilled",
     "desd": "Transformer 6 + 1",
     "rnn": "LSTM + attention",
+    **{f"rnn-seed{n}": f"LSTM + attention, seed {n}" for n in SEEDS},
 }
 SAME_MODEL = ("mrt", "tok")  # the Transformer's shape: its speed is the ar rows'
 
@@ -211,6 +225,8 @@ def corpus_rows(
     rows, figures = [], {}
     for name, model in MODELS.items():
         run = out / f"{prefix}-{name}"
+        if "-seed" in name and not run.is_dir():
+            continue  # a second seed is trained where the budget allows
         if not (run / "metrics.json").is_file():
             rows.append(f"| {model} | not trained: no {shown(run)}/metrics.json |" + " |" * 8)
             continue
@@ -281,7 +297,11 @@ def section(args: argparse.Namespace, out: Path, prefix: str) -> str:
     start = time.perf_counter()
     rows, figures, signatures = corpus_rows(out, prefix, args.timed)
     cased, lower, char = (f"`{s}`" for s in signatures)
-    budget = f"{args.minutes:g} minutes of training a model" if prefix == "m30k" else "1,000 steps a model"
+    budget = (
+        f"{args.minutes:g} minutes of training a model"
+        if prefix == "m30k"
+        else f"{args.zh_steps:,} steps a model"
+    )
     lines = [
         f"## {CORPORA[prefix]}: {budget}",
         "",
@@ -318,6 +338,7 @@ def write_results(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
     call = "python benchmarks/translation_results.py"
     call += f" --minutes {args.minutes:g}" if args.minutes != 25 else ""
     call += f" --fine-tune-minutes {args.fine_tune_minutes:g}" if args.fine_tune_minutes != 8 else ""
+    call += f" --zh-steps {args.zh_steps}" if args.zh_steps != ZH_STEPS else ""
     call += f" --out {shown(args.out)}" if args.out else ""
     lines = [
         "# Translation: autoregressive, non-autoregressive, minimum risk and the RNN",
@@ -371,6 +392,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fine-tune-minutes", type=float, default=8.0, help="Multi30k fine-tuning minutes (8)"
     )
+    parser.add_argument(
+        "--zh-steps", type=int, default=ZH_STEPS, help=f"en→zh training steps a model ({ZH_STEPS:,})"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the scoring (1)")
     parser.add_argument("--timed", type=int, default=100, help="test sentences timed at batch 1 (100)")
@@ -400,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         out = (args.out or Path(scratch)).resolve()
         out.mkdir(parents=True, exist_ok=True)
-        jobs = plan(out, args.minutes, args.fine_tune_minutes, args.timed)
+        jobs = plan(out, args.minutes, args.fine_tune_minutes, args.timed, args.zh_steps)
         if args.report:
             for prefix in CORPORA:
                 section(args, out, prefix)
