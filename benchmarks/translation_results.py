@@ -47,7 +47,7 @@ from timing import cpu_description
 
 from vaswani.data.config import NatData, ParallelData
 from vaswani.generation.config import GREEDY, DecodingConfig
-from vaswani.generation.mask_predict import MaskPredictConfig
+from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict
 from vaswani.metrics import bleu, chrf
 from vaswani.pipelines.nat import NatTranslator
 from vaswani.pipelines.translation import TASK, Translator
@@ -272,6 +272,35 @@ def targets(figures: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
+def length_oracle(run: Path, name: str, batch: int = 64) -> str:
+    """A line on a nat run's length classifier: test BLEU at T = 10, l = 1 with the classifier's
+    length and with the reference's, and how often the two agree."""
+    nat, pairs = NatTranslator.load(run, "cpu"), test_pairs(run)
+    config, most, pad = MaskPredictConfig(10, 1), nat.cmlm.length_classes - 1, nat.cmlm.config.pad_id
+    sources = nat.src_tok.encode_batch([s for s, _ in pairs])
+    wanted = [min(max(len(t), 1), most) for t in nat.tgt_tok.encode_batch([t for _, t in pairs])]
+    found: dict[str, list[str]] = {"own": [], "given": []}
+    agree = 0
+    with torch.no_grad():
+        for start in range(0, len(pairs), batch):
+            rows, lengths = sources[start : start + batch], torch.tensor(wanted[start : start + batch])
+            src = torch.tensor([ids + [pad] * (max(map(len, rows)) - len(ids)) for ids in rows])
+            for kind, given in (("own", None), ("given", lengths)):
+                out = mask_predict(nat.cmlm, src, nat.mask_id, config, nat.suppressed, lengths=given)
+                found[kind] += [
+                    nat.tgt_tok.decode(t[:n])
+                    for t, n in zip(out.tokens.tolist(), out.lengths.tolist(), strict=True)
+                ]
+                agree += int((out.lengths == lengths).sum()) if given is None else 0
+    refs = [t for _, t in pairs]
+    own, given_bleu = (bleu(found[k], refs, nat.bleu_tokenize).value for k in ("own", "given"))
+    return (
+        f"- {MODELS[name]}, Mask-Predict T = 10, l = 1: {own:.2f} BLEU with its length classifier, "
+        f"{given_bleu:.2f} given the reference's length; the classifier picks the reference's length for "
+        f"{agree / max(1, len(pairs)):.1%} of the {len(pairs):,} test sentences."
+    )
+
+
 def length_table(out: Path, prefix: str, edges: list[int]) -> list[str]:
     """BLEU / chrF (sentences) by source length of the corpus's Transformer and RNN (greedy)."""
     lines = [
@@ -315,6 +344,11 @@ def section(args: argparse.Namespace, out: Path, prefix: str) -> str:
         f"Signatures: BLEU {cased}, lowercased {lower}; chrF {char}.",
         "",
         *targets(figures),
+        *[
+            length_oracle(out / f"{prefix}-{name}", name)
+            for name in ("cmlm", "cmlm-distill")
+            if (out / f"{prefix}-{name}" / "metrics.json").is_file()
+        ],
         "",
         "BLEU / chrF (sentences) by source length in words, greedy:",
         "",

@@ -103,6 +103,21 @@ def test_translations_do_not_depend_on_the_other_sentences_of_the_batch():
         torch.testing.assert_close(together.scores[row], alone.scores[0], rtol=1e-4, atol=1e-5)
 
 
+def test_given_lengths_decode_as_the_classifiers_own_choice_would():
+    """Given lengths replace the classifier: its own argmax given back is the length beam of 1, and
+    any other lengths give candidates of exactly those lengths."""
+    model, src = tiny_cmlm(), sources()
+    config = MaskPredictConfig(iterations=4, length_beam=1)
+    own = mask_predict(model, src, MASK_ID, config, BANNED)
+    given = mask_predict(model, src, MASK_ID, replace(config, length_beam=5), BANNED, lengths=own.lengths)
+    assert torch.equal(given.tokens, own.tokens) and torch.equal(given.lengths, own.lengths)
+    torch.testing.assert_close(given.scores, own.scores)
+    other = torch.tensor([2, 9, 5])
+    found = mask_predict(model, src, MASK_ID, config, BANNED, lengths=other)
+    assert torch.equal(found.lengths, other) and found.tokens.shape == (3, 9)
+    assert [int((row != PAD).sum()) for row in found.tokens] == other.tolist()
+
+
 def test_a_length_beam_wider_than_the_length_classes_is_refused():
     model = tiny_cmlm(max_len=8)
     with pytest.raises(ConfigError, match=r"decoding\.length_beam 8 is more than the run's 7 target lengths"):

@@ -71,18 +71,30 @@ def check_length_beam(config: MaskPredictConfig, model: CMLM) -> None:
 
 @torch.no_grad()
 def mask_predict(
-    model: CMLM, src: Tensor, mask_id: int, config: MaskPredictConfig, suppress: tuple[int, ...] = ()
+    model: CMLM,
+    src: Tensor,
+    mask_id: int,
+    config: MaskPredictConfig,
+    suppress: tuple[int, ...] = (),
+    lengths: Tensor | None = None,
 ) -> MaskPredictResult:
     """Translate ``src`` (batch, src_len; padded with the model's pad id) by Mask-Predict, never
-    producing the ids ``suppress`` (nor pad, [MASK] or lengths of 0). Every tensor stays on the
-    device of ``src``; the device is read once, for the longest candidate length."""
-    check_length_beam(config, model)
-    pad_id, beam, device = model.config.pad_id, config.length_beam, src.device
+    producing the ids ``suppress`` (nor pad, [MASK] or lengths of 0). ``lengths`` (batch,), each 1 …
+    max_len − 1, gives each source's target length: one candidate of that length, the length
+    classifier and ``config.length_beam`` unused (what decoding would score with the right length).
+    Every tensor stays on the device of ``src``; the device is read once, for the longest candidate
+    length."""
+    pad_id, device = model.config.pad_id, src.device
     n = src.shape[0]
     encoded = model.encode(src)
-    length_logits = model.length_logits(encoded).float()
-    length_logits[:, 0] = float("-inf")
-    lengths = length_logits.topk(beam, dim=1).indices.reshape(-1)  # (batch · beam,), best first per source
+    if lengths is None:
+        check_length_beam(config, model)
+        beam = config.length_beam
+        length_logits = model.length_logits(encoded).float()
+        length_logits[:, 0] = float("-inf")
+        lengths = length_logits.topk(beam, dim=1).indices.reshape(-1)  # (batch · beam,), best first
+    else:
+        beam, lengths = 1, lengths.to(device)
     rows = torch.arange(n, device=device).repeat_interleave(beam)
     source = EncodedSource(encoded.memory.index_select(0, rows), encoded.mask.index_select(0, rows))
     width = int(lengths.max()) if n else 0
