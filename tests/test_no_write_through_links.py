@@ -121,7 +121,10 @@ def test_pruning_in_real_training_leaves_a_stray_file_and_links_and_goes_on(runs
     assert [p.name for p in list_checkpoints(run)] == ["step_00000008", "step_00000010", "step_00000012"]
     assert outside_files(outside) == {"keep.txt": SENTINEL}
     assert (checkpoints / "notes.txt").read_text() == "mine" and (checkpoints / "step_00000000").is_symlink()
-    assert "unlinked" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unlinked" in err
+    for name, kind in (("notes.txt", "not a checkpoint"), ("step_00000000", "a link")):  # once each
+        assert err.count(f"{checkpoints / name}: {kind}; pruning leaves it alone") == 1, err
 
 
 @pytest.mark.parametrize(

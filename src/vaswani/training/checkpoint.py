@@ -126,7 +126,22 @@ def write_checkpoint(
         for old in ordered[: max(0, index + 1 - keep)] + ordered[index + 1 :]:
             shutil.rmtree(old)  # a step_N folder the trainer wrote (list_checkpoints lists no link)
         shutil.rmtree(root / f".tmp_replaced_{final.name}", ignore_errors=True)
+    warn_foreign(root, set(ordered))
     return final
+
+
+_WARNED: set[Path] = set()  # the foreign entries of checkpoints/ this process has warned about
+
+
+def warn_foreign(root: Path, checkpoints: set[Path]) -> None:
+    """Warn, once per entry and process, about what ``checkpoints/`` holds that the trainer did not
+    write (a stray file, a link, a folder of another name): pruning leaves it where it is."""
+    for entry in sorted(root.iterdir()):
+        if entry in checkpoints or entry in _WARNED or entry.name.startswith(".tmp_"):
+            continue
+        _WARNED.add(entry)
+        kind = "a link" if entry.is_symlink() else "not a checkpoint"
+        print(f"vaswani: warning: {entry}: {kind}; pruning leaves it alone", file=sys.stderr)
 
 
 def clear_temporary(path: Path) -> None:
