@@ -1,8 +1,9 @@
 """The ablations the seeds argue about: norm placement × position scheme × learning-rate warmup.
 
-Trains the Multi30k model of ``configs/multi30k.yaml`` (3 + 3 layers, 256 dimensions, shared BPE,
-bf16 autocast; smaller batches than the recipe's, for more steps in a short budget) once for
-each of the 3 × 3 × 2 combinations of
+Trains one model (``--corpus``: the Multi30k model of ``configs/multi30k.yaml``, 3 + 3 layers, 256
+dimensions, shared BPE, bf16 autocast, with smaller batches than the recipe's for more steps in a
+short budget; or ``zh``, the embedded en→zh corpus and model of ``vaswani train translation``, where
+every model converges in minutes) once for each of the 3 × 3 × 2 combinations of
 
 - the norm, by the names of its kind and placement together (``model.norm``,
   ``model.norm_placement``): post_ln (LayerNorm, post: the paper's), pre_ln (LayerNorm, pre),
@@ -12,17 +13,22 @@ each of the 3 × 3 × 2 combinations of
 
 at a fixed, smaller budget of optimizer steps (the same batches in the same order for every run,
 so that runs done side by side or on a busy machine give the same figures). Each run reports greedy
-BLEU on test2016 (sacreBLEU, cased), its last validation loss, and whether it diverged: a non-finite
-loss that stopped training, or a final validation loss no better than the unigram distribution of
-the target tokens (the model learned nothing from the source or the context). The published claim
-checked here: Pre-LN trains well without warmup, where Post-LN needs it (Xiong et al. 2020).
+BLEU on the test split (sacreBLEU), its last validation loss, and whether it failed: a non-finite
+loss that stopped training, a final validation loss no better than the unigram distribution of
+the target tokens (the model learned nothing from the source or the context), or a test BLEU below
+1 (it translates nothing). The published claim checked here: Pre-LN trains well without warmup,
+where Post-LN needs it (Xiong et al. 2020).
 
-Writes ``ablations.md`` (the table, with the command) and ``ablations.png`` (validation loss
-against steps, one panel with warmup and one without) to ``--results``:
+Writes ``ablations.md`` (``ablations_zh.md`` for ``--corpus zh``: the table, with the command) and
+its ``.png`` (validation loss against steps, one panel with warmup and one without) to ``--results``:
 
     python benchmarks/ablations.py                      # 18 runs of 200 steps, two at a time (~30 min)
     python benchmarks/ablations.py --steps 40 --norms post_ln --positions sinusoidal   # two runs
+    python benchmarks/ablations.py --corpus zh --steps 600 --layers 6 --out runs/ablations-zh
     python benchmarks/ablations.py --quick    # a smoke run: two runs of 2 steps on a tiny corpus
+
+``--layers`` and ``--lr`` change the depth of both stacks and the peak learning rate of every run:
+Post-LN's need for warmup grows with both (Xiong et al. 2020, their 6-layer models).
 """
 
 from __future__ import annotations
@@ -62,20 +68,27 @@ class Variant:
         return f"{self.norm}-{self.position}-{'warmup' if self.warmup else 'no-warmup'}"
 
 
-def base_run(config: Path, data: Path) -> Any:
-    """The recipe's run config, reading Multi30k from ``data``."""
+FAILED_BLEU = 1.0  # a run below this test BLEU translates nothing: it failed to train
+CORPORA = {"multi30k": "Multi30k de→en", "zh": "the embedded en→zh corpus"}
+
+
+def base_run(corpus: str, config: Path, data: Path, flags: dict[str, dict[str, Any]]) -> Any:
+    """The run config of ``corpus``: Multi30k's recipe (``config``) reading Multi30k from ``data``, or
+    the embedded en→zh corpus's (the packaged recipe), with ``flags`` on top."""
     from vaswani.tasks import registry
 
-    run = registry.configure("translation", config=config)
+    if corpus == "zh":
+        return registry.configure("translation", flags)
+    run = registry.configure("translation", flags, config=config)
     paths = {key: str((data / name).resolve()) for key, name in SPLITS.items()}
     return dataclasses.replace(run, data=run.data.replace(**paths))
 
 
-def variant_run(base: Any, variant: Variant, steps: int, warmup: int, batch_tokens: int) -> Any:
+def variant_run(base: Any, variant: Variant, steps: int, warmup: int, batch_tokens: int | None) -> Any:
     """``base`` with the variant's norm and positions, trained for ``steps`` steps of
-    ``batch_tokens`` on one thread, with ``warmup`` steps of warmup or none."""
+    ``batch_tokens`` (None: the recipe's) on one thread, with ``warmup`` steps of warmup or none."""
     train = base.train.replace(
-        max_steps=steps, batch_tokens=batch_tokens, max_minutes=None,
+        max_steps=steps, batch_tokens=batch_tokens or base.train.batch_tokens, max_minutes=None,
         warmup_steps=warmup if variant.warmup else 0, eval_every=max(1, steps // 8),
         eval_sentences=100, checkpoint_every=None, threads=1,
     )  # fmt: skip
@@ -124,7 +137,9 @@ def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     row["unigram_loss"] = unigram_loss(
         translator.tgt_tok, [t for _, t in data.train], [t for _, t in data.valid]
     )
-    row["diverged"] = bool(row["error"]) or not row["valid_loss"] < row["unigram_loss"]
+    row["failed"] = (
+        bool(row["error"]) or not row["valid_loss"] < row["unigram_loss"] or row["bleu"] < FAILED_BLEU
+    )
     log = read_train_log(run_dir / "train_log.csv")
     evaluated = [i for i, loss in enumerate(log["valid_loss"]) if math.isfinite(loss)]  # not train rows
     row["curve"] = ([log["step"][i] for i in evaluated], [log["valid_loss"][i] for i in evaluated])
@@ -132,36 +147,40 @@ def train_variant(run: Any, variant: Variant, out: Path) -> dict[str, Any]:
     return row
 
 
-def table(
-    rows: list[dict[str, Any]], steps: int, warmup: int, batch_tokens: int, command: str, wall: float
-) -> str:
-    unigram = rows[0]["unigram_loss"]
+def table(rows: list[dict[str, Any]], corpus: str, run: Any, warmup: int, command: str, wall: float) -> str:
+    """The table of ``rows``, trained on ``corpus`` as ``run`` says (a variant's run config)."""
+    unigram, m, t = rows[0]["unigram_loss"], run.model, run.train
+    model = "`configs/multi30k.yaml`" if corpus == "multi30k" else "`vaswani train translation`"
+    test = "test2016, sacreBLEU cased (13a)" if corpus == "multi30k" else "the test split, sacreBLEU (tok zh)"
     lines = [
-        "# Ablations: norm placement × positions × warmup on Multi30k de→en",
+        f"# Ablations: norm placement × positions × warmup on {CORPORA[corpus]}",
         "",
-        f"Written by `{command}` ({time.strftime('%Y-%m-%d')}, {wall:.0f} minutes in all).",
+        f"Written by `{command}` ({time.strftime('%Y-%m-%d')}, {wall:.0f} minutes in all, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).",
         "",
-        f"Each run: the model of `configs/multi30k.yaml`, {steps} optimizer steps of {batch_tokens} padded "
-        "tokens per side (the same batches in the same order), one thread, peak lr "
-        f"from the recipe, linear warmup over {warmup} steps or none, then cosine decay to 0. "
-        "BLEU: greedy decoding of test2016, sacreBLEU cased (13a). Valid loss: cross-entropy per "
-        "target token on the whole val split after the last step. Diverged: training stopped on "
-        f"non-finite losses, or the valid loss is no better than the unigram baseline ({unigram:.3f}).",
+        f"Each run: the model of {model} ({m.n_encoder_layers} + {m.n_decoder_layers} layers, "
+        f"{m.d_model} dimensions), {t.max_steps} optimizer steps of {t.batch_tokens} padded tokens per "
+        f"side (the same batches in the same order), one thread, peak lr {t.lr:g}, linear warmup over "
+        f"{warmup} steps or none, then cosine decay to 0. "
+        f"BLEU: greedy decoding of {test}. Valid loss: cross-entropy per "
+        "target token on the whole valid split after the last step. Failed: training stopped on "
+        f"non-finite losses, the valid loss is no better than the unigram baseline ({unigram:.3f}), "
+        f"or the test BLEU is below {FAILED_BLEU:g} (it translates nothing).",
         "",
-        "| norm | positions | warmup | test BLEU | valid loss | diverged | minutes |",
+        "| norm | positions | warmup | test BLEU | valid loss | failed | minutes |",
         "| --- | --- | --- | ---: | ---: | --- | ---: |",
     ]
     for row in rows:
         v = row["variant"]
-        diverged = "yes" + (f" ({row['error']})" if row["error"] else "") if row["diverged"] else "no"
+        failed = "yes" + (f" ({row['error']})" if row["error"] else "") if row["failed"] else "no"
         lines.append(
             f"| {v.norm} | {v.position} | {'yes' if v.warmup else 'no'} | {row['bleu']:.2f} | "
-            f"{row['valid_loss']:.3f} | {diverged} | {row['minutes']:.1f} |"
+            f"{row['valid_loss']:.3f} | {failed} | {row['minutes']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def curves(rows: list[dict[str, Any]], out_png: Path) -> None:
+def curves(rows: list[dict[str, Any]], corpus: str, out_png: Path) -> None:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4.2), dpi=120, layout="constrained")
@@ -182,7 +201,7 @@ def curves(rows: list[dict[str, Any]], out_png: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("valid loss (nats per token)")
     axes[1].legend(fontsize=7, ncol=2)
-    fig.suptitle("Multi30k de→en: norm placement × positions × warmup", fontsize=10)
+    fig.suptitle(f"{CORPORA[corpus]}: norm placement × positions × warmup", fontsize=10)
     fig.savefig(out_png)
 
 
@@ -192,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, help="warmup steps of the runs with warmup (default: steps / 4)"
     )
-    parser.add_argument("--batch-tokens", type=int, default=1500, help="padded tokens per side a step")
+    parser.add_argument("--corpus", choices=CORPORA, default="multi30k", help="what every run trains on")
+    parser.add_argument(
+        "--batch-tokens", type=int, help="padded tokens per side a step (1500 on Multi30k; zh: its recipe's)"
+    )
+    parser.add_argument("--layers", type=int, help="layers of each stack (default: the recipe's)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained side by side (one thread each)")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "multi30k.yaml")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
@@ -214,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.data, 120 if split == "train" else 16, (f"{split}.de", f"{split}.en"), seed
             )
         args.steps, args.jobs, args.norms, args.positions = 2, 1, ["pre_ln"], ["sinusoidal"]
-    if not (args.data / SPLITS["src"]).is_file():
+    if args.corpus == "multi30k" and not (args.data / SPLITS["src"]).is_file():
         print(f"ablations: {args.data}: no Multi30k here (give --data)", file=sys.stderr)
         return 2
     if args.out.exists() and any(args.out.iterdir()):
@@ -223,7 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     variants = [Variant(n, p, w) for w, n, p in itertools.product((True, False), args.norms, args.positions)]
-    base = base_run(args.config, args.data)
+    flags: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
+    if args.layers is not None:
+        flags["model"]["n_layers"] = args.layers
+    if args.lr is not None:
+        flags["train"]["lr"] = args.lr
+    base = base_run(args.corpus, args.config, args.data, flags)
+    if args.batch_tokens is None and args.corpus == "multi30k":
+        args.batch_tokens = 1500
     warmup = args.steps // 4 if args.warmup is None else args.warmup
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -245,9 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     # Paths as the table records them: relative to the repository, not one machine's folders.
     shown = [os.path.relpath(a, ROOT) if os.path.isabs(a) else a for a in given]
     command = " ".join(["python benchmarks/ablations.py", *shown])
-    text = table(rows, args.steps, warmup, args.batch_tokens, command, (time.perf_counter() - started) / 60)
-    (args.results / "ablations.md").write_text(text, encoding="utf-8")
-    curves(rows, args.results / "ablations.png")
+    run = variant_run(base, variants[0], args.steps, warmup, args.batch_tokens)
+    text = table(rows, args.corpus, run, warmup, command, (time.perf_counter() - started) / 60)
+    name = "ablations" if args.corpus == "multi30k" else f"ablations_{args.corpus}"
+    (args.results / f"{name}.md").write_text(text, encoding="utf-8")
+    curves(rows, args.corpus, args.results / f"{name}.png")
     print(text)
     return 0
 

@@ -440,6 +440,11 @@ def main(argv: list[str] | None = None) -> None:
         "--report", action="store_true", help="train nothing: score the runs of an earlier --out"
     )
     parser.add_argument("--score", choices=CORPORA, help="only score this corpus's runs of --out (a job)")
+    parser.add_argument(
+        "--corpus",
+        choices=CORPORA,
+        help="train and score only this corpus (the table keeps the other's OUT/CORPUS.md)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny models, 3 steps, no table")
     args = parser.parse_args(argv)
     if args.quick:
@@ -463,7 +468,8 @@ def main(argv: list[str] | None = None) -> None:
             for prefix in CORPORA:
                 section(args, out, prefix)
         else:
-            run_all(pending(jobs, out), out, args.jobs)
+            chosen = [j for j in jobs if args.corpus in (None, j.name.partition("-")[0])]
+            run_all(pending(chosen, out), out, args.jobs)
         write_results(args, out, jobs)
 
 
