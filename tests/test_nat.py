@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
@@ -14,7 +15,13 @@ from tests.helpers import WORDS, assert_resumed_like_whole, write_reverse_task
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import NatData
 from vaswani.errors import ConfigError
-from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict, remasked
+from vaswani.generation.mask_predict import (
+    PADDING_SLACK,
+    MaskPredictConfig,
+    length_groups,
+    mask_predict,
+    remasked,
+)
 from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.rundir import RunDir
@@ -82,10 +89,45 @@ def test_the_number_re_masked_follows_the_schedule(monkeypatch):
 
     monkeypatch.setattr(model, "decode", counting)
     mask_predict(model, src, MASK_ID, MaskPredictConfig(iterations=iterations, length_beam=2), BANNED)
-    lengths = seen[0]  # the first pass: every position of every candidate masked
-    assert len(seen) == iterations and lengths.min() >= 1
+    groups = len(seen) // iterations  # one decoder pass a group of similar lengths, each iteration
+    by_step = [torch.cat(seen[i * groups : (i + 1) * groups]) for i in range(iterations)]
+    lengths = by_step[0]  # the first pass: every position of every candidate masked
+    assert len(seen) == iterations * groups and lengths.min() >= 1 and len(lengths) == 2 * len(src)
     for step in range(1, iterations):
-        assert seen[step].tolist() == (lengths * (iterations - step) // iterations).tolist()
+        assert by_step[step].tolist() == (lengths * (iterations - step) // iterations).tolist()
+
+
+def test_length_groups_bound_the_padding_and_cover_every_candidate():
+    assert length_groups([]) == []
+    assert length_groups([9, 10, 11, 12, 60]) == [(0, 4), (4, 5)]  # the far-off fifth length alone
+    lengths = sorted(random.Random(0).choices(range(1, 64), k=320))
+    groups = length_groups(lengths)
+    assert groups[0][0] == 0 and groups[-1][1] == 320
+    assert all(a < b == c for (a, b), (c, _) in itertools.pairwise(groups))
+    for a, b in groups:
+        assert b - a == 1 or lengths[b - 1] * (b - a) <= PADDING_SLACK * sum(lengths[a:b])
+
+
+def test_a_batch_decodes_its_long_candidates_apart_and_as_one_at_a_time(monkeypatch):
+    """One candidate far longer than the others is decoded in its own group (no row padded to its
+    length), and every translation is the one its sentence gets alone."""
+    model, src = tiny_cmlm(), sources()
+    widths: list[int] = []
+    decode = model.decode
+
+    def recording(tgt, source, *args, **kwargs):
+        widths.append(tgt.shape[1])
+        return decode(tgt, source, *args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", recording)
+    given = torch.tensor([3, 4, 15])
+    found = mask_predict(model, src, MASK_ID, MaskPredictConfig(iterations=2, length_beam=1), BANNED, given)
+    assert sorted(set(widths)) == [4, 15] and found.tokens.shape == (3, 15)
+    for row in range(3):
+        alone = mask_predict(
+            model, src[row : row + 1], MASK_ID, MaskPredictConfig(2, 1), BANNED, given[row : row + 1]
+        )
+        assert found.tokens[row, : given[row]].tolist() == alone.tokens[0].tolist()
 
 
 def test_translations_do_not_depend_on_the_other_sentences_of_the_batch():

@@ -7,6 +7,10 @@ all [MASK]. Iteration 0 predicts every position (the argmax of one decoder pass)
 length: the paper's linear schedule, :func:`remasked`) and predicts them again, each predicted token
 keeping the probability it was predicted with. The candidate with the best average log-probability
 is the translation.
+
+The candidates of a batch are decoded in groups of similar length (:func:`length_groups`), so that
+one long candidate (the length beam's fifth choice is often far off) does not pad every row to its
+length: each candidate's translation is what it would be alone.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from vaswani.models.transformer import EncodedSource
 
 PAPER_ITERATIONS, PAPER_LENGTH_BEAM = 10, 5  # the paper's T = 10 and l = 5
 MAX_ITERATIONS = 1000
+PADDING_SLACK = 1.25  # candidates decoded together waste at most a quarter of their cells on padding
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,8 @@ def mask_predict(
     producing the ids ``suppress`` (nor pad, [MASK] or lengths of 0). ``lengths`` (batch,), each 1 …
     max_len − 1, gives each source's target length: one candidate of that length, the length
     classifier and ``config.length_beam`` unused (what decoding would score with the right length).
-    Every tensor stays on the device of ``src``; the device is read once, for the longest candidate
-    length."""
+    Every tensor stays on the device of ``src``; the candidates' lengths are read from it once, to
+    group them."""
     pad_id, device = model.config.pad_id, src.device
     n = src.shape[0]
     encoded = model.encode(src)
@@ -96,23 +101,77 @@ def mask_predict(
     else:
         beam, lengths = 1, lengths.to(device)
     rows = torch.arange(n, device=device).repeat_interleave(beam)
-    source = EncodedSource(encoded.memory.index_select(0, rows), encoded.mask.index_select(0, rows))
-    width = int(lengths.max()) if n else 0
-    real = torch.arange(width, device=device) < lengths[:, None]  # (batch · beam, width)
-    tokens = torch.where(real, mask_id, pad_id)
-    logp = torch.zeros(tokens.shape, device=device)
+    order = lengths.argsort(stable=True)
+    groups = [
+        Candidates.start(order[a:b], lengths, encoded, rows, mask_id, pad_id)
+        for a, b in length_groups(lengths[order].tolist())
+    ]
     banned = torch.tensor(sorted({pad_id, mask_id, *suppress}), device=device)
-    masked = real
     for step in range(config.iterations):
+        for group in groups:
+            group.iterate(model, step, config.iterations, banned, mask_id)
+    width = int(lengths.max()) if n else 0
+    tokens = torch.full((n * beam, width), pad_id, dtype=torch.long, device=device)
+    logp = torch.zeros(tokens.shape, device=device)
+    for group in groups:
+        tokens[group.index, : group.width] = group.tokens
+        logp[group.index, : group.width] = group.logp
+    scores = logp.sum(1) / lengths
+    chosen = torch.arange(n, device=device) * beam + scores.view(n, beam).argmax(1)
+    kept = int(lengths[chosen].max()) if n else 0
+    return MaskPredictResult(tokens[chosen, :kept], lengths[chosen], scores[chosen])
+
+
+def length_groups(lengths: list[int], slack: float = PADDING_SLACK) -> list[tuple[int, int]]:
+    """Consecutive runs [a, b) of ``lengths`` (ascending) decoded together: a run grows while its
+    padded cells (its longest length × its rows) stay within ``slack`` × its real cells."""
+    groups, start, total = [], 0, 0
+    for i, length in enumerate(lengths):
+        if i > start and length * (i + 1 - start) > slack * (total + length):
+            groups.append((start, i))
+            start, total = i, 0
+        total += length
+    return [*groups, (start, len(lengths))] if lengths else []
+
+
+@dataclass
+class Candidates:
+    """Candidates of similar length decoded together: rows ``index`` of the batch · beam
+    candidates, their ``lengths``, ``tokens`` and each token's ``logp`` (rows, width), ``real``
+    (its positions within its length) and ``source``, each row's encoded source."""
+
+    index: Tensor
+    lengths: Tensor
+    real: Tensor
+    tokens: Tensor
+    logp: Tensor
+    source: EncodedSource
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+    @classmethod
+    def start(
+        cls, index: Tensor, lengths: Tensor, encoded: EncodedSource, rows: Tensor, mask_id: int, pad_id: int
+    ) -> Candidates:
+        """The candidates ``index`` of ``lengths``, all [MASK]: ``rows`` maps a candidate to its source."""
+        own = lengths[index]
+        real = torch.arange(int(own.max()), device=own.device) < own[:, None]
+        source = EncodedSource(encoded.memory[rows[index]], encoded.mask[rows[index]])
+        tokens = torch.where(real, mask_id, pad_id)
+        return cls(index, own, real, tokens, torch.zeros(tokens.shape, device=own.device), source)
+
+    def iterate(self, model: CMLM, step: int, iterations: int, banned: Tensor, mask_id: int) -> None:
+        """Iteration ``step``: re-mask the lowest-probability tokens (none at step 0: every position is
+        [MASK]) and predict them again, each keeping the probability it was predicted with."""
+        masked = self.real
         if step > 0:
-            rank = torch.where(real, logp, float("inf")).argsort(dim=1, stable=True).argsort(1)
-            masked = rank < remasked(lengths, config.iterations, step)[:, None]
-            tokens = torch.where(masked, mask_id, tokens)
-        logits, _ = model.decode(tokens, source)
+            rank = torch.where(self.real, self.logp, float("inf")).argsort(dim=1, stable=True).argsort(1)
+            masked = rank < remasked(self.lengths, iterations, step)[:, None]
+            self.tokens = torch.where(masked, mask_id, self.tokens)
+        logits, _ = model.decode(self.tokens, self.source)
         logits = logits.float().index_fill(-1, banned, float("-inf"))
         best_logp, best = logits.log_softmax(-1).max(-1)
-        tokens = torch.where(masked, best, tokens)
-        logp = torch.where(masked, best_logp, logp)
-    scores = (logp * real).sum(1) / lengths
-    chosen = torch.arange(n, device=device) * beam + scores.view(n, beam).argmax(1)
-    return MaskPredictResult(tokens[chosen], lengths[chosen], scores[chosen])
+        self.tokens = torch.where(masked, best, self.tokens)
+        self.logp = torch.where(masked, best_logp, self.logp)
