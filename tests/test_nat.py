@@ -160,6 +160,28 @@ def test_given_lengths_decode_as_the_classifiers_own_choice_would():
     assert [int((row != PAD).sum()) for row in found.tokens] == other.tolist()
 
 
+def test_joint_ranking_picks_the_candidate_of_the_best_tokens_and_length_log_probability():
+    """rank_by="joint": of each source's l candidates (each what it is decoded alone at its length),
+    the one of the largest Σ log p(y_i) + log P(N | x); "average" the one of the largest mean."""
+    model, src, beam = tiny_cmlm(), sources(), 4
+    config = MaskPredictConfig(iterations=3, length_beam=beam)
+    length_logits = model.length_logits(model.encode(src)).float()
+    length_logits[:, 0] = float("-inf")
+    length_logp, candidates = length_logits.log_softmax(1).topk(beam, dim=1)
+    alone = [
+        mask_predict(model, src, MASK_ID, replace(config, length_beam=1), BANNED, lengths=candidates[:, k])
+        for k in range(beam)
+    ]
+    mean = torch.stack([found.scores for found in alone], 1)  # (batch, beam)
+    joint = mean * candidates + length_logp
+    for rule, ranked in (("average", mean), ("joint", joint)):
+        found = mask_predict(model, src, MASK_ID, replace(config, rank_by=rule), BANNED)
+        assert (
+            found.lengths.tolist() == candidates.gather(1, ranked.argmax(1, keepdim=True)).flatten().tolist()
+        )
+    assert not torch.equal(mean.argmax(1), joint.argmax(1))  # the two rules differ on these sources
+
+
 def test_a_length_beam_wider_than_the_length_classes_is_refused():
     model = tiny_cmlm(max_len=8)
     with pytest.raises(ConfigError, match=r"decoding\.length_beam 8 is more than the run's 7 target lengths"):

@@ -58,6 +58,12 @@ def add_translate_parser(commands: Any) -> None:
     mask_predict.add_argument(
         "--length-beam", type=int, metavar="L", help="target lengths tried per sentence (default 5)"
     )
+    mask_predict.add_argument(
+        "--rank-by",
+        metavar="RULE",
+        help="how a sentence's candidates are ranked: average (their tokens' mean log-probability, the "
+        "paper's, default) or joint (log P(y, length | x): the length classifier's log-probability added)",
+    )
     add_compile_flag(translate)
     translate.set_defaults(handler=cmd_translate, texts_field="text")
 
@@ -83,9 +89,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
             )
         translate_nat(args, mask_predict)
         return
-    if args.iterations is not None or args.length_beam is not None:
+    if args.iterations is not None or args.length_beam is not None or args.rank_by is not None:
         raise ConfigError(
-            f"--iterations and --length-beam decode a nat run; {args.run_dir} is autoregressive"
+            f"--iterations, --length-beam and --rank-by decode a nat run; {args.run_dir} is autoregressive"
         )
     translator = Translator.load(args.run_dir, args.device)
     prepare_weights(translator.model, args.quantize, args.dtype)
@@ -115,12 +121,14 @@ def terminal_display() -> EmptyTranslations:
 
 
 def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
-    """The :class:`MaskPredictConfig` of ``--iterations`` and ``--length-beam`` (unset: the paper's
-    T = 10, l = 5), checked before anything is loaded; its errors name the flags."""
+    """The :class:`MaskPredictConfig` of ``--iterations``, ``--length-beam`` and ``--rank-by`` (unset:
+    the paper's T = 10, l = 5, average), checked before anything is loaded; its errors name the flags."""
     from vaswani.generation.mask_predict import MaskPredictConfig
 
     given = {
-        name: getattr(args, name) for name in ("iterations", "length_beam") if getattr(args, name) is not None
+        name: getattr(args, name)
+        for name in ("iterations", "length_beam", "rank_by")
+        if getattr(args, name) is not None
     }
     return flag_errors(lambda: MaskPredictConfig(**given))
 
