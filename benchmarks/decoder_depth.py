@@ -1,0 +1,116 @@
+"""Where batch-1 greedy decoding's time goes, by encoder and decoder depth: why a deep encoder with a
+shallow decoder (Kasai et al. 2021) is not ``decoder layers`` times faster on a small model.
+
+For each translation run given (e.g. the en→zh Transformer 2 + 2 and 6 + 1 of
+``translation_results.py``): its first ``--sentences`` test sources translated one at a time,
+greedy, on one thread, timing the encoder apart from the decoding steps. Then the per-step time of
+the first run's decoder cut or repeated to 1, 2, 4 and 6 layers (its own layers, the outputs not
+looked at: only the step's cost), fitted as a + b · layers: ``a`` is what every step pays whatever
+the depth (the embedding, the output projection over the vocabulary, the argmax, the cache and the
+Python of the loop), ``b`` one decoder layer's self-attention, cross-attention and feed-forward.
+
+    python benchmarks/decoder_depth.py runs/zh-ar runs/zh-desd
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from timing import cpu_description  # noqa: E402
+
+from vaswani.generation.config import GREEDY  # noqa: E402
+from vaswani.pipelines.translation import Translator  # noqa: E402
+from vaswani.rundir import RunDir  # noqa: E402
+from vaswani.tasks import registry  # noqa: E402
+from vaswani.tasks.translation import load_data  # noqa: E402
+
+
+def timed_translation(translator: Translator, sources: list[str]) -> dict[str, float]:
+    """Seconds of the encoder and of everything else, and decoding steps, over ``sources`` one by one."""
+    model, spent = translator.model, {"encoder": 0.0, "steps": 0}
+    encode = model.encode
+
+    def timed_encode(*args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        out = encode(*args, **kwargs)
+        spent["encoder"] += time.perf_counter() - start
+        return out
+
+    def count(tokens: torch.Tensor) -> bool:
+        spent["steps"] += 1
+        return False
+
+    model.encode = timed_encode  # type: ignore[method-assign]
+    start = time.perf_counter()
+    for source in sources:
+        translator.translate([source], GREEDY, batch_size=1, on_step=count)
+    spent["total"] = time.perf_counter() - start
+    del model.encode
+    return spent
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="translation run directories")
+    parser.add_argument("--sentences", type=int, default=100, help="test sources, one at a time (100)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"{cpu_description()}, torch {torch.__version__}, python {platform.python_version()}, 1 thread")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}")
+    spec = registry.get("translation")
+    config = RunDir(args.runs[0]).read_config("translation", spec.data)
+    sources = [s for s, _ in load_data(config.data).test[: args.sentences]]
+    print("| run | layers | sentences/s | encoder ms a sentence | ms a decoding step | steps a sentence |")
+    print("|---|---|---:|---:|---:|---:|")
+    for run in args.runs:
+        translator = Translator.load(run, "cpu")
+        cfg = translator.model.config
+        translate = timed_translation(translator, sources[:5])  # warm-up
+        translate = timed_translation(translator, sources)
+        n, steps = len(sources), translate["steps"]
+        decoding = translate["total"] - translate["encoder"]
+        print(
+            f"| {run.name} | {cfg.n_encoder_layers} + {cfg.n_decoder_layers} | "
+            f"{n / translate['total']:.1f} | "
+            f"{1000 * translate['encoder'] / n:.2f} | {1000 * decoding / steps:.3f} | {steps / n:.1f} |"
+        )
+    translator = Translator.load(args.runs[0], "cpu")
+    own = list(translator.model.decoder.layers)
+    per_step = {}
+    for depth in (1, 2, 4, 6):
+        translator.model.decoder.layers = nn.ModuleList(own[i % len(own)] for i in range(depth))
+        timed_translation(translator, sources[:5])
+        spent = timed_translation(translator, sources)
+        per_step[depth] = (spent["total"] - spent["encoder"]) / spent["steps"]
+    depths = torch.tensor(list(per_step), dtype=torch.float64)
+    times = torch.tensor(list(per_step.values()), dtype=torch.float64)
+    b = float(
+        ((depths - depths.mean()) * (times - times.mean())).sum() / ((depths - depths.mean()) ** 2).sum()
+    )
+    a = float(times.mean()) - b * float(depths.mean())
+    print(
+        "\nms a decoding step by decoder layers (the first run's decoder): "
+        + ", ".join(f"{d}: {1000 * t:.3f}" for d, t in per_step.items())
+    )
+    print(f"fit: {1000 * a:.3f} ms a step whatever the depth + {1000 * b:.3f} ms a decoder layer")
+    for layers in (2, 3):
+        print(
+            f"decoding steps of {layers} decoder layers against 1: {(a + layers * b) / (a + b):.2f}× "
+            "(the most a 1-layer decoder can gain, before its deeper encoder)"
+        )
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
