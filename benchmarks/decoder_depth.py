@@ -10,6 +10,7 @@ the depth (the embedding, the output projection over the vocabulary, the argmax,
 Python of the loop), ``b`` one decoder layer's self-attention, cross-attention and feed-forward.
 
     python benchmarks/decoder_depth.py runs/zh-ar runs/zh-desd
+    python benchmarks/decoder_depth.py --quick     # a smoke run on a tiny run it trains
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,13 +29,12 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import quick  # noqa: E402
 from timing import cpu_description  # noqa: E402
+from translation_results import test_pairs  # noqa: E402
 
 from vaswani.generation.config import GREEDY  # noqa: E402
 from vaswani.pipelines.translation import Translator  # noqa: E402
-from vaswani.rundir import RunDir  # noqa: E402
-from vaswani.tasks import registry  # noqa: E402
-from vaswani.tasks.translation import load_data  # noqa: E402
 
 
 def timed_translation(translator: Translator, sources: list[str]) -> dict[str, float]:
@@ -62,15 +63,19 @@ def timed_translation(translator: Translator, sources: list[str]) -> dict[str, f
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="translation run directories")
+    parser.add_argument("runs", nargs="*", type=Path, help="translation run directories")
     parser.add_argument("--sentences", type=int, default=100, help="test sources, one at a time (100)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny run trained for it")
     args = parser.parse_args(argv)
+    scratch = tempfile.TemporaryDirectory()
+    if args.quick:
+        args.runs, args.sentences = [quick.train("translation", Path(scratch.name))], 4
+    elif not args.runs:
+        parser.error("give one or more translation run directories (or --quick)")
     torch.set_num_threads(1)
     print(f"{cpu_description()}, torch {torch.__version__}, python {platform.python_version()}, 1 thread")
     print(f"load average at the start: {os.getloadavg()[0]:.2f}")
-    spec = registry.get("translation")
-    config = RunDir(args.runs[0]).read_config("translation", spec.data)
-    sources = [s for s, _ in load_data(config.data).test[: args.sentences]]
+    sources = [s for s, _ in test_pairs(args.runs[0])[: args.sentences]]
     print("| run | layers | sentences/s | encoder ms a sentence | ms a decoding step | steps a sentence |")
     print("|---|---|---:|---:|---:|---:|")
     for run in args.runs:
