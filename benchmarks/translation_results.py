@@ -387,12 +387,14 @@ def write_results(args: argparse.Namespace, out: Path, jobs: list[Job]) -> None:
     call += f" --minutes {args.minutes:g}" if args.minutes != 25 else ""
     call += f" --fine-tune-minutes {args.fine_tune_minutes:g}" if args.fine_tune_minutes != 8 else ""
     call += f" --zh-steps {args.zh_steps}" if args.zh_steps != ZH_STEPS else ""
-    call += f" --out {shown(args.out)}" if args.out else ""
+    call += f" --jobs {args.jobs}" if args.jobs != 2 else ""
+    call += f" --corpus {args.corpus}" if args.corpus else ""
+    call += " --out OUT" if args.out else ""
     lines = [
         "# Translation: autoregressive, non-autoregressive, minimum risk and the RNN",
         "",
         f"Written by `{call}` on {cpu_description()}, torch {torch.__version__}, python "
-        f"{platform.python_version()}. Training: {args.jobs} runs at a time, one thread each. Scoring: one "
+        f"{platform.python_version()}. Training: {args.jobs} run(s) at a time, one thread each. Scoring: one "
         "run at a time, each decoding over the whole test split at batch 64 (BLEU, chrF and its "
         f"sentences/s, wall clock), then the first {args.timed} test sentences one call each (batch 1). "
         "The MRT and token-loss rows fine-tune the Transformer's selected weights at a constant 1e-4 for "
