@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import datetime
 import math
 import tempfile
@@ -70,7 +71,7 @@ def run_config(text: Path, position: str, steps: int, quick: bool, threads: int 
     windows = QUICK_WINDOWS if quick else BATCH_WINDOWS
     train: dict[str, object] = {
         "max_steps": steps, "max_minutes": None, "batch_tokens": windows * TRAIN_LEN,
-        "eval_every": max(1, steps // 3),
+        "eval_every": max(1, steps // 6),
     }  # fmt: skip
     if threads is not None:
         train["threads"] = threads
@@ -122,9 +123,18 @@ class Result:
     train_seconds: float
     tokens_per_second: float
     valid_loss: float
+    earlier: tuple[int, float] | None  # (step, valid loss) of the evaluation before the last
     own_loss: float
     tokens: int
     losses: dict[int, float | None]
+
+
+def evaluations(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, validation loss) of every evaluation in ``run_dir/train_log.csv``, in order."""
+    with open(run_dir / "train_log.csv", encoding="utf-8", newline="") as f:
+        return [
+            (int(row["step"]), float(row["valid_loss"])) for row in csv.DictReader(f) if row["kind"] == "eval"
+        ]
 
 
 def train_and_evaluate(run: RunConfig, run_dir: Path, stretches: int | None, quiet: bool) -> Result:
@@ -136,6 +146,7 @@ def train_and_evaluate(run: RunConfig, run_dir: Path, stretches: int | None, qui
         f"valid loss {metrics['valid_loss']:.4f}",
         flush=True,
     )
+    history = evaluations(run_dir)
     ids = scored_ids(run, lm, stretches)
     vocab = lm.tokenizer.vocab_size
     lm.model.eval()
@@ -154,7 +165,7 @@ def train_and_evaluate(run: RunConfig, run_dir: Path, stretches: int | None, qui
     print(f"{position}: " + ", ".join(f"{n}: {cell(v)}" for n, v in losses.items()), flush=True)
     return Result(
         position, metrics["steps"], metrics["train_seconds"], metrics["tokens_per_second"],
-        metrics["valid_loss"], own, len(ids) - 1, losses,
+        metrics["valid_loss"], history[-2] if len(history) > 1 else None, own, len(ids) - 1, losses,
     )  # fmt: skip
 
 
@@ -179,13 +190,14 @@ def markdown(results: list[Result], command: str, quick: bool) -> str:
     lines += [
         "",
         "| positions | steps | train time | train tok/s | final valid loss (trainer's, context 256) "
-        f"| own model at 256 (the {tokens:,} characters) |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| one evaluation earlier | own model at 256 (the {tokens:,} characters) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
+        earlier = "n/a" if r.earlier is None else f"{r.earlier[1]:.4f} (step {r.earlier[0]})"
         lines.append(
             f"| {r.position} | {r.steps} | {r.train_seconds / 60:.1f} min | {r.tokens_per_second:,.0f} "
-            f"| {r.valid_loss:.4f} | {r.own_loss:.4f} |"
+            f"| {r.valid_loss:.4f} | {earlier} | {r.own_loss:.4f} |"
         )
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines += [

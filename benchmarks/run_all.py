@@ -62,6 +62,7 @@ JOBS = (
     Job("translation vs CTranslate2", "ct2_speed.py"),
     Job("gpt", "gpt_speed.py", device=True),
     Job("compiled generation", "compiled_generation.py", ("--profile",), device=True),
+    Job("memory roofline", "roofline.py"),
     Job("bert", "bert_speed.py"),
     Job("vit fp32", "vit_speed.py", ("--fp32",), device=True),
     Job("vit bf16", "vit_speed.py", ("--bf16",), device=True),
