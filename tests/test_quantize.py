@@ -13,7 +13,7 @@ from tests.helpers import tiny_args, tiny_lm_run, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
-from vaswani.layers import quantize
+from vaswani.layers import kernels, quantize
 from vaswani.layers.linear import Linear
 from vaswani.layers.quantize import Int8Linear, prepare_weights, quantize_int8, quantize_weight
 from vaswani.models.gpt import GPT
@@ -35,9 +35,16 @@ def test_weights_are_per_row_symmetric_int8_within_half_a_step():
     assert bool((error <= scales[:, None] / 2 + 1e-7).all())
 
 
+@pytest.fixture
+def weight_only(monkeypatch):
+    """The weight-only paths (``_weight_int8pack_mm`` or the dequantized weight), as where
+    ``torch._int_mm`` is not available."""
+    monkeypatch.setattr(quantize, "_NO_INT_MM", [True])
+
+
 @pytest.mark.parametrize("shape", [(7, 40), (2, 3, 40), (1, 1, 40)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_matmul_is_within_the_bound_of_the_scale(shape, bias):
+def test_int8_matmul_is_within_the_bound_of_the_scale(shape, bias, weight_only):
     """|y_int8 − y_fp32| <= Σ_i |x_i| · s_o / 2 for each output o (plus float32 rounding)."""
     torch.manual_seed(1)
     linear = Linear(40, 24, bias=bias).eval()
@@ -52,7 +59,7 @@ def test_int8_matmul_is_within_the_bound_of_the_scale(shape, bias):
     torch.testing.assert_close(int8(x, "gelu"), torch.nn.functional.gelu(got))
 
 
-def test_the_kernel_and_the_dequantized_path_agree(monkeypatch):
+def test_the_kernel_and_the_dequantized_path_agree(monkeypatch, weight_only):
     torch.manual_seed(2)
     int8 = Int8Linear(nn.Linear(64, 32)).eval()
     x = torch.randn(5, 64)
@@ -60,6 +67,33 @@ def test_the_kernel_and_the_dequantized_path_agree(monkeypatch):
     monkeypatch.setattr(quantize, "_NO_KERNEL", {("cpu", torch.float32)})
     torch.testing.assert_close(int8(x), kernel, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(kernel, x @ int8.dequantized(torch.float32).T + int8.bias)
+
+
+@pytest.mark.skipif(not kernels.int8_rows_apply(torch.zeros(1)), reason="torch._int_mm on the CPU")
+@pytest.mark.parametrize("shape", [(7, 40), (2, 3, 40), (1, 1, 40)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_rows_are_the_product_of_quantized_rows_and_within_its_bound(shape, bias):
+    """The CPU path equals its definition in float64 (each row of x as int8, x_q = round(x / s_x),
+    s_x = max |x| / 127, times q, scaled by s_x s_o, plus the bias); it is within Σ_i |x_i| s_o / 2 +
+    Σ_i |s_o q_oi| s_x / 2 of the float32 layer; and a row's output is the same alone or in a batch."""
+    torch.manual_seed(3)
+    linear = Linear(40, 24, bias=bias).eval()
+    x = torch.randn(*shape) * torch.linspace(0.1, 10, shape[-2])[:, None]  # rows of different size
+    int8 = Int8Linear(linear).eval()
+    with torch.no_grad():
+        got, want = int8(x), linear(x)
+    flat = x.reshape(-1, 40).double()
+    s_x = flat.abs().amax(dim=1, keepdim=True) / 127
+    w = int8.weight_int8.double() * int8.scales.double()[:, None]
+    reference = torch.round(flat / s_x) * s_x @ w.T + (0 if int8.bias is None else int8.bias.double())
+    torch.testing.assert_close(got.reshape(-1, 24).double(), reference, atol=1e-5, rtol=1e-5)
+    bound = (
+        x.abs().sum(-1, keepdim=True) * int8.scales / 2
+        + w.abs().sum(-1).float() * s_x.float().reshape(*shape[:-1], 1) / 2
+    )
+    assert bool(((got - want).abs() <= bound + 1e-5).all())
+    one_by_one = torch.cat([int8(row[None]) for row in x.reshape(-1, 40)])
+    assert torch.equal(one_by_one, got.reshape(-1, 24))
 
 
 def test_training_an_int8_layer_is_refused():

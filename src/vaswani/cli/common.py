@@ -44,8 +44,9 @@ def add_weights_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quantize",
         choices=("int8",),
-        help="int8: weight-only int8 (per output channel, symmetric) in every linear layer, "
-        "embeddings kept; inference only",
+        help="int8: int8 weights (per output channel, symmetric) in every linear layer, "
+        "embeddings kept; on the CPU the activations are quantized row by row and the products "
+        "summed in int32; inference only",
     )
     p.add_argument(
         "--dtype",

@@ -1,13 +1,20 @@
-"""Weights for inference: weight-only int8 (per output channel, symmetric) and a cast to bf16.
+"""Weights for inference: int8 (per output channel, symmetric) and a cast to bf16.
 
 :func:`quantize_int8` swaps every ``nn.Linear`` of a model (attention, feed-forward, the LM head)
 for an :class:`Int8Linear`; embeddings keep their floating-point table (a tied head gets an int8
 copy of it). Row ``o`` of a weight W (out, in) is stored as int8 q_o = round(W_o / s_o), clamped to
 [-127, 127], with the scale s_o = max_i |W_oi| / 127, so that |W_oi - s_o q_oi| <= s_o / 2 and an
 output y_o = Σ_i x_i s_o q_oi is within Σ_i |x_i| · s_o / 2 of the float product (plus rounding
-of the arithmetic). The product runs through ``torch.ops.aten._weight_int8pack_mm`` where the
-device and dtype have the kernel (the CPU build has it: 2-D activations in fp32, bf16 or fp16),
-else the weight is dequantized on the fly (``F.linear`` with s ⊙ q in the activations' dtype).
+of the arithmetic).
+
+The product, by :func:`~vaswani.layers.kernels.int8_rows_apply`: on the CPU, each row of the
+activations x is quantized the same way, x_q = round(x / s_x) with s_x = max_i |x_i| / 127, the
+product Σ_i x_q,i q_oi summed exactly in int32 (``torch._int_mm``) and scaled by s_x s_o, plus the
+bias. Each input is then within s_x / 2, so an output is within a further Σ_i |s_o q_oi| · s_x / 2 of
+the weight-only product; and a row's output depends on that row alone (not on the batch beside it:
+batched, cached and speculative decoding give what one row at a time gives). Elsewhere
+``torch.ops.aten._weight_int8pack_mm`` where the device and dtype have the kernel, else the weight
+dequantized on the fly (``F.linear`` with s ⊙ q in the activations' dtype).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.errors import ConfigError
+from vaswani.layers.kernels import int8_rows_apply
 from vaswani.layers.linear import ACTIVATIONS
 
 __all__ = ["DTYPES", "QUANTIZATIONS", "Int8Linear", "cast_weights", "prepare_weights", "quantize_int8"]
@@ -29,6 +37,26 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 _NO_KERNEL: set[tuple[str, torch.dtype]] = set()
 """(device type, dtype) pairs on which ``_weight_int8pack_mm`` raised: dequantized there instead."""
+
+_NO_INT_MM: list[bool] = []
+"""Holds True once ``torch._int_mm`` raised: the weight-only paths from then on."""
+
+
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row of ``x`` (rows, in) as symmetric int8: x_q = round(x / s_x) (rows, in) and float32
+    scales s_x = max_i |x_i| / 127 (rows, 1) (1 for a row of zeros)."""
+    scales = x.abs().amax(dim=1, keepdim=True).float() / 127.0
+    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
+    return torch.round(x / scales).to(torch.int8), scales
+
+
+def int8_rows_linear(x: Tensor, q: Tensor, scales: Tensor, bias: Tensor | None) -> Tensor:
+    """x (rows, in) quantized row by row (:func:`quantize_rows`), times the int8 weights q (out, in)
+    with int32 sums, scaled back by s_x and the weights' scales (out,), plus the bias: (rows, out),
+    float32."""
+    x_q, x_scales = quantize_rows(x)
+    out = torch._int_mm(x_q, q.t()).float() * (x_scales * scales)
+    return out if bias is None else out + bias
 
 
 def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -67,6 +95,14 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor, activation: str = "none") -> Tensor:
         if self.training:
             raise ConfigError("int8 weights serve inference only (--quantize int8 does not train)")
+        if not _NO_INT_MM and int8_rows_apply(x):
+            try:
+                out = int8_rows_linear(
+                    x.reshape(-1, self.in_features), self.weight_int8, self.scales, self.bias
+                )
+                return ACTIVATIONS[activation](out.to(x.dtype).reshape(*x.shape[:-1], self.out_features))
+            except (RuntimeError, NotImplementedError):
+                _NO_INT_MM.append(True)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         key = (x.device.type, x.dtype)
         if key not in _NO_KERNEL:

@@ -28,7 +28,7 @@ class Evaluation:
     batch_size: int = 64
     decoding: DecodingConfig | None = None  # None: greedy
     device: str = "auto"  # where the run's model is loaded (vaswani.runtime.resolve_device)
-    quantize: str | None = None  # int8: weight-only int8 for inference (vaswani.layers.quantize)
+    quantize: str | None = None  # int8: int8 weights for inference (vaswani.layers.quantize)
     dtype: str | None = None  # fp32 or bf16: the weights cast for inference
 
 
