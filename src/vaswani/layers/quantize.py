@@ -42,20 +42,12 @@ _NO_INT_MM: list[bool] = []
 """Holds True once ``torch._int_mm`` raised: the weight-only paths from then on."""
 
 
-def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Each row of ``x`` (rows, in) as symmetric int8: x_q = round(x / s_x) (rows, in) and float32
-    scales s_x = max_i |x_i| / 127 (rows, 1) (1 for a row of zeros)."""
-    scales = x.abs().amax(dim=1, keepdim=True).float() / 127.0
-    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
-    return torch.round(x / scales).to(torch.int8), scales
-
-
 def int8_rows_linear(x: Tensor, q: Tensor, scales: Tensor, bias: Tensor | None) -> Tensor:
-    """x (rows, in) quantized row by row (:func:`quantize_rows`), times the int8 weights q (out, in)
-    with int32 sums, scaled back by s_x and the weights' scales (out,), plus the bias: (rows, out),
-    float32."""
-    x_q, x_scales = quantize_rows(x)
-    out = torch._int_mm(x_q, q.t()).float() * (x_scales * scales)
+    """x (rows, in) quantized row by row as the weights are (:func:`quantize_weight`: x_q =
+    round(x / s_x), s_x = max_i |x_i| / 127), times the int8 weights q (out, in) with int32 sums,
+    scaled back by s_x and the weights' scales (out,), plus the bias: (rows, out), float32."""
+    x_q, x_scales = quantize_weight(x)
+    out = torch._int_mm(x_q, q.t()).float() * (x_scales[:, None] * scales)
     return out if bias is None else out + bias
 
 
