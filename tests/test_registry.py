@@ -183,3 +183,49 @@ def _flags_of(parser: argparse.ArgumentParser, task: str) -> set[str]:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     tasks = next(a for a in commands.choices["train"]._actions if isinstance(a, argparse._SubParsersAction))
     return {name for action in tasks.choices[task]._actions for name in action.option_strings}
+
+
+def test_every_packaged_recipe_reads():
+    for name in recipes.names():  # a recipe's bases, single or listed, are read with it
+        assert set(recipes.packaged(name)) <= {"model", "train", "data"}, name
+
+
+def test_a_named_recipe_replaces_the_tasks_own_and_the_flags_still_win():
+    default = registry.configure("translation")
+    deep = registry.configure("translation", recipe="translation-deep-shallow")
+    assert (deep.model.n_encoder_layers, deep.model.n_decoder_layers) == (6, 1)
+    assert deep.train.max_steps == 3000 and deep.train.warmup_steps == default.train.warmup_steps
+    assert deep.model.d_model == default.model.d_model and deep.data == default.data  # its base's
+    flagged = registry.configure(
+        "translation", {"train": {"max_steps": 7}}, recipe="translation-deep-shallow"
+    )
+    assert flagged.train.max_steps == 7 and flagged.model.n_encoder_layers == 6
+
+
+def test_minimum_risk_training_starts_from_its_recipe_on_either_corpus(tmp_path):
+    """``--objective mrt`` picks ``translation-mrt`` (``base: [translation, mrt]``), or with the user's
+    files ``translation-files-mrt``: mrt.yaml's fields over each corpus's recipe."""
+    text = tmp_path / "a.txt"
+    text.write_text("x\n", encoding="utf-8")
+    mrt = {"objective": "mrt", "init": str(tmp_path)}
+    embedded = registry.configure("translation", {"data": mrt})
+    files = registry.configure("translation", {"data": {**mrt, "src": str(text), "tgt": str(text)}})
+    default, own = (
+        registry.configure("translation"),
+        registry.configure("translation", {"data": {"src": str(text), "tgt": str(text)}}),
+    )
+    for run, corpus in ((embedded, default), (files, own)):
+        assert (run.data.mrt_candidates, run.data.mrt_search, run.data.mrt_weight) == (16, "beam", 0.3)
+        assert (run.train.lr, run.train.schedule, run.train.warmup_steps) == (1e-4, "constant", 0)
+        assert run.data.source == corpus.data.source and run.data.n_valid == corpus.data.n_valid
+    assert registry.configure("translation", {"data": {**mrt, "mrt_candidates": 4}}).data.mrt_candidates == 4
+
+
+def test_recipe_flag_errors_are_one_line(tmp_path, capsys):
+    assert main(["train", "translation", "--recipe", "nope", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--recipe: unknown recipe 'nope'; choose from" in err
+    assert len(err.splitlines()) == 1 and "translation-deep-shallow" in err and not (tmp_path / "r").exists()
+    assert main(["train", "translation", "--resume", str(tmp_path), "--recipe", "translation"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--recipe: a resumed run keeps its own settings" in err

@@ -2,7 +2,7 @@
 
 Its flags are generated from the config dataclasses (:mod:`vaswani.cli.flags`): the model's (those
 of the archs the task trains: no ``--image-size`` for a translator), the training's and the task's
-data config. Settings come from the task's packaged recipe, then
+data config. Settings come from the task's packaged recipe (``--recipe NAME``: another one), then
 ``--preset``, then ``--config FILE``, then the flags (:mod:`vaswani.tasks.settings`). ``--resume
 RUN_DIR`` continues a stopped run with its own settings; it takes only ``--max-steps``,
 ``--max-minutes`` and the settings of how it runs (``--device``, ``--compile``,
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vaswani import recipes
 from vaswani.cli import launch
 from vaswani.cli.flags import add_fields, flag_names, given
 from vaswani.cli.outputs import check_new_run
@@ -47,6 +48,12 @@ def add_parsers(commands: Any) -> None:
         run.add_argument("--config", type=Path, help="YAML file with model:, train: and data: sections")
         run.add_argument("--out", type=Path, help="run directory to write (default: runs/NAME)")
         run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a stopped run")
+        run.add_argument(
+            "--recipe",
+            metavar="NAME",
+            help="start from this packaged recipe (vaswani/recipes/NAME.yaml) instead of the task's own, "
+            "e.g. translation-deep-shallow",
+        )
         run.add_argument("--preset", choices=sorted(presets()), help="model architecture preset")
         run.add_argument("--quiet", action="store_true", help="no progress bar")
         run.add_argument(
@@ -90,8 +97,8 @@ def resume_changes(
         for n in fields
         if (s, n) not in (("train", c) for c in RESUME_CHANGES)
     ]
-    if others or args.config is not None:
-        flag = "--config" if not others else spelling(args, spec, *others[0])
+    if others or args.config is not None or args.recipe is not None:
+        flag = spelling(args, spec, *others[0]) if others else "--config" if args.config else "--recipe"
         raise ConfigError(
             f"{flag}: a resumed run keeps its own settings; only --max-steps, --max-minutes and how it "
             "runs (--device, --compile, --grad-checkpointing, --fsdp, --nproc) may change"
@@ -136,8 +143,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             finish(spec, result, Path(args.resume), started, args.quiet)
         return 0
     check_new_run(args.out)
+    if args.recipe is not None and args.recipe not in recipes.names():
+        raise ConfigError(
+            f"--recipe: unknown recipe '{args.recipe}'; choose from {', '.join(recipes.names())}"
+        )
     try:
-        run = registry.configure(spec.name, flags, config=args.config)
+        run = registry.configure(spec.name, flags, config=args.config, recipe=args.recipe)
         check_threads(run.train.threads)
     except ConfigError as exc:
         raise named_flag(exc, args, spec, flags) from None

@@ -3,7 +3,8 @@ Python API share.
 
 A recipe has up to three sections, ``model:``, ``train:`` and ``data:``, holding fields of
 :class:`~vaswani.config.ModelConfig`, :class:`~vaswani.config.TrainConfig` and the task's data
-config. Two more keys are read here: ``base: NAME`` starts from another recipe of this folder, and
+config. Two more keys are read here: ``base: NAME`` starts from another recipe of this folder
+(``base: [A, B]``: from A, then B's fields over it), and
 ``model: {preset: NAME}`` from a named architecture of ``presets.yaml``. ``precision: auto`` is
 bf16 autocast where the training device computes bf16 natively, else fp32
 (:func:`vaswani.runtime.auto_precision`).
@@ -68,8 +69,9 @@ def read(path: str | Path, base: Sections | None = None) -> Sections:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected sections model:, train: and data:")
     out: Sections = {s: dict(v) for s, v in (base or {}).items()}
-    if "base" in loaded:
-        out = merge(out, packaged(str(loaded.pop("base"))))
+    bases = loaded.pop("base", [])
+    for name in [bases] if isinstance(bases, str) else bases:  # one recipe, or several in order
+        out = merge(out, packaged(str(name)))
     for section, value in loaded.items():
         if section not in SECTIONS:
             raise ConfigError(f"{path}: unknown config section '{section}'")
@@ -81,13 +83,16 @@ def read(path: str | Path, base: Sections | None = None) -> Sections:
     return merge(out, {**loaded, "model": model}, source=str(path))
 
 
+def names() -> list[str]:
+    """The names of this folder's recipes (``presets.yaml`` holds architectures, not a recipe)."""
+    return sorted(p.stem for p in FOLDER.glob("*.yaml") if p.stem != "presets")
+
+
 def packaged(name: str) -> Sections:
     """The recipe ``NAME.yaml`` of this folder."""
-    path = FOLDER / f"{name}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in FOLDER.glob("*.yaml") if p.stem != "presets")
-        raise ConfigError(f"unknown recipe '{name}'; choose from {', '.join(names)}")
-    return read(path)
+    if name not in names():
+        raise ConfigError(f"unknown recipe '{name}'; choose from {', '.join(names())}")
+    return read(FOLDER / f"{name}.yaml")
 
 
 def merge(base: Sections, over: Sections, source: str = "flags") -> Sections:

@@ -253,7 +253,7 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
 
 def recipe(flags: Sections) -> str:
     """The embedded default job, or the recipe for the user's files once they are given."""
-    return "nat-files" if translation.recipe(flags) == "translation-files" else "nat"
+    return "nat-files" if translation.recipe(flags).startswith("translation-files") else "nat"
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:

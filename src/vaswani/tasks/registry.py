@@ -246,12 +246,18 @@ def load(run_dir: str | Path, device: str | torch.device = "auto") -> Any:
 
 
 def configure(
-    task: str, flags: Sections | None = None, preset: str | None = None, config: str | Path | None = None
+    task: str,
+    flags: Sections | None = None,
+    preset: str | None = None,
+    config: str | Path | None = None,
+    recipe: str | None = None,
 ) -> RunConfig:
     """The run config of a new run of ``task``, as ``vaswani train TASK`` makes it: the task's
-    packaged recipe < the architecture ``preset`` < the YAML file ``config`` < ``flags``
-    ({"model": {...}, "train": {...}, "data": {...}}), then the task's rules, validated."""
+    packaged recipe (or the one named ``recipe``) < the architecture ``preset`` < the YAML file
+    ``config`` < ``flags`` ({"model": {...}, "train": {...}, "data": {...}}), then the task's rules,
+    validated."""
     spec = get(task)
     if spec.recipe is None or spec.configure is None:
         raise RunDirError(f"runs of task {task!r} are not trained by vaswani")
-    return run_config(spec.recipe, spec.configure, flags or {}, preset, Path(config) if config else None)
+    path = Path(config) if config else None
+    return run_config(spec.recipe, spec.configure, flags or {}, preset, path, named=recipe)

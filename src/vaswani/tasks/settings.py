@@ -56,19 +56,21 @@ def run_config(
     flags: Sections,
     preset: str | None = None,
     config: Path | None = None,
+    named: str | None = None,
 ) -> RunConfig:
     """The packaged recipe < ``preset`` < the YAML file ``config`` < ``flags``, resolved (``bf16:
     auto``) and handed to the task's ``configure(sections, flags, source)`` hook.
 
-    ``recipe(given)`` names the packaged recipe, and the hook reads which data the user named
-    (``--src``, ``--text``, ``--init``...) from its ``flags``: both get the data fields of the
-    ``config`` file under those of the flags, so that a file's ``data.src`` picks the user's files as
-    ``--src`` does, and a ``--src`` flag beats the file's ``data.src``."""
+    ``recipe(given)`` names the packaged recipe (``named``, ``--recipe NAME``, replaces it), and the
+    hook reads which data the user named (``--src``, ``--text``, ``--init``...) from its ``flags``:
+    both get the data fields of the ``config`` file under those of the flags, so that a file's
+    ``data.src`` picks the user's files as ``--src`` does, and a ``--src`` flag beats the file's
+    ``data.src``."""
     user = {s: dict(v) for s, v in flags.items()}
     in_file = recipes.read(config) if config is not None else {}
     if config is not None:
         user["data"] = {**in_file.get("data", {}), **flags.get("data", {})}
-    sections = recipes.packaged(recipe(user))
+    sections = recipes.packaged(named or recipe(user))
     fields = {s: dict(v) for s, v in flags.items()}
     preset = fields.get("model", {}).pop("preset", preset)  # the CLI's --preset travels with the flags
     if preset is not None:

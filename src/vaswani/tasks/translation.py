@@ -388,9 +388,12 @@ def evaluate_run(run_dir: Path, request: Evaluation) -> Report:
 
 def recipe(flags: Sections) -> str:
     """The embedded default job, or the recipe for the user's files once they are given; the RNN's
-    own of each with ``--arch rnn`` (``translation-rnn``, ``translation-files-rnn``)."""
+    own of each with ``--arch rnn`` (``translation-rnn``, ``translation-files-rnn``), minimum risk
+    training's with ``--objective mrt`` (``translation-mrt``, ``translation-files-mrt``)."""
     data = flags.get("data", {})
     name = "translation-files" if {"src", "pairs", "dataset"} & set(data) else "translation"
+    if data.get("objective") == "mrt":
+        return f"{name}-mrt"
     return f"{name}-rnn" if flags.get("model", {}).get("arch") == "rnn" else name
 
 
