@@ -469,13 +469,13 @@ def main(argv: list[str] | None = None) -> None:
             run_all(quick_plan(Path(scratch)), Path(scratch), args.jobs)
             print((Path(scratch) / "zh.md").read_text(encoding="utf-8"))
         return
-    if not (MULTI30K / "train.de").is_file():
-        print(f"skipped: no Multi30k in {shown(MULTI30K)}")
-        return
     if (args.report or args.score) and args.out is None:
         parser.error("--report and --score need --out, the folder of the earlier runs")
-    if args.score:
+    if args.score:  # scores runs already trained: needs no corpus on disk (the quick run's have none)
         section(args, args.out.resolve(), args.score)
+        return
+    if not (MULTI30K / "train.de").is_file():
+        print(f"skipped: no Multi30k in {shown(MULTI30K)}")
         return
     with tempfile.TemporaryDirectory() as scratch:
         out = (args.out or Path(scratch)).resolve()
