@@ -3,7 +3,9 @@ CJK labels render (or one line says why not), and bad command-line input is one 
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import shutil
 import warnings
 from pathlib import Path
@@ -24,7 +26,14 @@ from vaswani.models.gpt import GPT
 from vaswani.models.transformer import Transformer
 from vaswani.pipelines.lm import LanguageModel
 from vaswani.pipelines.translation import Translator
-from vaswani.plots import attention_figure, cjk_font, loss_curves_figure, missing_glyphs, runs_figure
+from vaswani.plots import (
+    attention_figure,
+    cjk_font,
+    loss_curves_figure,
+    missing_glyphs,
+    read_train_log,
+    runs_figure,
+)
 from vaswani.tokenizer import LMTokenizer, TextTokenizer
 
 EN_ZH = [
@@ -268,6 +277,36 @@ def test_plot_of_several_runs_draws_one_line_per_run_in_each_panel(two_runs, tmp
     assert_png(out)
     assert main(["compare", str(a), str(b)]) == 0
     assert capsys.readouterr().out.splitlines() == printed[:-1]
+
+
+def test_plot_of_several_runs_against_training_time(two_runs, tmp_path):
+    """--against time: each point at its row's training seconds, in minutes once any run is longer
+    than two minutes (runs given the same minutes compare at the same x)."""
+    a, b = two_runs
+    logs = {"a": a / "train_log.csv", "b": b / "train_log.csv"}
+    read = read_train_log(logs["a"])
+    eval_seconds = [s for s, v in zip(read["seconds"], read["valid_loss"], strict=True) if not math.isnan(v)]
+    fig = runs_figure(logs, against="time")
+    assert {ax.get_xlabel() for ax in fig.axes} == {"training time (s)"}
+    assert list(fig.axes[1].get_lines()[0].get_xdata()) == eval_seconds
+
+    with open(logs["b"], newline="", encoding="utf-8") as f:  # b, as a run of hours
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["seconds"] = str(float(row["seconds"]) * 1000)
+    with open(tmp_path / "long.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    fig = runs_figure({"a": logs["a"], "long": tmp_path / "long.csv"}, against="time")
+    assert fig.axes[0].get_xlabel() == "training time (min)"
+    assert list(fig.axes[1].get_lines()[0].get_xdata()) == [s / 60 for s in eval_seconds]
+    with pytest.raises(ValueError, match="against"):
+        runs_figure(logs, against="steps")
+
+    out = tmp_path / "cli.png"
+    assert main(["plot", str(a), str(b), "--against", "time", "--out", str(out)]) == 0
+    assert_png(out)
 
 
 def test_loss_curves_refuse_missing_and_empty_logs(tmp_path):

@@ -55,11 +55,12 @@ def add_parsers(commands: Any) -> None:
     p = commands.add_parser(
         "plot",
         help="draw a run's loss curves (or several runs' overlaid) or its position scheme",
-        usage="%(prog)s [-h] [--out OUT] [--force] [KIND] RUN_DIR [RUN_DIR ...]",
+        usage="%(prog)s [-h] [--out OUT] [--against {step,time}] [--force] [KIND] RUN_DIR [RUN_DIR ...]",
         description="vaswani plot RUN_DIR (or plot loss RUN_DIR): training and validation loss against "
         "steps and training time, with the validation BLEU and chrF (translation) or perplexity (lm), "
         "from RUN_DIR/train_log.csv. vaswani plot A B [C ...]: the train loss, valid loss and first "
-        "shared validation metric of every run against steps, one line per run (default "
+        "shared validation metric of every run against steps (--against time: training time), one "
+        "line per run (default "
         f"./{RUNS}), and the table of vaswani compare. vaswani plot positions RUN_DIR: the run's "
         "position table as a "
         "heatmap (sinusoidal from the formula, learned from the weights), the mean dot product of "
@@ -76,6 +77,13 @@ def add_parsers(commands: Any) -> None:
         "--out",
         type=Path,
         help=f"image to write (default: RUN_DIR/{LOSS_CURVES} or {POSITIONS}; several runs: ./{RUNS})",
+    )
+    p.add_argument(
+        "--against",
+        choices=("step", "time"),  # vaswani.plots.AGAINST, not imported: it loads matplotlib
+        default="step",
+        help="several runs: draw their curves against steps (default) or training time, for runs "
+        "given the same minutes (one run's figure has both)",
     )
     add_force_flag(p)
     p.set_defaults(handler=cmd_plot)
@@ -160,7 +168,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
         out = args.out or Path(RUNS)
         check_output(out, "--out", {f"RUN_DIR {i + 1}": run for i, run in enumerate(runs)}, force=args.force)
         comparison = compare_runs(runs)
-        runs_figure({name: RunDir(run).log for name, run in zip(comparison.names, runs, strict=True)}, out)
+        logs = {name: RunDir(run).log for name, run in zip(comparison.names, runs, strict=True)}
+        runs_figure(logs, out, args.against)
         print(comparison_table(comparison))
         print(out)
         return

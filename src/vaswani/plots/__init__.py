@@ -362,12 +362,27 @@ NOT_METRICS = frozenset(
 )
 
 
-def runs_figure(logs: dict[str, str | Path], out_png: str | Path | None = None) -> Figure:
+AGAINST = ("step", "time")  # what runs_figure's curves are drawn against
+
+
+def runs_figure(
+    logs: dict[str, str | Path], out_png: str | Path | None = None, against: str = "step"
+) -> Figure:
     """Several runs' curves overlaid, one colour and one line per run in each panel: the train loss
-    and the valid loss against steps, and the first validation metric that every run logs (BLEU,
-    accuracy...; perplexity, which the valid loss already shows, only when there is no other).
-    ``logs`` maps each run's name to its ``train_log.csv``; written to ``out_png`` when given."""
+    and the valid loss, and the first validation metric that every run logs (BLEU, accuracy...;
+    perplexity, which the valid loss already shows, only when there is no other), against steps or,
+    with ``against="time"``, against training time (runs given the same minutes, not the same
+    steps). ``logs`` maps each run's name to its ``train_log.csv``; written to ``out_png`` when
+    given."""
+    if against not in AGAINST:
+        raise ValueError(f"against must be one of {AGAINST}, not {against!r}")
     read = {name: read_train_log(path) for name, path in logs.items()}
+    minutes = any(max(log["seconds"]) > 120 for log in read.values())
+    x_label = "step" if against == "step" else f"training time ({'min' if minutes else 's'})"
+
+    def x_of(log: dict[str, list[float]]) -> list[float]:
+        return log["step"] if against == "step" else [s / 60 if minutes else s for s in log["seconds"]]
+
     first = next(iter(read.values()))
     metrics = [c for c in first if c not in NOT_METRICS and all(c in log for log in read.values())]
     shared = sorted(metrics, key=lambda c: c.endswith("ppl"))
@@ -381,12 +396,12 @@ def runs_figure(logs: dict[str, str | Path], out_png: str | Path | None = None) 
             drawn = []
             for i, (name, log) in enumerate(read.items()):
                 if column in log and _count(log, column):
-                    x, y = _series(log, log["step"], column)
+                    x, y = _series(log, x_of(log), column)
                     ax.plot(x, y, marker=_marker(log, column), markersize=3, color=f"C{i % 10}", label=name)
                     drawn += y
             if column.endswith("loss") and drawn and all(v > 0 for v in drawn):
                 _log_y(ax)
-            ax.set_xlabel("step")
+            ax.set_xlabel(x_label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3, which="both")
             if drawn:
