@@ -258,7 +258,7 @@ def corpus_rows(
         if ("-seed" in name or name in BUDGET_ALLOWING) and not run.is_dir():
             continue  # a second seed, and the undistilled CMLM, are trained where the budget allows
         if not (run / "metrics.json").is_file():
-            rows.append(f"| {model} | not trained: no {shown(run)}/metrics.json |" + " |" * 8)
+            rows.append(f"| {model} | not trained: no OUT/{run.name}/metrics.json |" + " |" * 8)
             continue
         pairs = test_pairs(run)
         sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
