@@ -491,6 +491,12 @@ def lm_init(init: str, *extra: str) -> list[str]:
     return ["train", "lm", "--init", init, "--text", "{data}/lm.txt", "--out", "{tmp}/out", "--quiet", *extra]
 
 
+def draft(target: str, *extra: str) -> list[str]:
+    """``train lm --distill-from`` (the target's tokenizer: no --tokenizer flag)."""
+    text = ["--text", "{data}/lm.txt", "--out", "{tmp}/out", "--quiet"]
+    return ["train", "lm", "--distill-from", target, *text, *extra]
+
+
 def decode(*flags: str) -> list[str]:
     """``translate`` with decoding flags, which are checked before the run is loaded."""
     return ["translate", "{tr}", "a", *flags]
@@ -628,6 +634,12 @@ CLI = [
     Cli("lm", "zero context", lm_train("--max-len", "0"), ["model.max_len", "> 0"]),
     Cli("lm", "negative learning rate", lm_train("--lr", "-1"), ["train.lr", "> 0"]),
     Cli("lm", "resume nothing", ["train", "lm", "--resume", "{tmp}/none"], ["no such run"]),
+    Cli("lm", "--distill-from a translation run", draft("{tr}"),
+        ["--distill-from needs a run of task lm", "translation"]),
+    Cli("lm", "--distill-from with --init", lm_init("{lm}", "--distill-from", "{lm}"),
+        ["data.distill_from", "--distill-from or --init"]),
+    Cli("lm", "--distill-from with --vocab-size", draft("{lm}", "--vocab-size", "50"),
+        ["--vocab-size", "its target's tokenizer"]),
     Cli("lm", "resume with --no-bf16", ["train", "lm", "--resume", "{lm}", "--no-bf16"], ["--bf16", RESUMED]),
     Cli("lm", "prompt longer than the context (refused: only generation slides past it)",
         generate("the cat " * 5), ["prompt 1", "context of 32"]),

@@ -280,7 +280,10 @@ class LMData(TextData):
     continues from (null: from scratch): its model config, tokenizer and weights, on the new
     ``text``. With ``streaming``, the ``dataset`` is read a batch of rows at a time and its token
     ids written to a file that training memory-maps (:mod:`vaswani.pipelines.lm_text`), so that a
-    corpus larger than memory can be trained on."""
+    corpus larger than memory can be trained on. With ``distill_from`` (an lm run, the target) the
+    run is a draft for speculative decoding: it keeps the target's tokenizer and trains on the
+    target's greedy continuations of prompts cut from the text (sequence-level distillation, Kim
+    and Rush 2016), so that its greedy tokens are the target's as often as it can learn them."""
 
     init: str | None = flag(
         None,
@@ -292,6 +295,12 @@ class LMData(TextData):
         "read --dataset as a stream: its token ids go to a file in the run directory that training "
         "memory-maps (for corpora larger than memory; needs a --dev-split or a validation split)",
     )
+    distill_from: str | None = flag(
+        None,
+        "train a draft for speculative decoding (--draft) on this lm run's greedy continuations of "
+        "prompts cut from the text, with its tokenizer",
+        metavar="RUN_DIR",
+    )
 
     def _check(self) -> None:
         new_text = {"text": self.text, "dataset": self.dataset}.get(self.source)
@@ -299,6 +308,10 @@ class LMData(TextData):
             self._fail("text", "an --init run trains on new text: give --text FILES or --dataset PATH")
         if self.streaming and self.source != "dataset":
             self._fail("streaming", "streaming reads a --dataset")
+        if self.distill_from is not None and self.init is not None:
+            self._fail("distill_from", "a draft is trained from scratch: give --distill-from or --init")
+        if self.distill_from is not None and self.streaming:
+            self._fail("distill_from", "a draft is distilled from a text held in memory, not --streaming")
         super()._check()
 
 

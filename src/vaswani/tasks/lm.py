@@ -7,7 +7,8 @@ or, by default, from Python's own documentation (:mod:`vaswani.data.text`). The 
 cut into windows of ``max_len + 1`` tokens: the model reads the first ``max_len`` and predicts each
 next one. A new run starts from random weights and a tokenizer trained on its text, or
 (``--init``) continues an lm run on new text: that run's model config (but the dropout), tokenizer
-and weights.
+and weights, or (``--distill-from``) is a draft for speculative decoding: random weights of its
+own size, trained on another run's greedy continuations with that run's tokenizer.
 """
 
 from __future__ import annotations
@@ -17,14 +18,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from vaswani.config import RunConfig, padded_vocab_size
 from vaswani.data.config import LMData
 from vaswani.data.text import read_documents
 from vaswani.errors import ConfigError, DataError
-from vaswani.generation.config import DecodingConfig
+from vaswani.generation.config import GREEDY, DecodingConfig
+from vaswani.generation.lm import lm_next_logits
+from vaswani.generation.sampling import generate
+from vaswani.io import atomic_write
 from vaswani.layers.quantize import prepare_weights
 from vaswani.models.gpt import GPT
 from vaswani.pipelines.lm import TASK, TOKENIZER, LanguageModel, check_vocab, model_of, read_lm_run
@@ -51,6 +57,8 @@ from vaswani.training.progress import Stage
 from vaswani.training.trainer import fit_run
 
 SAMPLE_PROMPT = "The "
+DISTILLED_FILE = "distilled.safetensors"  # a draft's training and validation ids (--distill-from)
+DISTILL_BATCH = 64  # prompts the target continues at once
 
 
 class LMTask:
@@ -90,6 +98,52 @@ class LMTask:
         return {"valid_loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 
 
+@torch.no_grad()
+def distilled_ids(target: LanguageModel, ids: Tensor, length: int, quiet: bool = True) -> Tensor:
+    """``target``'s greedy continuations of the text ``ids`` (a stream of token ids), as one stream:
+    the text cut into chunks of ``length`` tokens, each chunk's first quarter (at least one token)
+    kept as a prompt and the rest replaced by what ``target`` generates greedily from it (through
+    its end of text, or to ``length`` tokens). A draft trained on it learns to predict the target's
+    own argmax, which is what speculative decoding accepts. ``length`` must fit the target's
+    context (``max_len``)."""
+    prompt = max(1, length // 4)
+    starts = torch.arange(0, len(ids) - prompt + 1, length)
+    prompts = ids[starts[:, None] + torch.arange(prompt)]
+    eos, pad = target.tokenizer.eos_id, target.tokenizer.pad_id
+    target.model.eval()
+    rows: list[Tensor] = []
+    for batch in tqdm(prompts.split(DISTILL_BATCH), desc="distill", unit="batch", disable=quiet):
+        mask = torch.ones_like(batch, dtype=torch.bool)
+        step = lm_next_logits(target.model, mask, True, target.tokenizer.vocab_size)
+        tokens = generate(step, batch, length - prompt, eos, pad, GREEDY).tokens
+        for head, tail in zip(batch, tokens, strict=True):
+            ended = (tail == eos).nonzero()
+            rows += [head, tail[: int(ended[0]) + 1] if len(ended) else tail]
+    return torch.cat(rows)
+
+
+def distilled_text(
+    run: RunConfig, run_dir: Path, train_ids: Tensor, valid_ids: Tensor, quiet: bool
+) -> tuple[Tensor, Tensor]:
+    """The training and validation streams of a draft (``data.distill_from``): the target's greedy
+    continuations of each (:func:`distilled_ids`, chunks of the draft's context), made once and
+    kept in ``run_dir`` (``DISTILLED_FILE``, written whole or not at all), where a resumed run reads
+    them without the target."""
+    path = run_dir / DISTILLED_FILE
+    if path.is_file():
+        kept = safetensors.torch.load_file(path)
+        return kept["train"], kept["valid"]
+    assert isinstance(run.data, LMData) and run.data.distill_from is not None
+    target = LanguageModel.load(run.data.distill_from, "cpu")
+    length = min(run.model.max_len, target.model.config.max_len)
+    with Stage(f"distilling {run.data.distill_from}'s greedy continuations", quiet=quiet):
+        train = distilled_ids(target, train_ids, length, quiet)
+        valid = distilled_ids(target, valid_ids, length, quiet)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, safetensors.torch.save({"train": train, "valid": valid}))
+    return train, valid
+
+
 def train_lm(
     run: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False, device: Resolved = None
 ) -> tuple[dict[str, Any], LanguageModel, str]:
@@ -97,7 +151,8 @@ def train_lm(
     metrics, the model and the name of its text. A new run with ``data.init`` takes that run's
     model config (but the dropout), tokenizer (and its special tokens) and weights. A streamed
     dataset's tokenizer is trained on the start of its text, and its ids are memory-mapped from
-    ``run_dir`` (where a resumed run finds them)."""
+    ``run_dir`` (where a resumed run finds them). A draft (``data.distill_from``) takes the target's
+    tokenizer (and its special tokens) and trains on its greedy continuations (:func:`distilled_text`)."""
     streaming = isinstance(run.data, LMData) and run.data.streaming
     if streaming:
         read_train, valid_docs, name = streamed_text(run.data)
@@ -118,6 +173,11 @@ def train_lm(
         kept = {k: getattr(pretrained.data, k) for k in ("tokenizer", "vocab_size", "eos_token", "bos_token")}
         model = pretrained.model.replace(dropout=run.model.dropout)
         run = RunConfig(run.task, model, run.train, run.data.replace(**kept))
+    elif isinstance(run.data, LMData) and run.data.distill_from is not None:
+        target, tokenizer = read_lm_run(Path(run.data.distill_from), "--distill-from")
+        kept = {k: getattr(target.data, k) for k in ("tokenizer", "vocab_size", "eos_token", "bos_token")}
+        model = run.model.replace(vocab_size=target.model.vocab_size)
+        run = RunConfig(run.task, model, run.train, run.data.replace(**kept))
     else:
         what = f"training a {run.data.tokenizer} tokenizer on {len(train_docs):,} documents"
         with Stage(what, quiet=quiet):
@@ -130,7 +190,10 @@ def train_lm(
         train_ids = stream_ids(tokenizer, read_train(), run_dir / STREAM_FILE)
     else:
         train_ids = encode_documents(tokenizer, train_docs)
-    task = LMTask(run, train_ids, encode_documents(tokenizer, valid_docs), tokenizer.vocab_size)
+    valid_ids = encode_documents(tokenizer, valid_docs)
+    if isinstance(run.data, LMData) and run.data.distill_from is not None:
+        train_ids, valid_ids = distilled_text(run, run_dir, train_ids, valid_ids, quiet)
+    task = LMTask(run, train_ids, valid_ids, tokenizer.vocab_size)
     metrics, model = fit_run(
         run, run_dir, task, build, lambda d: tokenizer.save(d / TOKENIZER), resume, quiet, device=device
     )
@@ -156,16 +219,22 @@ def recipe(flags: Sections) -> str:
 
 
 def configure(sections: Sections, flags: Sections, source: str) -> RunConfig:
-    """A language-model run: a decoder-only model; ``--text`` and ``--init`` are stored absolute,
-    the text read as the source; the model of an ``--init`` run is fixed (but its dropout) and so
-    is its tokenizer."""
+    """A language-model run: a decoder-only model; ``--text``, ``--init`` and ``--distill-from`` are
+    stored absolute, the text read as the source; the model of an ``--init`` run is fixed (but its
+    dropout) and so is its tokenizer, as a draft's (``--distill-from``) is its target's."""
     data = sections.setdefault("data", {})
-    if data.get("init") is not None:
-        fixed_model(sections, flags, source, recipe(flags))
+    for field, whose in (
+        ("init", "an --init run keeps its own"),
+        ("distill_from", "a draft keeps its target's"),
+    ):
+        if data.get(field) is None:
+            continue
+        if field == "init":
+            fixed_model(sections, flags, source, recipe(flags))
         kept = [name for name in ("tokenizer", "vocab_size") if name in flags.get("data", {})]
         if kept:
-            raise ConfigError(f"--{kept[0].replace('_', '-')}: an --init run keeps its own tokenizer")
-        absolute(data, ("init",))
+            raise ConfigError(f"--{kept[0].replace('_', '-')}: {whose} tokenizer")
+        absolute(data, (field,))
     return text_run(TASK, "decoder_only", LMData, sections, flags, source)
 
 
