@@ -1,17 +1,18 @@
-"""Batch-1 greedy generation of an lm run: speculative decoding with a draft run against plain
-greedy decoding, and int8 weights against fp32, in tokens per second.
+"""Batch-1 greedy generation of an lm run: speculative decoding with one or more draft runs against
+plain greedy decoding, and int8 weights against fp32, in tokens per second.
 
-    python benchmarks/speculative.py TARGET_RUN DRAFT_RUN               # ~2 min on 2 quiet cores
+    python benchmarks/speculative.py TARGET_RUN DRAFT_RUN [DRAFT_RUN ...]   # ~2 min a draft, 2 quiet cores
     python benchmarks/speculative.py --quick      # a smoke run on tiny runs it trains
     python benchmarks/speculative.py TARGET_RUN DRAFT_RUN --threads 1 --clock cpu
 
-The runs are ``vaswani train lm`` (the shipped default) and a draft a quarter of its size trained on
-the same text (``vaswani train lm --layers 2 --d-model 128 --heads 4 --d-ff 512``). Each prompt is
-generated ``--tokens`` new tokens greedily, batch 1, by every configuration in turn (interleaved
-rounds, so that a change of the machine's load hits all alike): plain fp32, speculative fp32
-(adaptive k, and each ``--draft-tokens``), plain int8, speculative int8. It checks that the
-speculative ids are the plain ids of the same weights, prints the acceptance rate, the medians of
-the per-round ratios, the CPU's model and flags, and a markdown table.
+A draft is an lm run of the target's tokenizer: trained on the same text (``vaswani train lm
+--layers 2 --d-model 128 --heads 4 --d-ff 512``), or distilled from the target for the purpose
+(``vaswani train lm --distill-from TARGET_RUN ...``: the target's greedy continuations). Each prompt
+is generated ``--tokens`` new tokens greedily, batch 1, by every configuration in turn (interleaved
+rounds, so that a change of the machine's load hits all alike): plain fp32, speculative fp32 with
+each draft (adaptive k, and each ``--draft-tokens``), plain int8, speculative int8 with each draft.
+It checks that the speculative ids are the plain ids of the same weights, prints the acceptance
+rates, the medians of the per-round ratios, the CPU's model and flags, and a markdown table.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("target", type=Path, nargs="?")
-    parser.add_argument("draft", type=Path, nargs="?")
+    parser.add_argument("drafts", type=Path, nargs="*", metavar="draft")
     parser.add_argument("--tokens", type=int, default=100, help="new tokens a prompt (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="passes over the prompts (default 3)")
     parser.add_argument("--draft-tokens", type=int, nargs="*", default=[4], help="fixed k to time too")
@@ -68,20 +69,29 @@ def main() -> None:
     add_clock_flag(parser)
     args = parser.parse_args()
     scratch = tempfile.TemporaryDirectory()
-    if args.quick:  # a character-level target and a draft of half its width, on one text
+    if args.quick:  # a character-level target, drafts of half its width: trained on its text, distilled
         folder = Path(scratch.name)
         args.target = quick.train("lm", folder / "target", "--tokenizer", "char")
-        args.draft = quick.train("lm", folder / "draft", "--tokenizer", "char", "--d-model", "16")
-    elif args.target is None or args.draft is None:
-        parser.error("give TARGET_RUN and DRAFT_RUN (or --quick)")
+        args.drafts = [
+            quick.train("lm", folder / "draft", "--tokenizer", "char", "--d-model", "16"),
+            quick.train("lm", folder / "distilled", "--distill-from", str(args.target), "--d-model", "16"),
+        ]
+    elif args.target is None or not args.drafts:
+        parser.error("give TARGET_RUN and at least one DRAFT_RUN (or --quick)")
     use_clock(args.clock)
     torch.set_num_threads(args.threads)
     prompts, tokens, rounds = (PROMPTS[:2], 40, 1) if args.quick else (PROMPTS, args.tokens, args.rounds)
-    target, draft = LanguageModel.load(args.target, "cpu"), LanguageModel.load(args.draft, "cpu")
+    target = LanguageModel.load(args.target, "cpu")
+    names = [path.name for path in args.drafts]  # a draft is named by its folder (and its parent's)
+    if len(set(names)) < len(names):
+        names = [f"{path.parent.name}/{path.name}" for path in args.drafts]
+    drafts = {
+        name: LanguageModel.load(path, "cpu").model for name, path in zip(names, args.drafts, strict=True)
+    }
     target8 = LanguageModel(quantize_int8(copy.deepcopy(target.model)), target.tokenizer)
-    draft8 = quantize_int8(copy.deepcopy(draft.model))
+    drafts8 = {name: quantize_int8(copy.deepcopy(model)) for name, model in drafts.items()}
     decoding = DecodingConfig(max_new_tokens=tokens)
-    sizes = [sum(p.numel() for p in m.parameters()) for m in (target.model, draft.model)]
+    sizes = {name: sum(p.numel() for p in m.parameters()) for name, m in {"": target.model, **drafts}.items()}
 
     def plain(lm: LanguageModel) -> Generation:
         return lambda prompt, tally: lm.tokenizer.encode(lm.generate([prompt], decoding)[0])
@@ -96,13 +106,13 @@ def main() -> None:
 
         return run
 
-    configs: dict[str, Generation] = {
-        "fp32": plain(target),
-        "fp32 + draft (adaptive k)": drafted(target, draft.model, None),
-        **{f"fp32 + draft (k={k})": drafted(target, draft.model, k) for k in args.draft_tokens},
-        "int8": plain(target8),
-        "int8 + draft (adaptive k)": drafted(target8, draft8, None),
-    }
+    configs: dict[str, Generation] = {"fp32": plain(target)}
+    for name, draft in drafts.items():
+        configs[f"fp32 + {name} (adaptive k)"] = drafted(target, draft, None)
+        configs.update({f"fp32 + {name} (k={k})": drafted(target, draft, k) for k in args.draft_tokens})
+    configs["int8"] = plain(target8)
+    for name, draft in drafts8.items():
+        configs[f"int8 + {name} (adaptive k)"] = drafted(target8, draft, None)
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     produced: dict[str, int] = dict.fromkeys(configs, 0)
     accepted: dict[str, list[int]] = {name: [0, 0] for name in configs}
@@ -129,9 +139,11 @@ def main() -> None:
     print(f"CPU: {cpu_description()}")
     print(
         f"torch {torch.__version__}, {args.threads} threads, {args.clock} clock, load {' '.join(load)}, "
-        f"{datetime.date.today()}; target {sizes[0]:,} parameters, draft {sizes[1]:,} "
-        f"({sizes[1] / sizes[0]:.2f}); {len(prompts)} prompts x {rounds} rounds, {tokens} new tokens, batch 1"
+        f"{datetime.date.today()}; target {sizes['']:,} parameters; {len(prompts)} prompts x {rounds} "
+        f"rounds, {tokens} new tokens, batch 1"
     )
+    for name in drafts:
+        print(f"draft {name}: {sizes[name]:,} parameters ({sizes[name] / sizes['']:.2f} of the target)")
     print("\n| configuration | tokens/s | vs fp32 (median per prompt) | acceptance |")
     print("|---|---:|---:|---:|")
     for name in configs:
@@ -139,10 +151,11 @@ def main() -> None:
         acc = accepted[name]
         share = f"{acc[0] / acc[1]:.1%}" if acc[1] else ""
         print(f"| {name} | {rate[name]:,.1f} | {statistics.median(ratios):.2f} | {share} |")
-    int8_plain = [
-        b / a for a, b in zip(per_prompt["int8 + draft (adaptive k)"], per_prompt["int8"], strict=True)
-    ]
-    print(f"\nint8 + draft vs int8: {statistics.median(int8_plain):.2f}")
+    print()
+    for name in drafts:
+        on_int8 = per_prompt[f"int8 + {name} (adaptive k)"]
+        int8_plain = [b / a for a, b in zip(on_int8, per_prompt["int8"], strict=True)]
+        print(f"int8 + {name} vs int8: {statistics.median(int8_plain):.2f}")
     print("speculative ids = plain ids of the same weights: yes (checked for every prompt and round)")
     print(f"int8 ids equal to fp32 ids at {int8_agree[0]} of {int8_agree[1]} positions")
 
