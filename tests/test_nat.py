@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -26,7 +28,7 @@ from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.rundir import RunDir
 from vaswani.tasks import lifecycle, registry, translation
-from vaswani.tasks.nat import TEACHER_BEAM, NatTask, mask_targets, train_nat
+from vaswani.tasks.nat import DISTILLED_FILE, TEACHER_BEAM, NatTask, mask_targets, train_nat
 from vaswani.tasks.translation import TranslationData
 
 MASK_ID, PAD = 7, 0
@@ -285,11 +287,27 @@ def test_distillation_trains_on_the_teachers_beam_translations(tmp_path, monkeyp
         train_nat(run, tmp_path / "student", quiet=True)
     beams = registry.load(teacher, "cpu").translate([s for s, _ in seen[0].train], TEACHER_BEAM)
     assert [t for _, t in seen[0].train] == beams
+    assert json.loads((tmp_path / "student" / DISTILLED_FILE).read_text(encoding="utf-8")) == beams
     other = registry.configure(
         "nat", {**flags, "data": {**files, "vocab_size": 20, "distill_from": str(teacher)}}
     )
     with pytest.raises(ConfigError, match=r"its source vocabulary .* differs from this run's"):
         train_nat(other, tmp_path / "other", quiet=True)
+
+
+def test_a_resumed_distilled_run_reads_its_translations_without_the_teacher(tmp_path):
+    src, tgt = write_reverse_task(tmp_path, n=200)
+    teacher = tmp_path / "teacher"
+    flags = {"model": {"preset": "tiny", "max_len": 24}, "train": {"max_steps": 3, "batch_tokens": 300}}
+    files = {"src": str(src), "tgt": str(tgt), "vocab_size": 60}
+    lifecycle.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
+    student = tmp_path / "student"
+    lifecycle.train(nat_run(tmp_path, "student", 5, distill_from=str(teacher)), student, quiet=True)
+    kept = (student / DISTILLED_FILE).read_bytes()
+    shutil.move(teacher, tmp_path / "gone")
+    lifecycle.resume(student, quiet=True, max_steps=8)
+    assert RunDir(student).read_config().train.max_steps == 8
+    assert (student / DISTILLED_FILE).read_bytes() == kept
 
 
 class StopTraining(Exception):

@@ -26,7 +26,7 @@ from vaswani.data.readers import read_parallel
 from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_text, json_text, read_json
 from vaswani.metrics import bleu, chrf, perplexity, translation_scores
 from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.common import on_model_device
@@ -47,6 +47,7 @@ from vaswani.training.trainer import fit_run
 LENGTH_WEIGHT = 0.1  # fairseq's length_loss_factor for CMLM
 TEACHER_BEAM = DecodingConfig(beam=5)  # distillation's decoding of the training sources
 PATHS = (*translation.PATH_FIELDS, "distill_from")
+DISTILLED_FILE = "distilled.json"  # the teacher's translations of the training sources, in order
 
 
 def targets_of(batch: Seq2SeqBatch, eos_id: int) -> Tensor:
@@ -136,20 +137,32 @@ def pieces(tokenizer: TextTokenizer) -> dict[str, int]:
 
 
 def distilled(
-    data: TranslationData, teacher_dir: str, src_tok: TextTokenizer, tgt_tok: TextTokenizer, quiet: bool
+    data: TranslationData,
+    teacher_dir: str,
+    src_tok: TextTokenizer,
+    tgt_tok: TextTokenizer,
+    quiet: bool,
+    run_dir: Path,
 ) -> TranslationData:
     """``data`` with its training targets replaced by the beam-5 translations of the autoregressive
-    run ``teacher_dir``, whose tokenizers must be ``src_tok`` and ``tgt_tok`` (``<mask>`` aside)."""
-    teacher = Translator.load(teacher_dir, "cpu")
-    for own, theirs, side in ((src_tok, teacher.src_tok, "source"), (tgt_tok, teacher.tgt_tok, "target")):
-        if pieces(own) != pieces(theirs):
-            raise ConfigError(
-                f"--distill-from {teacher_dir}: its {side} vocabulary ({theirs.vocab_size} pieces) "
-                f"differs from this run's ({own.vocab_size}); train the teacher on the same data with "
-                "the same --vocab-size and --shared-vocab"
-            )
+    run ``teacher_dir``, whose tokenizers must be ``src_tok`` and ``tgt_tok`` (``<mask>`` aside).
+    The translations are made once and kept in ``run_dir`` (``DISTILLED_FILE``, written whole or
+    not at all), where a resumed run reads them without the teacher."""
     sources = [s for s, _ in data.train]
-    outputs = teacher.translate(sources, TEACHER_BEAM, progress=not quiet)
+    path = run_dir / DISTILLED_FILE
+    outputs = read_json(path) if path.is_file() else None
+    if not (isinstance(outputs, list) and len(outputs) == len(sources)):
+        teacher = Translator.load(teacher_dir, "cpu")
+        for own, theirs, side in ((src_tok, teacher.src_tok, "source"), (tgt_tok, teacher.tgt_tok, "target")):
+            if pieces(own) != pieces(theirs):
+                raise ConfigError(
+                    f"--distill-from {teacher_dir}: its {side} vocabulary ({theirs.vocab_size} pieces) "
+                    f"differs from this run's ({own.vocab_size}); train the teacher on the same data with "
+                    "the same --vocab-size and --shared-vocab"
+                )
+        outputs = teacher.translate(sources, TEACHER_BEAM, progress=not quiet)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json_text(outputs, ensure_ascii=False))
     train = list(zip(sources, outputs, strict=True))
     return TranslationData(train, data.valid, data.test, f"{data.train_name} (distilled)", data.valid_name)
 
@@ -166,13 +179,13 @@ def train_nat(
         src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
         tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
         if run.data.distill_from is not None:
-            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet)
+            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir)
     else:
         src_tok, tgt_tok = translation.build_tokenizers(
             data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer, quiet or not world().main
         )
         if run.data.distill_from is not None:
-            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet)
+            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir)
         with_mask(tgt_tok)
         run = translation.fit_vocab(run, src_tok, tgt_tok, data)
         if run.data.word_vectors is not None:
