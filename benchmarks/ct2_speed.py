@@ -31,6 +31,7 @@ Two models:
     python benchmarks/ct2_speed.py                 # both models (about 20 minutes on 2 cores)
     python benchmarks/ct2_speed.py --run runs/zh --no-base
     python benchmarks/ct2_speed.py --quick         # smoke run: a tiny trained model, 16 sentences (seconds)
+    python benchmarks/ct2_speed.py --compile       # and vaswani's compiled greedy decoding (--compile)
 
 Needs ``ctranslate2`` (the ``ctranslate2`` extra, or ``compare``); without it, one line and exit 0.
 """
@@ -56,6 +57,7 @@ from timing import available_cores, cpu_description, record
 from vaswani.cli import main as vaswani
 from vaswani.config import RunConfig, TrainConfig
 from vaswani.data.config import ParallelData
+from vaswani.generation.compiled import CompiledDecoding
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.interop.common import save_run
@@ -75,7 +77,8 @@ BASE = {
 }  # fmt: skip
 MODES = (("beam 4, batch 32", BEAM, 32), ("greedy, batch 32", 1, 32), ("greedy, batch 1", 1, 1))
 TARGETS = {("beam 4, batch 32", "fp32"): ">= 1.0", ("beam 4, batch 32", "int8"): ">= 0.9",
-           ("greedy, batch 1", "fp32"): ">= 0.8"}  # fmt: skip
+           ("greedy, batch 1", "fp32"): ">= 0.8",
+           ("greedy, batch 1", "fp32, compiled"): ">= 0.8"}  # fmt: skip
 """Issue 32's targets, vaswani / CTranslate2 at the same precision."""
 Work = list[tuple[torch.Tensor, list[int]]]
 
@@ -160,8 +163,11 @@ def base_model(args: argparse.Namespace, folder: Path, texts: list[str]) -> Mode
     return with_int8("base", ours.eval(), run_dir, folder, (tok, tok), sources, None)
 
 
-def vaswani_pass(model: Transformer, m: Model, work: Work, beam: int) -> dict[int, list[int]]:
-    """vaswani's translation ids of every sentence (by index), batch by batch."""
+def vaswani_pass(
+    model: Transformer, m: Model, work: Work, beam: int, compiled: CompiledDecoding | None = None
+) -> dict[int, list[int]]:
+    """vaswani's translation ids of every sentence (by index), batch by batch; greedy decoding
+    through ``compiled`` (a static cache, ``torch.compile``) when given."""
     tok, out = m.tgt_tok, {}
     for src, index in work:
         limit = budget(src, m.src_tok.pad_id, model.config.max_len)
@@ -177,7 +183,9 @@ def vaswani_pass(model: Transformer, m: Model, work: Work, beam: int) -> dict[in
             ids = rows.tokens[:, 0].tolist()
         else:
             decoding = DecodingConfig(max_new_tokens=limit)
-            found = translate_ids(model, src, tok.bos_id, tok.eos_id, decoding, suppress=tok.suppressed_ids)
+            found = translate_ids(
+                model, src, tok.bos_id, tok.eos_id, decoding, suppress=tok.suppressed_ids, compiled=compiled
+            )
             ids = found.tokens.tolist()
         for i, row in zip(index, ids, strict=True):
             out[i] = until_eos(row, tok.eos_id, tok.pad_id)
@@ -235,8 +243,12 @@ def race(
     return rates[0], rates[1], outputs[0], outputs[1]
 
 
-def bench(m: Model, ctranslate2: Any, threads: int, reps: int, batch1: int) -> list[list[str]]:
-    """The rows of one model: per mode and precision, both engines' target tokens/s and their ratio."""
+def bench(
+    m: Model, ctranslate2: Any, threads: int, reps: int, batch1: int, compile_greedy: bool = False
+) -> list[list[str]]:
+    """The rows of one model: per mode and precision, both engines' target tokens/s and their ratio;
+    with ``compile_greedy`` also vaswani's compiled greedy decoding (``--compile``: its graphs made
+    in the warm-up pass) against CTranslate2 fp32."""
     engines = {
         p: ctranslate2.Translator(str(m.ct2_folder), device="cpu", compute_type=p, intra_threads=threads)
         for p in ("float32", "int8")
@@ -246,12 +258,15 @@ def bench(m: Model, ctranslate2: Any, threads: int, reps: int, batch1: int) -> l
         sources = m.sources if size > 1 else m.sources[:batch1]
         work = batches(sources, size, m.src_tok.pad_id)
         reference: dict[int, list[int]] = {}
-        for precision, model, engine in (
-            ("fp32", m.fp32, engines["float32"]),
-            ("int8", m.int8, engines["int8"]),
-        ):
+        variants: list[tuple[str, Transformer, Any, CompiledDecoding | None]] = [
+            ("fp32", m.fp32, engines["float32"], None),
+            ("int8", m.int8, engines["int8"], None),
+        ]
+        if compile_greedy and beam == 1:
+            variants.append(("fp32, compiled", m.fp32, engines["float32"], CompiledDecoding()))
+        for precision, model, engine, compiled in variants:
             ours_rates, ct2_rates, ours, theirs = race(
-                functools.partial(vaswani_pass, model, m, work, beam),
+                functools.partial(vaswani_pass, model, m, work, beam, compiled),
                 functools.partial(ct2_pass, engine, m, work, beam),
                 reps,
             )
@@ -301,6 +316,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, help="timed passes per engine (3; --quick 1)")
     parser.add_argument("--threads", type=int, help="threads of both engines (default: all cores)")
     parser.add_argument("--no-base", action="store_true", help="skip the transformer-base shape")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also vaswani's compiled greedy decoding (torch.compile on a static cache) against CT2 fp32",
+    )
     args = parser.parse_args(argv)
     try:
         import ctranslate2
@@ -331,10 +351,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trained = trained_model(args, folder)
-        rows += bench(trained, ctranslate2, threads, reps, batch1)
+        rows += bench(trained, ctranslate2, threads, reps, batch1, args.compile)
         if not (args.no_base or args.quick):  # a smoke run: the trained model only
             texts = [trained.src_tok.decode(ids) for ids in trained.sources]
-            rows += bench(base_model(args, folder, texts), ctranslate2, threads, reps, batch1)
+            base = base_model(args, folder, texts)
+            rows += bench(base, ctranslate2, threads, reps, batch1, args.compile)
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for cells in rows:
         print("| " + " | ".join(cells) + " |")

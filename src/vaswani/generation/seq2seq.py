@@ -68,10 +68,11 @@ def translate_ids(
     (and the cache) the decoder's steps run on a static cache through ``torch.compile``
     (:func:`~vaswani.generation.compiled.seq2seq_compiled_next_logits`): the same ids."""
     prefix, budget = _start(model, src, bos_id, decoding)
-    next_logits = seq2seq_next_logits(model, src, decoding.use_cache)
     if compiled is not None and decoding.use_cache and src.shape[0]:
         most = int(budget.max())  # read once, before decoding: the static cache's columns
         next_logits = seq2seq_compiled_next_logits(model, src, most, compiled)
+    else:
+        next_logits = seq2seq_next_logits(model, src, decoding.use_cache)
     return generate(
         next_logits,
         prefix,
