@@ -21,7 +21,7 @@ from vaswani.generation.compiled import CompiledDecoding, bucket, lm_compiled_ne
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
-from vaswani.generation.seq2seq import translate_ids
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.models.transformer import Transformer
 
 FALLBACK = "vaswani: --compile: torch.compile does not work here ("
@@ -104,6 +104,31 @@ def test_compiled_translator_generates_the_eager_ids(decoding):
             assert fast.tokens.tolist() == eager.tokens.tolist()
     assert counter.frame_count == 2  # 4 rows × 8 source columns, then 2 rows × 8
     assert compiled.buckets == {("seq2seq", 4, 8, 32), ("seq2seq", 2, 8, 32)}  # the context: 32
+
+
+def test_compiled_beam_search_gives_the_eager_beams():
+    model = _translator()
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    decoding = DecodingConfig(beam=3, n_best=2)  # budgets of 2 |x| + 10: the rows end at different steps
+    src = torch.tensor(
+        [
+            [3, 4, 5, 6, 7, 8],
+            [9, 10, 0, 0, 0, 0],
+            [12, 13, 14, 3, 0, 0],
+            [5, 0, 0, 0, 0, 0],
+            [6, 7, 8, 0, 0, 0],
+        ]
+    )
+    with torch.no_grad():
+        eager = translate_beam_ids(model, src, 1, 2, decoding)
+        fast = translate_beam_ids(model, src, 1, 2, decoding, compiled=compiled)
+    assert fast.tokens.tolist() == eager.tokens.tolist()
+    assert fast.lengths.tolist() == eager.lengths.tolist()
+    torch.testing.assert_close(fast.scores, eager.scores)
+    # 5 sentences: the first step eager, then 8 rows × 3 hypotheses, and fewer as sentences end.
+    row_buckets = sorted(key[2] for key in compiled.buckets)
+    assert row_buckets[-1] == 8 and len(row_buckets) > 1
+    assert all(key[1] == 3 * key[2] for key in compiled.buckets)
 
 
 def _raising_backend(calls: list[int]):

@@ -73,8 +73,8 @@ def add_compile_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="decode greedily or by sampling through torch.compile on a static KV cache (the same "
-        "tokens; the first steps compile, their time is printed on stderr; beam search stays eager; "
+        help="decode through torch.compile on a static KV cache (greedy, sampling, a translation's "
+        "beam search; the same tokens; the first steps compile, their time is printed on stderr; "
         "where compilation cannot work, one line says why and decoding is eager)",
     )
 

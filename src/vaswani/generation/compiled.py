@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vaswani.errors import VaswaniError
+from vaswani.generation.beam import Reorderable
 from vaswani.generation.sampling import NextLogits
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import EncodedSource, Transformer
@@ -210,6 +211,52 @@ def seq2seq_compiled_next_logits(
         return compiled.run(_seq2seq_step, key, model, step_input, source)[:batch]
 
     return next_logits
+
+
+def seq2seq_compiled_beams(
+    model: Transformer, src: Tensor, budget: int, compiled: CompiledDecoding
+) -> Reorderable:
+    """Beam search's next-token function and reordering of an encoder-decoder
+    (:func:`~vaswani.generation.seq2seq.seq2seq_decoding`'s) with the decoder's self-attention on
+    static caches, its steps after the first compiled.
+
+    The source is padded as :func:`seq2seq_compiled_next_logits` pads it (rows and columns to
+    buckets), the caches to a bucket of 1 + ``budget`` columns. Each source row serves ``hyps``
+    consecutive decoder rows (1 at the first step, the beam after it). When the search drops the
+    rows it has finished, the rows kept are padded up to the bucket of their number, the decoder
+    rows with them (padding rows copy row 0: computed, never read), so that a graph serves every
+    step of a bucket: a search of 32 sentences compiles at most six (32, 16, …, 1 rows)."""
+    batch, src_len = src.shape
+    pad = model.config.pad_id
+    src_columns = min(bucket(src_len, 8), model.config.max_len)
+    padded = F.pad(_pad_rows(src, bucket(batch), pad), (0, src_columns - src_len), value=pad)
+    columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
+    source = model.start_decoding(padded, static=columns)
+    shape = {"real": batch, "hyps": 1}  # source rows still searching; decoder rows per source row
+
+    def next_logits(tokens: Tensor) -> Tensor:
+        rows = source.memory.shape[0] * shape["hyps"]
+        step_input = _newest(tokens, rows, pad)
+        if tokens.shape[1] == 1:  # the first step, eagerly: it fills the cross-attention caches
+            return _seq2seq_step(model, step_input, source)[: tokens.shape[0]]
+        key = ("seq2seq-beam", rows, source.memory.shape[0], src_columns, columns)
+        return compiled.run(_seq2seq_step, key, model, step_input, source)[: tokens.shape[0]]
+
+    def reorder(index: Tensor, sources: Tensor | None) -> None:
+        kept = shape["real"] if sources is None else sources.numel()
+        if kept == 0:  # the search has ended
+            shape["real"] = 0
+            return
+        hyps, rows = index.numel() // kept, bucket(kept)
+        keep_sources = sources is not None or rows != source.memory.shape[0]
+        if sources is None:
+            sources = torch.arange(kept, device=index.device)
+        source.reorder(
+            _pad_rows(index, rows * hyps, 0), _pad_rows(sources, rows, 0) if keep_sources else None
+        )
+        shape.update(real=kept, hyps=hyps)
+
+    return Reorderable(next_logits, reorder)
 
 
 def lm_batch_logits(

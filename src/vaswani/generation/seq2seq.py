@@ -10,7 +10,7 @@ from torch import Tensor
 
 from vaswani.errors import ConfigError
 from vaswani.generation.beam import Beams, Reorderable, beam_search
-from vaswani.generation.compiled import CompiledDecoding, seq2seq_compiled_next_logits
+from vaswani.generation.compiled import CompiledDecoding, seq2seq_compiled_beams, seq2seq_compiled_next_logits
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.sampling import Generated, NextLogits, generate
 from vaswani.models.transformer import EncodedSource, Transformer
@@ -95,11 +95,17 @@ def translate_beam_ids(
     decoding: DecodingConfig,
     suppress: Sequence[int] = (),
     on_step: Callable[[Tensor], bool] | None = None,
+    compiled: CompiledDecoding | None = None,
 ) -> Beams:
     """Beam search translation (:func:`~vaswani.generation.beam.beam_search`) of a padded batch
     of source ids, from BOS, within the budget of :meth:`DecodingConfig.target_budget`; the ids
     in ``suppress`` are never generated. ``on_step(tokens)`` is consulted once a step and may
-    stop the search (cancellation), as in ``beam_search``."""
+    stop the search (cancellation), as in ``beam_search``. With ``compiled`` (and the cache) the
+    decoder's steps run on static caches through ``torch.compile``
+    (:func:`~vaswani.generation.compiled.seq2seq_compiled_beams`)."""
     prefix, budget = _start(model, src, bos_id, decoding)
-    state = seq2seq_decoding(model, src, decoding.use_cache)
+    if compiled is not None and decoding.use_cache and src.shape[0]:
+        state = seq2seq_compiled_beams(model, src, int(budget.max()), compiled)
+    else:
+        state = seq2seq_decoding(model, src, decoding.use_cache)
     return beam_search(state, prefix, budget, eos_id, model.config.pad_id, decoding, suppress, on_step)

@@ -56,9 +56,9 @@ class Translator:
         self.compiled: CompiledDecoding | None = None
 
     def compile_decoding(self, backend: CompileBackend | None = None, mode: str | None = None) -> None:
-        """Decode greedily and by sampling through ``torch.compile`` from now on (a static KV
-        cache, :mod:`vaswani.generation.compiled`; beam search stays eager), or eagerly after one
-        line on stderr where it cannot work here."""
+        """Decode greedily, by sampling and by beam search through ``torch.compile`` from now on
+        (static KV caches, :mod:`vaswani.generation.compiled`), or eagerly after one line on stderr
+        where it cannot work here."""
         self.compiled = CompiledDecoding.where_supported(model_device(self.model), backend, mode)
 
     @property
@@ -140,7 +140,9 @@ class Translator:
         bos, eos = self.tgt_tok.bos_id, self.tgt_tok.eos_id
 
         def decode(src: Tensor) -> list[list[Hypothesis]]:
-            found = translate_beam_ids(self.model, src, bos, eos, decoding, self.suppressed, on_step)
+            found = translate_beam_ids(
+                self.model, src, bos, eos, decoding, self.suppressed, on_step, self.compiled
+            )
             return [
                 [Hypothesis(self.tgt_tok.decode(ids), score) for ids, score in zip(rows, scores, strict=True)]
                 for rows, scores in zip(found.tokens.tolist(), found.scores.tolist(), strict=True)

@@ -57,7 +57,8 @@ def load_models(
     (:func:`~vaswani.layers.quantize.prepare_weights`); the first that fails raises its one line.
     With ``compile`` (``serve --compile``) the lm and translation wrappers compile their decoding
     steps (``compile_decoding``): their continuous-batching engines (completions, greedy and sampled
-    translations) then step on static caches through one graph per bucket; beam search stays eager."""
+    translations) then step on static caches through one graph per bucket, and so does a
+    translation's beam search."""
     if not run_dirs:
         raise RunDirError("vaswani serve needs at least one run directory")
     models: dict[str, ServedModel] = {}
