@@ -108,7 +108,8 @@ def test_compiled_translator_generates_the_eager_ids(decoding):
 
 def test_compiled_beam_search_gives_the_eager_beams():
     model = _translator()
-    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    counter = CompileCounterWithBackend("eager")
+    compiled = CompiledDecoding(counter)
     decoding = DecodingConfig(beam=3, n_best=2)  # budgets of 2 |x| + 10: the rows end at different steps
     src = torch.tensor(
         [
@@ -129,6 +130,7 @@ def test_compiled_beam_search_gives_the_eager_beams():
     row_buckets = sorted(key[2] for key in compiled.buckets)
     assert row_buckets[-1] == 8 and len(row_buckets) > 1
     assert all(key[1] == 3 * key[2] for key in compiled.buckets)
+    assert counter.frame_count == len(compiled.buckets)  # one graph a bucket, whatever the step
 
 
 def _raising_backend(calls: list[int]):
