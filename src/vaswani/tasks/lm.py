@@ -53,6 +53,7 @@ from vaswani.tasks.evaluation import Evaluation, Report
 from vaswani.tasks.finetune import fixed_model
 from vaswani.tasks.settings import absolute, text_recipe, text_run
 from vaswani.tokenizer import LMTokenizer
+from vaswani.training.distributed import world
 from vaswani.training.progress import Stage
 from vaswani.training.trainer import fit_run
 
@@ -139,8 +140,9 @@ def distilled_text(
     with Stage(f"distilling {run.data.distill_from}'s greedy continuations", quiet=quiet):
         train = distilled_ids(target, train_ids, length, quiet)
         valid = distilled_ids(target, valid_ids, length, quiet)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, safetensors.torch.save({"train": train, "valid": valid}))
+    if world().main:  # every process distills the same ids; one writes them
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, safetensors.torch.save({"train": train, "valid": valid}))
     return train, valid
 
 

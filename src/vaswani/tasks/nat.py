@@ -161,8 +161,9 @@ def distilled(
                     "the same --vocab-size and --shared-vocab"
                 )
         outputs = teacher.translate(sources, TEACHER_BEAM, progress=not quiet)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json_text(outputs, ensure_ascii=False))
+        if world().main:  # every process translates the same; one writes it
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json_text(outputs, ensure_ascii=False))
     train = list(zip(sources, outputs, strict=True))
     return TranslationData(train, data.valid, data.test, f"{data.train_name} (distilled)", data.valid_name)
 
