@@ -1,7 +1,8 @@
 """A time budget shapes the schedule: when ``max_minutes`` ends a run before ``max_steps``, the
-warmup and the decay are planned from the pace of the first steps, so that the rate peaks early and
-reaches its floor as the time runs out; the plan is kept in the checkpoint, so a resumed run
-replays it. The clock is the test's: one (or half a) fake second per step, never real time."""
+warmup is planned from the pace of the first steps (the plan kept in the checkpoint, so a resumed
+run keeps it) and the cosine decay follows the training time, so that the rate peaks early and
+reaches its floor as the time runs out, also when the pace changes on the way or a resumed run
+goes faster. The clock is the test's: fake seconds per step, never real time."""
 
 from __future__ import annotations
 
@@ -34,14 +35,15 @@ def _rates(
     folder: Path,
     cfg: TrainConfig,
     monkeypatch: pytest.MonkeyPatch,
-    seconds_per_step: float = 1.0,
+    seconds_per_step: float | Callable[[int], float] = 1.0,
     resume_from: Path | None = None,
 ) -> dict[int, float]:
-    """Train to the end with a fake clock that moves ``seconds_per_step`` per loss computed;
-    the learning rate of each step, by step."""
+    """Train to the end with a fake clock that moves ``seconds_per_step`` per loss computed (or
+    stands at ``seconds_per_step(losses)``); the learning rate of each step, by step."""
     folder.mkdir(exist_ok=True)
     task = LineTask()
-    clock: Callable[[], float] = lambda: task.calls * seconds_per_step  # noqa: E731
+    at = seconds_per_step if callable(seconds_per_step) else lambda calls: calls * seconds_per_step
+    clock: Callable[[], float] = lambda: at(task.calls)  # noqa: E731
     monkeypatch.setattr(trainer_module, "time", SimpleNamespace(perf_counter=clock))
     torch.manual_seed(0)
     trainer = Trainer(torch.nn.Linear(3, 3), task, cfg, folder, resume_from=resume_from)
@@ -64,7 +66,12 @@ def test_a_budget_of_60_steps_peaks_in_its_first_tenth_and_ends_at_the_floor(tmp
     saved = json.loads((tmp_path / "checkpoints" / "step_00000060" / "trainer_state.json").read_text())
     assert saved["schedule_plan"] == {
         "warmup": 6, "total": 60, "max_minutes": 1.0, "max_steps": 10_000, "warmup_steps": 4000,
+        "decay_from": 6.0,
     }  # fmt: skip
+    # At a steady pace the decay by time is the decay by steps planned from it.
+    assert all(
+        rates[s] == pytest.approx(learning_rate("cosine", s, PEAK, 6, 60, FLOOR)) for s in rates if s > 6
+    )
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "inverse_sqrt", "constant"])
@@ -84,10 +91,10 @@ def test_a_budget_that_outlasts_max_steps_keeps_the_schedule(tmp_path, monkeypat
     )
 
 
-def test_a_resumed_budgeted_run_replays_the_planned_schedule(tmp_path, monkeypatch):
+def test_a_resumed_budgeted_run_keeps_its_warmup_and_decays_over_the_time_left(tmp_path, monkeypatch):
     cfg = _config(max_minutes=1.0)
     whole = _rates(tmp_path / "whole", cfg, monkeypatch)
-    # resumed from step 30 on a machine twice as fast: a new plan would size the decay to 90 steps
+    # resumed from step 30 on a machine twice as fast: 30 seconds left are 60 steps, not 30
     resumed = _rates(
         tmp_path / "resumed",
         cfg,
@@ -95,9 +102,22 @@ def test_a_resumed_budgeted_run_replays_the_planned_schedule(tmp_path, monkeypat
         0.5,
         resume_from=tmp_path / "whole" / "checkpoints" / "step_00000030",
     )
-    assert min(resumed) == 31
-    assert [resumed[s] for s in range(31, 61)] == [whole[s] for s in range(31, 61)]
-    assert all(resumed[s] == pytest.approx(FLOOR) for s in resumed if s > 60)
+    assert sorted(resumed) == list(range(31, 91))
+    assert resumed[31] == pytest.approx(whole[31], rel=0.05)  # on from where it was
+    assert all(resumed[s + 1] <= resumed[s] for s in range(31, 90))
+    assert resumed[90] == pytest.approx(FLOOR, rel=0.01)
+    assert resumed[80] > FLOOR * 1.1  # not at the floor for the last third of the run
+
+
+def test_a_run_whose_pace_changes_still_decays_to_the_end_of_its_budget(tmp_path, monkeypatch):
+    """Two seconds a step while the plan is made (another job beside it), then one: a decay planned
+    by steps would reach its floor after half the steps the run takes, then stay there."""
+    rates = _rates(tmp_path, _config(max_minutes=1.0), monkeypatch, lambda calls: min(calls, 10) + calls)
+    last = max(rates)
+    assert last > 45  # 10 steps in the first 20 seconds, then one a second
+    assert rates[last] == pytest.approx(FLOOR, rel=0.01)
+    assert all(rates[s + 1] <= rates[s] for s in range(7, last))
+    assert rates[last - 10] > FLOOR * 1.1
 
 
 def test_budget_plan_caps_warmup_only_where_the_budget_ends_the_run():

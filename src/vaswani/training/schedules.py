@@ -2,8 +2,8 @@
 
 Being pure functions of the step, they need no state in a checkpoint: a
 resumed run recomputes the same rate. The one exception is a run that a time budget ends: its
-warmup and total steps are planned once from the pace of its first steps (:func:`budget_plan`),
-and that plan is kept in the trainer's state.
+warmup is planned once from the pace of its first steps (:func:`budget_plan`, the plan kept in the
+trainer's state), and its cosine decay follows the training time spent (:func:`cosine_at`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ def cosine(step: int, peak: float, warmup: int, total: int, floor: float = 0.0) 
     """Linear warmup to ``peak``, then half a cosine down to ``floor`` at step ``total``."""
     if warmup and step <= warmup:
         return peak * step / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
+    return cosine_at((step - warmup) / max(1, total - warmup), peak, floor)
+
+
+def cosine_at(progress: float, peak: float, floor: float = 0.0) -> float:
+    """Half a cosine from ``peak`` (progress 0) down to ``floor`` (progress 1 and after):
+    floor + (peak - floor) (1 + cos(pi min(progress, 1))) / 2."""
+    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, max(0.0, progress))))
 
 
 def constant(step: int, peak: float, warmup: int) -> float:

@@ -52,7 +52,7 @@ from vaswani.training.distributed import World
 from vaswani.training.optimizer import make_optimizer
 from vaswani.training.precision import Precision
 from vaswani.training.progress import Progress, budget_note
-from vaswani.training.schedules import budget_plan, learning_rate
+from vaswani.training.schedules import budget_plan, cosine_at, learning_rate
 from vaswani.training.selection import update_best
 from vaswani.training.signals import stop_requests
 from vaswani.training.state import TrainerState, restored_state
@@ -127,6 +127,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.state = TrainerState()
         self._timed_from: tuple[int, float] | None = None  # (step, train_seconds) where pacing starts
+        self._pace: float | None = None  # this fit's mean training seconds a step, once timed
         self.stop_signal: int | None = None
         self.batches = task.train_batches()
         self.take_rows = getattr(task, "take_rows", take_rows)
@@ -201,25 +202,48 @@ class Trainer:
             scaled = self.precision.overflowed()  # fp16's scaler lowers its scale on any skipped step
             what = "overflow" if scaled and math.isfinite(loss_value) else "skipped"
             return loss_value, tokens, norm_value, what
-        warmup, total = self._schedule()
-        lr = learning_rate(
-            self.cfg.schedule, self.state.step + 1, self.cfg.lr, warmup, total, self.cfg.min_lr
-        )
+        lr = self._learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, tokens, norm_value, "applied"
 
+    def _learning_rate(self) -> float:
+        """The next step's learning rate: the config's schedule by step, or, when ``max_minutes``
+        will end the run first (:meth:`_schedule`), a cosine decay that follows the training time:
+        its progress is the share of the budget spent by the end of the next step (at this fit's
+        pace) since warmup ended, so that the rate reaches its floor as the time runs out however
+        the pace changes on the way (another job starting beside the run, a resume on another
+        machine), where a decay by steps planned from the first steps' pace would end early, or
+        late."""
+        cfg, state = self.cfg, self.state
+        warmup, total = self._schedule()
+        step, plan = state.step + 1, state.schedule_plan
+        if not (cfg.schedule == "cosine" and plan and total < cfg.max_steps and step > warmup):
+            return learning_rate(cfg.schedule, step, cfg.lr, warmup, total, cfg.min_lr)
+        assert cfg.max_minutes is not None
+        start = plan.setdefault("decay_from", state.train_seconds)  # the training seconds at warmup's end
+        spent = state.train_seconds + (self._pace or 0.0) - start
+        return cosine_at(spent / max(cfg.max_minutes * 60 - start, 1e-9), cfg.lr, cfg.min_lr)
+
     def _schedule(self) -> tuple[int, int]:
         """The schedule's (warmup, total steps): the config's, or, when ``max_minutes`` will end the
         run first, a plan sized to the budget (:func:`~vaswani.training.schedules.budget_plan`).
         The plan is made once, from the pace of :data:`PLAN_STEPS` steps after this fit's first
-        (which pays for warm-up work), and kept in the state: a resumed run replays it rather than
-        planning again from another pace (unless the resume changed the budget)."""
+        (which pays for warm-up work), and kept in the state: a resumed run keeps its warmup (unless
+        the resume changed the budget: a new plan, whose decay goes on from where it was). The pace
+        is measured on, for :meth:`_learning_rate`'s decay."""
         cfg, state = self.cfg, self.state
         if cfg.max_minutes is None:
             return cfg.warmup_steps, cfg.max_steps
+        if self._timed_from is None:  # the first step of this fit: timing starts once it is done
+            self._timed_from = (state.step + 1, math.nan)
+        elif state.step == self._timed_from[0]:
+            self._timed_from = (state.step, state.train_seconds)
+        timed = state.step - self._timed_from[0]
+        if timed >= PLAN_STEPS:
+            self._pace = (state.train_seconds - self._timed_from[1]) / timed
         budget = {
             "max_minutes": cfg.max_minutes,
             "max_steps": cfg.max_steps,
@@ -228,17 +252,12 @@ class Trainer:
         plan = state.schedule_plan
         if plan and all(plan.get(key) == value for key, value in budget.items()):
             return int(plan["warmup"]), int(plan["total"])
-        if self._timed_from is None:  # the first step of this fit: timing starts once it is done
-            self._timed_from = (state.step + 1, math.nan)
-        elif state.step == self._timed_from[0]:
-            self._timed_from = (state.step, state.train_seconds)
-        timed = state.step - self._timed_from[0]
-        if timed < PLAN_STEPS:
+        if self._pace is None:
             return cfg.warmup_steps, cfg.max_steps
-        pace = (state.train_seconds - self._timed_from[1]) / timed
         left = cfg.max_minutes * 60 - state.train_seconds
-        warmup, total = budget_plan(state.step, pace, left, cfg.max_steps, cfg.warmup_steps)
-        state.schedule_plan = {"warmup": warmup, "total": total, **budget}
+        warmup, total = budget_plan(state.step, self._pace, left, cfg.max_steps, cfg.warmup_steps)
+        kept = {"decay_from": plan["decay_from"]} if "decay_from" in plan else {}
+        state.schedule_plan = {"warmup": warmup, "total": total, **budget, **kept}
         return warmup, total
 
     def _evaluate(self) -> dict[str, float]:
