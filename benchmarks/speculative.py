@@ -11,7 +11,8 @@ A draft is an lm run of the target's tokenizer: trained on the same text (``vasw
 is generated ``--tokens`` new tokens greedily, batch 1, by every configuration in turn (interleaved
 rounds, so that a change of the machine's load hits all alike): plain fp32, speculative fp32 with
 each draft (adaptive k, and each ``--draft-tokens``), plain int8, speculative int8 with each draft.
-It checks that the speculative ids are the plain ids of the same weights, prints the acceptance
+It checks that the fp32 speculative ids are the fp32 greedy ids (and counts the int8 generations
+equal to int8 greedy's: quantizing each activation row, int8 can part at a near-tie), prints the acceptance
 rates, the medians of the per-round ratios, the CPU's model and flags, and a markdown table.
 """
 
@@ -117,6 +118,7 @@ def main() -> None:
     produced: dict[str, int] = dict.fromkeys(configs, 0)
     accepted: dict[str, list[int]] = {name: [0, 0] for name in configs}
     int8_agree = [0, 0]
+    int8_same: dict[str, list[int]] = {name: [0, 0] for name in configs if name.startswith("int8 +")}
     for prompt in prompts:
         configs["fp32"](prompt, [0, 0])  # warm-up
     for r in range(rounds):
@@ -128,8 +130,15 @@ def main() -> None:
                 seconds[name].append(s)
                 produced[name] += len(ids[name])
             for name in configs:
-                base = "int8" if name.startswith("int8") else "fp32"
-                assert ids[name] == ids[base], f"{name}: ids differ from {base} on {prompt!r}"
+                if name.startswith("fp32"):  # the target's greedy ids, up to floating-point rounding
+                    assert ids[name] == ids["fp32"], f"{name}: ids differ from fp32 on {prompt!r}"
+                elif name != "int8":  # int8 ids may part at a near-tie: a rounding moves a row's scale
+                    same = ids[name] == ids["int8"]
+                    int8_same[name][0] += same
+                    int8_same[name][1] += 1
+                    if not same:
+                        pairs = zip(ids[name], ids["int8"], strict=False)  # one may end sooner
+                        int8_same[name].append(next((i for i, (a, b) in enumerate(pairs) if a != b), -1))
             n = min(len(ids["int8"]), len(ids["fp32"]))
             int8_agree[0] += sum(a == b for a, b in zip(ids["int8"][:n], ids["fp32"][:n], strict=True))
             int8_agree[1] += n
@@ -156,7 +165,10 @@ def main() -> None:
         on_int8 = per_prompt[f"int8 + {name} (adaptive k)"]
         int8_plain = [b / a for a, b in zip(on_int8, per_prompt["int8"], strict=True)]
         print(f"int8 + {name} vs int8: {statistics.median(int8_plain):.2f}")
-    print("speculative ids = plain ids of the same weights: yes (checked for every prompt and round)")
+    print("fp32 speculative ids = fp32 greedy ids: yes (checked for every prompt and round)")
+    for name, (same, runs, *firsts) in int8_same.items():
+        where = f"; the first different token at {firsts}" if firsts else ""
+        print(f"{name}: the int8 greedy ids in {same} of {runs} generations{where}")
     print(f"int8 ids equal to fp32 ids at {int8_agree[0]} of {int8_agree[1]} positions")
 
 
