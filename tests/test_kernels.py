@@ -87,8 +87,16 @@ def test_a_decoding_step_of_many_rows_takes_the_explicit_path_and_batch_1_sdpa(m
 # oneDNN's linear or F.linear
 
 
+@pytest.fixture
+def onednn_at_every_size(monkeypatch):
+    """oneDNN's linear for the small layers of these tests too (``kernels.small_product``)."""
+    monkeypatch.setattr(kernels, "SMALL_WEIGHT", 0)
+
+
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
-def test_without_the_onednn_op_linear_is_f_linear_and_agrees_with_the_normal_path(activation, monkeypatch):
+def test_without_the_onednn_op_linear_is_f_linear_and_agrees_with_the_normal_path(
+    activation, monkeypatch, onednn_at_every_size
+):
     torch.manual_seed(2)
     layer, x = Linear(16, 24), torch.randn(2, 3, 16) * 3
     with torch.no_grad():
@@ -100,7 +108,7 @@ def test_without_the_onednn_op_linear_is_f_linear_and_agrees_with_the_normal_pat
     torch.testing.assert_close(fallback, normal, atol=1e-5, rtol=1e-5)
 
 
-def test_an_onednn_op_that_fails_is_turned_off_once_with_a_warning(monkeypatch):
+def test_an_onednn_op_that_fails_is_turned_off_once_with_a_warning(monkeypatch, onednn_at_every_size):
     calls = []
 
     def broken(*args: object) -> torch.Tensor:
@@ -123,7 +131,7 @@ def test_an_onednn_op_that_fails_is_turned_off_once_with_a_warning(monkeypatch):
 
 
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
-def test_the_onednn_op_is_what_inference_runs(monkeypatch):
+def test_the_onednn_op_is_what_inference_runs(monkeypatch, onednn_at_every_size):
     """Where the op exists, float32 CPU inference goes through it (and training does not)."""
     calls = []
     op = kernels.ONEDNN_LINEAR
@@ -138,3 +146,35 @@ def test_the_onednn_op_is_what_inference_runs(monkeypatch):
         layer(x, "silu")
     layer(x.requires_grad_(), "silu")
     assert calls == ["swish"]
+
+
+@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
+@pytest.mark.parametrize(
+    ("features", "shape", "onednn"),
+    [
+        ((128, 512), (1, 128), False),  # a small translator's projection, one row: F.linear
+        ((128, 512), (2, 8, 128), False),  # 16 rows, of a 3-D input
+        ((128, 512), (3, 6, 128), True),  # 18 rows, of a 3-D input
+        ((128, 512), (16, 128), False),  # SMALL_PRODUCT multiply-adds exactly
+        ((128, 512), (17, 128), True),  # one row more
+        ((256, 257), (1, 256), True),  # a weight past SMALL_WEIGHT, however few rows
+        ((512, 512), (1, 512), True),
+    ],
+)
+def test_small_products_take_f_linear_and_agree(features, shape, onednn, monkeypatch):
+    """oneDNN's linear computes a product past ``small_product``'s bounds, F.linear one within them,
+    rows counted over every leading dimension; both give what the reference gives."""
+    calls = []
+    op = kernels.ONEDNN_LINEAR
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(args[3])
+        return op(*args)
+
+    monkeypatch.setattr(kernels, "ONEDNN_LINEAR", counted)
+    torch.manual_seed(5)
+    layer, x = Linear(*features), torch.randn(*shape)
+    with torch.no_grad():
+        out = layer(x, "relu")
+    assert calls == (["relu"] if onednn else [])
+    torch.testing.assert_close(out, linear_reference(layer, x, "relu"), atol=1e-5, rtol=1e-5)

@@ -18,6 +18,13 @@ from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applie
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
 
 
+@pytest.fixture(autouse=True)
+def onednn_at_every_size(monkeypatch):
+    """The layers here are small: F.linear would compute their products (``kernels.small_product``),
+    and the oneDNN path would go untested."""
+    monkeypatch.setattr(kernels, "SMALL_WEIGHT", 0)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("shape", SHAPES)

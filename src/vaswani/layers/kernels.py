@@ -8,7 +8,8 @@ The figures are in ``benchmarks/README.md``, measured on 2 CPU cores with torch 
   (:func:`explicit_attention_is_faster`); grouped key/value heads given to SDPA as they are or
   expanded to every query head first (:func:`sdpa_takes_grouped_heads`).
 - Projections: oneDNN's linear with a fused activation, ``torch.ops.mkldnn._linear_pointwise``,
-  or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`). The op is
+  or ``F.linear`` then the activation (:func:`onednn_applies`, :func:`onednn_linear`; ``F.linear``
+  for products too small to pay for oneDNN's call, :func:`small_product`). The op is
   private to torch: where it is missing, or where a call to it fails once, every projection takes
   ``F.linear`` from then on. Inside ``torch.compile`` (compiled decoding) ``F.linear``, whose GEMM
   inductor chooses itself, except where MKL skips AVX-512: there oneDNN's product as one custom op
@@ -108,16 +109,41 @@ def portable() -> bool:
     return torch.jit.is_tracing()
 
 
+SMALL_WEIGHT = 1 << 16
+"""The most elements of a weight whose products ``F.linear`` computes in inference rather than
+oneDNN's linear (:func:`small_product`): a 128 → 512 or 256 → 256 projection."""
+SMALL_PRODUCT = 1 << 20
+"""The most multiply-adds (rows × weight elements) of such a product: 16 rows of the largest."""
+
+
+def small_product(x: Tensor, weight: Tensor) -> bool:
+    """Whether ``x Wᵀ`` is small enough (at most :data:`SMALL_WEIGHT` weights, at most
+    :data:`SMALL_PRODUCT` multiply-adds) that oneDNN's linear costs more than ``F.linear``: its call
+    has a fixed cost of about 15-18 µs (the primitive's lookup and set-up), which so small a
+    product does not earn back. Measured on an AMD EPYC, one thread, torch 2.13, F.linear's time
+    over oneDNN's, with the weights in cache (one layer called again and again) and out of it (96
+    MB of copies cycled through, as a decoding step reads a model): 128 → 128, 384 and 512 (a 2 + 2,
+    d_model 128 translator's projections) 0.23-0.41 and 0.52-0.85 at one row, 0.56-0.86 and 0.71-0.96
+    at 32 rows; 256 → 256 0.38 and 0.82 at one row. Past the bound oneDNN leads out of cache:
+    256 → 768 and 1024 at 1.01-1.17, 512 → 512 at 0.94-1.14, 512 → 1536 and 2048 at 1.02-1.51, and
+    in cache from about 4M multiply-adds (1.08-1.27 at 128 rows). Batch-1 greedy decoding of the
+    d_model 128 translator: 1.6x with F.linear for every product (random weights)."""
+    rows = x.numel() // max(1, x.shape[-1])
+    return weight.numel() <= SMALL_WEIGHT and rows * weight.numel() <= SMALL_PRODUCT
+
+
 def onednn_applies(x: Tensor, weight: Tensor) -> bool:
     """Whether ``act(x Wᵀ + b)`` should run through oneDNN's linear: float32 on the CPU, no
-    gradient needed (the kernel has no backward), no autocast (which the kernel would bypass).
-    There it is 8-20% faster per call than MKL's GEMM behind ``F.linear`` at our models' shapes,
-    more with the activation fused: +9% sentences/s of beam search (``benchmarks/marian_speed.py``),
-    BERT encoding from parity to 1.17x Hugging Face's (``benchmarks/bert_speed.py``). Not while
-    ``torch.compile`` traces: inductor lowers this op only for weights it has frozen as constants
-    (an assertion fails otherwise), and it chooses and fuses the GEMM of ``F.linear`` itself."""
+    gradient needed (the kernel has no backward), no autocast (which the kernel would bypass),
+    a product larger than :func:`small_product`'s bound. There it is 8-20% faster per call than
+    MKL's GEMM behind ``F.linear`` at our models' shapes, more with the activation fused: +9%
+    sentences/s of beam search (``benchmarks/marian_speed.py``), BERT encoding from parity to 1.17x
+    Hugging Face's (``benchmarks/bert_speed.py``). Not while ``torch.compile`` traces: inductor
+    lowers this op only for weights it has frozen as constants (an assertion fails otherwise), and
+    it chooses and fuses the GEMM of ``F.linear`` itself."""
     return (
         ONEDNN_LINEAR is not None
+        and not small_product(x, weight)
         and not torch.compiler.is_compiling()
         and not portable()
         and x.device.type == "cpu"
@@ -229,19 +255,22 @@ def onednn_trains(x: Tensor, weight: Tensor) -> bool:
 
 def onednn_compiles(x: Tensor, weight: Tensor) -> bool:
     """Whether a projection traced by ``torch.compile`` without gradients (compiled decoding) should
-    call oneDNN's linear as one custom op (:func:`onednn_train_linear`), opaque to inductor, rather
-    than ``F.linear``, which inductor lowers to MKL's ``addmm``: float32 on the CPU, no autocast,
-    where MKL runs its AVX2 kernels on a CPU with AVX-512 (:data:`MKL_SKIPS_AVX512`).
+        call oneDNN's linear as one custom op (:func:`onednn_train_linear`), opaque to inductor, rather
+        than ``F.linear``, which inductor lowers to MKL's ``addmm``: float32 on the CPU, no autocast,
+        where MKL runs its AVX2 kernels on a CPU with AVX-512 (:data:`MKL_SKIPS_AVX512`).
 
-    Measured on an AMD EPYC, 2 threads, torch 2.13, greedy batch-1 decoding of
-    ``benchmarks/compiled_generation.py``'s GPT (6 × 384, ``--profile``): in the compiled step,
-    inductor's ``addmm`` took 3.75 ms a token where the eager step's oneDNN linear took 2.54 for the
-    same products, and the compiled step went from 1.09x to 1.31x Hugging Face's ``generate`` with
-    the custom op. On an Intel CPU MKL runs its AVX-512 kernels: inductor keeps its own choice there."""
+        Measured on an AMD EPYC, 2 threads, torch 2.13, greedy batch-1 decoding of
+        ``benchmarks/compiled_generation.py``'s GPT (6 × 384, ``--profile``): in the compiled step,
+        inductor's ``addmm`` took 3.75 ms a token where the eager step's oneDNN linear took 2.54 for the
+        same products, and the compiled step went from 1.09x to 1.31x Hugging Face's ``generate`` with
+        the custom op. On an Intel CPU MKL runs its AVX-512 kernels: inductor keeps its own choice there,
+    as it does for products within :func:`small_product`'s bounds (batch-1 greedy decoding of a
+    2 + 2, d_model 128 translator: 1.67x with them left to inductor, random weights, 1 thread)."""
     return (
         ONEDNN_TRAINING is not None
         and MKL_SKIPS_AVX512
         and torch.compiler.is_compiling()
+        and not small_product(x, weight)
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
