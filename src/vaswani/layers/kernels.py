@@ -255,15 +255,15 @@ def onednn_trains(x: Tensor, weight: Tensor) -> bool:
 
 def onednn_compiles(x: Tensor, weight: Tensor) -> bool:
     """Whether a projection traced by ``torch.compile`` without gradients (compiled decoding) should
-        call oneDNN's linear as one custom op (:func:`onednn_train_linear`), opaque to inductor, rather
-        than ``F.linear``, which inductor lowers to MKL's ``addmm``: float32 on the CPU, no autocast,
-        where MKL runs its AVX2 kernels on a CPU with AVX-512 (:data:`MKL_SKIPS_AVX512`).
+    call oneDNN's linear as one custom op (:func:`onednn_train_linear`), opaque to inductor, rather
+    than ``F.linear``, which inductor lowers to MKL's ``addmm``: float32 on the CPU, no autocast,
+    where MKL runs its AVX2 kernels on a CPU with AVX-512 (:data:`MKL_SKIPS_AVX512`).
 
-        Measured on an AMD EPYC, 2 threads, torch 2.13, greedy batch-1 decoding of
-        ``benchmarks/compiled_generation.py``'s GPT (6 × 384, ``--profile``): in the compiled step,
-        inductor's ``addmm`` took 3.75 ms a token where the eager step's oneDNN linear took 2.54 for the
-        same products, and the compiled step went from 1.09x to 1.31x Hugging Face's ``generate`` with
-        the custom op. On an Intel CPU MKL runs its AVX-512 kernels: inductor keeps its own choice there,
+    Measured on an AMD EPYC, 2 threads, torch 2.13, greedy batch-1 decoding of
+    ``benchmarks/compiled_generation.py``'s GPT (6 × 384, ``--profile``): in the compiled step,
+    inductor's ``addmm`` took 3.75 ms a token where the eager step's oneDNN linear took 2.54 for the
+    same products, and the compiled step went from 1.09x to 1.31x Hugging Face's ``generate`` with
+    the custom op. On an Intel CPU MKL runs its AVX-512 kernels: inductor keeps its own choice there,
     as it does for products within :func:`small_product`'s bounds (batch-1 greedy decoding of a
     2 + 2, d_model 128 translator: 1.67x with them left to inductor, random weights, 1 thread)."""
     return (
