@@ -130,10 +130,10 @@ def test_an_onednn_op_that_fails_is_turned_off_once_with_a_warning(monkeypatch, 
     assert torch.equal(first, expected) and torch.equal(second, expected)
 
 
-@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
-def test_the_onednn_op_is_what_inference_runs(monkeypatch, onednn_at_every_size):
-    """Where the op exists, float32 CPU inference goes through it (and training does not)."""
-    calls = []
+@pytest.fixture
+def onednn_calls(monkeypatch) -> list[str]:
+    """The activation of each call to oneDNN's linear from now on (the op still computes)."""
+    calls: list[str] = []
     op = kernels.ONEDNN_LINEAR
 
     def counted(*args: object) -> torch.Tensor:
@@ -141,11 +141,17 @@ def test_the_onednn_op_is_what_inference_runs(monkeypatch, onednn_at_every_size)
         return op(*args)
 
     monkeypatch.setattr(kernels, "ONEDNN_LINEAR", counted)
+    return calls
+
+
+@pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
+def test_the_onednn_op_is_what_inference_runs(onednn_calls, onednn_at_every_size):
+    """Where the op exists, float32 CPU inference goes through it (and training does not)."""
     layer, x = Linear(16, 24), torch.randn(3, 16)
     with torch.no_grad():
         layer(x, "silu")
     layer(x.requires_grad_(), "silu")
-    assert calls == ["swish"]
+    assert onednn_calls == ["swish"]
 
 
 @pytest.mark.skipif(not kernels.HAS_ONEDNN, reason="this torch has no oneDNN linear")
@@ -161,20 +167,12 @@ def test_the_onednn_op_is_what_inference_runs(monkeypatch, onednn_at_every_size)
         ((512, 512), (1, 512), True),
     ],
 )
-def test_small_products_take_f_linear_and_agree(features, shape, onednn, monkeypatch):
+def test_small_products_take_f_linear_and_agree(features, shape, onednn, onednn_calls):
     """oneDNN's linear computes a product past ``small_product``'s bounds, F.linear one within them,
     rows counted over every leading dimension; both give what the reference gives."""
-    calls = []
-    op = kernels.ONEDNN_LINEAR
-
-    def counted(*args: object) -> torch.Tensor:
-        calls.append(args[3])
-        return op(*args)
-
-    monkeypatch.setattr(kernels, "ONEDNN_LINEAR", counted)
     torch.manual_seed(5)
     layer, x = Linear(*features), torch.randn(*shape)
     with torch.no_grad():
         out = layer(x, "relu")
-    assert calls == (["relu"] if onednn else [])
+    assert onednn_calls == (["relu"] if onednn else [])
     torch.testing.assert_close(out, linear_reference(layer, x, "relu"), atol=1e-5, rtol=1e-5)
