@@ -99,6 +99,45 @@ def test_the_number_re_masked_follows_the_schedule(monkeypatch):
         assert by_step[step].tolist() == (lengths * (iterations - step) // iterations).tolist()
 
 
+def reference_mask_predict(model: CMLM, src: torch.Tensor, iterations: int, beam: int):
+    """Mask-Predict written plainly: one unpadded source, one candidate at a time, every position's
+    log-softmax of a full decoder pass at every iteration, nothing cached. (length, tokens, score)."""
+    source = model.encode(src)
+    length_logits = model.length_logits(source)[0]
+    length_logits[0] = float("-inf")
+    best = None
+    for length in length_logits.topk(beam).indices.tolist():
+        tokens, logp = torch.full((1, length), MASK_ID), torch.zeros(1, length)
+        masked = torch.ones(1, length, dtype=torch.bool)
+        for step in range(iterations):
+            if step > 0:
+                lowest = logp[0].argsort(stable=True)[: length * (iterations - step) // iterations]
+                masked = torch.zeros(1, length, dtype=torch.bool)
+                masked[0, lowest] = True
+                tokens = tokens.masked_fill(masked, MASK_ID)
+            logits, _ = model.decode(tokens, source)
+            logits[..., list(BANNED)] = float("-inf")
+            top_logp, top = logits.log_softmax(-1).max(-1)
+            tokens, logp = torch.where(masked, top, tokens), torch.where(masked, top_logp, logp)
+        if best is None or logp.mean() > best[2]:
+            best = (length, tokens[0], logp.mean())
+    return best
+
+
+def test_mask_predict_is_the_plain_algorithm_run_on_each_sentence_alone():
+    """The batched search (length groups, the source's keys and values computed once, logits only
+    where a token is predicted) gives each sentence the plain algorithm's tokens, length and score."""
+    model, src = tiny_cmlm(), sources()
+    found = mask_predict(model, src, MASK_ID, MaskPredictConfig(iterations=4, length_beam=3), BANNED)
+    for row in range(src.shape[0]):
+        length, tokens, score = reference_mask_predict(
+            model, src[row : row + 1, : int((src[row] != PAD).sum())], 4, 3
+        )
+        assert int(found.lengths[row]) == length
+        assert found.tokens[row, :length].tolist() == tokens.tolist()
+        torch.testing.assert_close(found.scores[row], score, rtol=1e-4, atol=1e-5)
+
+
 def test_length_groups_bound_the_padding_and_cover_every_candidate():
     assert length_groups([]) == []
     assert length_groups([9, 10, 11, 12, 60]) == [(0, 4), (4, 5)]  # the far-off fifth length alone

@@ -15,7 +15,11 @@ on the en→zh corpus (a CMLM of 3,000 steps, T = 10, 500 test sentences) the av
 
 The candidates of a batch are decoded in groups of similar length (:func:`length_groups`), so that
 one long candidate (the length beam's fifth choice is often far off) does not pad every row to its
-length: each candidate's translation is what it would be alone.
+length: each candidate's translation is what it would be alone. Each group projects its sources'
+keys and values for cross-attention once (not once an iteration), and the output projection and
+log-softmax run only at the positions an iteration predicts (every real one at iteration 0, then
+fewer each iteration: 55% of them over T = 10): with an 8,000-token vocabulary they were about
+half of a pass's multiply-adds.
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def mask_predict(
     rows = torch.arange(n, device=device).repeat_interleave(beam)
     order = lengths.argsort(stable=True)
     groups = [
-        Candidates.start(order[a:b], lengths, encoded, rows, mask_id, pad_id)
+        Candidates.start(model, order[a:b], lengths, encoded, rows, mask_id, pad_id)
         for a, b in length_groups(lengths[order].tolist())
     ]
     banned = torch.tensor(sorted({pad_id, mask_id, *suppress}), device=device)
@@ -153,7 +157,8 @@ def length_groups(lengths: list[int], slack: float = PADDING_SLACK) -> list[tupl
 class Candidates:
     """Candidates of similar length decoded together: rows ``index`` of the batch · beam
     candidates, their ``lengths``, ``tokens`` and each token's ``logp`` (rows, width), ``real``
-    (its positions within its length) and ``source``, each row's encoded source."""
+    (its positions within its length) and ``source``, each row's encoded source with its cross
+    cache."""
 
     index: Tensor
     lengths: Tensor
@@ -168,12 +173,21 @@ class Candidates:
 
     @classmethod
     def start(
-        cls, index: Tensor, lengths: Tensor, encoded: EncodedSource, rows: Tensor, mask_id: int, pad_id: int
+        cls,
+        model: CMLM,
+        index: Tensor,
+        lengths: Tensor,
+        encoded: EncodedSource,
+        rows: Tensor,
+        mask_id: int,
+        pad_id: int,
     ) -> Candidates:
-        """The candidates ``index`` of ``lengths``, all [MASK]: ``rows`` maps a candidate to its source."""
+        """The candidates ``index`` of ``lengths``, all [MASK]: ``rows`` maps a candidate to its source,
+        whose keys and values each layer's cross-attention projects once (``model``'s cross cache)."""
         own = lengths[index]
         real = torch.arange(int(own.max()), device=own.device) < own[:, None]
-        source = EncodedSource(encoded.memory[rows[index]], encoded.mask[rows[index]])
+        cache = model.decoder.new_cross_cache()
+        source = EncodedSource(encoded.memory[rows[index]], encoded.mask[rows[index]], cache)
         tokens = torch.where(real, mask_id, pad_id)
         return cls(index, own, real, tokens, torch.zeros(tokens.shape, device=own.device), source)
 
@@ -185,8 +199,8 @@ class Candidates:
             rank = torch.where(self.real, self.logp, float("inf")).argsort(dim=1, stable=True).argsort(1)
             masked = rank < remasked(self.lengths, iterations, step)[:, None]
             self.tokens = torch.where(masked, mask_id, self.tokens)
-        logits, _ = model.decode(self.tokens, self.source)
-        logits = logits.float().index_fill(-1, banned, float("-inf"))
+        logits, _ = model.decode(self.tokens, self.source, predict=masked)  # (masked, vocab)
+        logits = logits.float().index_fill_(-1, banned, float("-inf"))
         best_logp, best = logits.log_softmax(-1).max(-1)
-        self.tokens = torch.where(masked, best, self.tokens)
-        self.logp = torch.where(masked, best_logp, self.logp)
+        self.tokens = self.tokens.masked_scatter(masked, best)
+        self.logp = self.logp.masked_scatter(masked, best_logp)

@@ -48,9 +48,10 @@ def drop_path_rates(rate: float, n_layers: int) -> list[float]:
 @dataclass
 class LayerCache:
     """Decoding state of one block: its self-attention and cross-attention KV caches (the
-    self-attention's a rolling one where it has a window: :meth:`MultiHeadAttention.new_cache`)."""
+    self-attention's a rolling one where it has a window: :meth:`MultiHeadAttention.new_cache`;
+    None where self-attention is recomputed each pass: :meth:`BlockStack.new_cross_cache`)."""
 
-    self_attn: AttentionCache = field(default_factory=KVCache)
+    self_attn: AttentionCache | None = field(default_factory=KVCache)
     cross_attn: AttentionCache = field(default_factory=KVCache)
 
 
@@ -161,6 +162,12 @@ class BlockStack(nn.Module):
             return [LayerCache(self_attn=layer.self_attn.new_cache()) for layer in self.layers]
         position = torch.zeros((), dtype=torch.long, device=next(self.parameters()).device)
         return [LayerCache(self_attn=layer.self_attn.new_cache(static, position)) for layer in self.layers]
+
+    def new_cross_cache(self) -> list[LayerCache]:
+        """Caches of cross-attention alone: the source's keys and values, projected on the first
+        pass and reused, where self-attention re-reads the whole target each pass (a non-autoregressive
+        decoder: Mask-Predict)."""
+        return [LayerCache(self_attn=None) for _ in self.layers]
 
     def forward(
         self,

@@ -45,18 +45,26 @@ class CMLM(Transformer):
         source: EncodedSource,
         need_weights: bool = False,
         last_only: bool = False,
+        predict: Tensor | None = None,
     ) -> tuple[Tensor, list[dict[str, Tensor]]]:
         """Logits of every position of ``tgt_in`` (batch, tgt_len), the target with its [MASK]s,
         attending to every real target position and to the source (of the last position only with
-        ``last_only``); the attention weights by layer with ``need_weights``."""
+        ``last_only``; with ``predict``, a (batch, tgt_len) boolean mask, of the positions it marks
+        alone, (marked, vocab) in row-major order: the output projection, the largest product of a
+        step, skips the rest); the attention weights by layer with ``need_weights``. With
+        ``source.cache`` (:meth:`~vaswani.layers.blocks.BlockStack.new_cross_cache`) the source's
+        keys and values are projected on the first call and reused."""
         y = self.tgt_embed(tgt_in)
         h, weights = self.decoder(
             y,
             mask=padding_mask(tgt_in, self.config.pad_id),
             memory=source.memory,
             memory_mask=source.mask,
+            cache=source.cache,
             need_weights=need_weights,
         )
+        if predict is not None:
+            return self.output(h[predict]), weights
         return self.output(h[:, -1:] if last_only else h), weights
 
     def length_logits(self, source: EncodedSource) -> Tensor:
