@@ -19,7 +19,7 @@ length: each candidate's translation is what it would be alone. Each group proje
 keys and values for cross-attention once (not once an iteration), and the output projection and
 log-softmax run only at the positions an iteration predicts (every real one at iteration 0, then
 fewer each iteration: 55% of them over T = 10): with an 8,000-token vocabulary they were about
-half of a pass's multiply-adds.
+two fifths of a pass's multiply-adds (3 + 3 layers, d_model 256).
 """
 
 from __future__ import annotations
