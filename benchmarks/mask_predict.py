@@ -10,7 +10,7 @@ first --timed test sentences (one sentence per call, after one warm-up call) and
 whole split, for every row. ``benchmarks/translation_results.py`` makes these rows for every model of
 its table.
 
-    python benchmarks/mask_predict.py --ceiling --threads 1
+    python benchmarks/mask_predict.py --ceiling --threads 1 [--dtype bf16]
 
 needs no run: how much faster batch 64 can be than batch 1 on this CPU. A CMLM of
 ``configs/multi30k.yaml``'s shape (3 + 3 layers, d_model 256, an 8,000-token vocabulary) with random
@@ -38,17 +38,20 @@ from translation_results import decodings, scores, test_pairs, timed
 from vaswani.config import ModelConfig
 from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict
 from vaswani.layers import kernels
+from vaswani.layers.quantize import prepare_weights
 from vaswani.models.cmlm import CMLM
 
 # configs/multi30k.yaml's model, and a tiny one for --quick
 M30K_SHAPE = {"d_model": 256, "n_heads": 8, "d_ff": 1024, "n_layers": 3, "max_len": 256}
 QUICK_SHAPE = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 1, "max_len": 64}
 MASK_ID = 3
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def ceiling(quick_run: bool) -> None:
-    """``--ceiling``: sentences/s at batch 1 and 64, FLOPs a sentence, the matrix products' peak, and
-    the most batch 64 could gain over batch 1 (see the module's docstring)."""
+def ceiling(quick_run: bool, dtype: str) -> None:
+    """``--ceiling``: sentences/s at batch 1 and 64, FLOPs a sentence, the matrix products' peak (in
+    the weights' ``dtype``, fp32 or bf16), and the most batch 64 could gain over batch 1 (see the
+    module's docstring)."""
     shape, vocab, n = (QUICK_SHAPE, 64, 8) if quick_run else (M30K_SHAPE, 8000, 320)
     torch.manual_seed(0)
     cfg = ModelConfig(arch="encoder_decoder", dropout=0.0, src_vocab_size=vocab, tgt_vocab_size=vocab,
@@ -57,6 +60,7 @@ def ceiling(quick_run: bool) -> None:
     with torch.no_grad():  # every source's five most likely lengths: 12 … 16
         model.length.weight.zero_()
         model.length.bias.copy_(-(((torch.arange(cfg.max_len) - 14.0) / 3) ** 2))
+    prepare_weights(model, dtype=dtype)
     lengths = torch.randint(6, 25, (n,), generator=torch.Generator().manual_seed(1)).tolist()
     rows = [torch.randint(4, vocab, (length,)) for length in lengths]
     config = MaskPredictConfig(10, 5)
@@ -78,12 +82,13 @@ def ceiling(quick_run: bool) -> None:
     kernels.ONEDNN_LINEAR = onednn
     flop = counter.get_total_flops() / min(n, 64)
     d, f = cfg.d_model, cfg.d_ff
-    peak = matmul_peak([(4096, d, f), (4096, f, d), (2048, d, vocab)], torch.float32, 3, torch.device("cpu"))
+    products = [(4096, d, f), (4096, f, d), (2048, d, vocab)]
+    peak = matmul_peak(products, DTYPES[dtype], 3, torch.device("cpu"))
     decode(64, min(n, 64))  # warm-up
     batch1, batch64 = decode(1, n // 4), decode(64, n)
     print(
         f"Mask-Predict T = 10, l = 5, {'tiny' if quick_run else 'configs/multi30k.yaml'} shape, random "
-        f"weights, float32: {flop / 1e9:.2f} GFLOP a sentence; matrix products' peak "
+        f"weights, {dtype}: {flop / 1e9:.2f} GFLOP a sentence; matrix products' peak "
         f"{peak / 1e9:.0f} GFLOP/s\n"
     )
     print("| batch | sentences/s | GFLOP/s | of the peak |\n| ---: | ---: | ---: | ---: |")
@@ -107,13 +112,14 @@ def main() -> None:
     parser.add_argument(
         "--ceiling", action="store_true", help="no run: batch 64 against batch 1 and the peak, random weights"
     )
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="--ceiling's weights (fp32)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.ceiling or args.quick:
         print(f"torch {torch.__version__}, {cpu_description()}, {torch.get_num_threads()} threads, load "
               f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d')}\n")  # fmt: skip
-        ceiling(args.quick)
+        ceiling(args.quick, args.dtype)
         if args.ceiling:
             return
     scratch = tempfile.TemporaryDirectory()
