@@ -14,6 +14,7 @@ import pytest
 from torch import nn
 
 from tests.helpers import copied_run
+from vaswani.generation.config import DecodingConfig
 from vaswani.pipelines.common import Pipeline
 from vaswani.tasks import registry
 
@@ -46,3 +47,22 @@ def test_an_object_without_a_model_is_not_a_pipeline():
             return cls()
 
     assert not isinstance(NoModel(), Pipeline)
+
+
+@pytest.mark.parametrize("task", ["translation", "lm"])
+def test_a_model_put_back_in_training_mode_still_decodes_in_eval_mode(task, tmp_path):
+    """The wrappers skip ``eval()`` (a walk over every module) where the model is in eval mode
+    already, and still switch a model that was put in training mode (dropout on) back."""
+    run, _ = copied_run(task, tmp_path)
+    wrapper = registry.load(run, device="cpu")
+    greedy = DecodingConfig(max_new_tokens=8)
+
+    def decode() -> list[str]:
+        if task == "translation":
+            return wrapper.translate(["Tom chases Jerry", "a cat sleeps"], greedy)
+        return wrapper.generate(["the", "a"], greedy)
+
+    expected = decode()
+    wrapper.model.train()
+    assert decode() == expected
+    assert not any(module.training for module in wrapper.model.modules())

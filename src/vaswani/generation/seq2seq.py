@@ -41,7 +41,8 @@ def _start(model: Transformer, src: Tensor, bos_id: int, decoding: DecodingConfi
     source lengths (the tokens of ``src`` (batch, src_len) that are not the model's pad_id)."""
     if decoding.stop:
         raise ConfigError("decoding.stop applies to language models: a translation ends at EOS")
-    model.eval()
+    if model.training:  # eval() visits every module: 0.7 ms a call for a 2 + 2 translator
+        model.eval()
     prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     lengths = (src != model.config.pad_id).sum(dim=1)
     return prefix, decoding.target_budget(lengths, model.config.max_len)

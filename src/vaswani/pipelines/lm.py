@@ -112,7 +112,8 @@ class LanguageModel:
         max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
-        self.model.eval()
+        if self.model.training:  # eval() visits every module, a cost each call of a server's
+            self.model.eval()
         device = model_device(self.model)
         ids, mask = (t.to(device) for t in self.encode_prompts(prompts))
         generator = decoding.generator(device)

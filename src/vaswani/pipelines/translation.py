@@ -156,7 +156,8 @@ class Translator:
     ) -> list[T]:
         """``decode(src)`` over batches of sentences of similar length, ``src`` on the model's
         device; results in input order."""
-        self.model.eval()
+        if self.model.training:  # eval() visits every module, a cost each call of a server's
+            self.model.eval()
         max_len = self.model.config.max_len
         ids = self.src_tok.encode_batch(list(sentences))
         for line, row in enumerate(ids, start=1):
