@@ -112,7 +112,7 @@ class LanguageModel:
         max_new_tokens, stop = lm_budget(decoding), decoding.stop
         if not prompts:
             return []
-        if self.model.training:  # eval() visits every module, a cost each call of a server's
+        if self.model.training:  # eval() walks every module: not on each call
             self.model.eval()
         device = model_device(self.model)
         ids, mask = (t.to(device) for t in self.encode_prompts(prompts))

@@ -156,7 +156,7 @@ class Translator:
     ) -> list[T]:
         """``decode(src)`` over batches of sentences of similar length, ``src`` on the model's
         device; results in input order."""
-        if self.model.training:  # eval() visits every module, a cost each call of a server's
+        if self.model.training:  # eval() walks every module: not on each call
             self.model.eval()
         max_len = self.model.config.max_len
         ids = self.src_tok.encode_batch(list(sentences))
