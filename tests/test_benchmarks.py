@@ -6,6 +6,10 @@ directories need). A run must exit 0 and leave every committed result (``benchma
 byte-identical: a smoke run is not a measurement. ``run_all.py`` runs one of its jobs, into a table
 in the test's folder. A script that reads a data set of ``../shared/data`` is skipped where that
 folder is absent. The figures the runs print are not checked: tiny models on a busy machine.
+
+The selected scripts start together, as many at a time as the machine has cores (at most two), each
+on one torch thread: most of a smoke run is a Python process starting, importing and training a
+tiny model, which one core does; one at a time they took about four minutes of the suite.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,22 +55,50 @@ def test_every_script_is_listed():
     assert "quick.py" not in SCRIPTS and "timing.py" not in SCRIPTS  # modules, not benchmarks
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_quick_run(script, tmp_path):
-    if script in NEEDS and not (SHARED / NEEDS[script]).is_dir():
-        pytest.skip(f"no ../shared/data/{NEEDS[script]}")
-    before = committed_results()
-    extra = [a.format(tmp=tmp_path) for a in ARGS.get(script, [])]
+def quick_run(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/SCRIPT --quick`` in ``folder`` on one torch thread, its output captured."""
+    extra = [a.format(tmp=folder) for a in ARGS.get(script, [])]
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT / "src"),
-        "VASWANI_BENCH_RESULTS": str(tmp_path / "results.jsonl"),
+        "VASWANI_BENCH_RESULTS": str(folder / "results.jsonl"),
         "MPLBACKEND": "Agg",
+        "OMP_NUM_THREADS": "1",
     }
-    run = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--quick", *extra],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+
+
+Runs = tuple[dict[str, str], dict[str, Future[subprocess.CompletedProcess[str]]]]
+
+
+@pytest.fixture(scope="module")
+def quick_runs(request, tmp_path_factory) -> Iterator[Runs]:
+    """The committed results before any run, and the ``--quick`` runs of the scripts this session
+    selected (those it can run), started in the order their tests run, ``min(2, cores)`` at a
+    time: a future by script."""
+    selected = [
+        item.callspec.params["script"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_quick_run"
+    ]
+    runnable = [s for s in selected if s not in NEEDS or (SHARED / NEEDS[s]).is_dir()]
+    before = committed_results()
+    pool = ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1)))
+    try:
+        yield before, {s: pool.submit(quick_run, s, tmp_path_factory.mktemp(s[:-3])) for s in runnable}
+    finally:
+        pool.shutdown(cancel_futures=True)  # those not started yet, where a test was interrupted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_quick_run(script, quick_runs):
+    if script in NEEDS and not (SHARED / NEEDS[script]).is_dir():
+        pytest.skip(f"no ../shared/data/{NEEDS[script]}")
+    before, runs = quick_runs
+    run = runs[script].result()
     assert run.returncode == 0, f"{script} --quick failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     assert committed_results() == before, f"{script} --quick changed benchmarks/results"
