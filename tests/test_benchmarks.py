@@ -9,7 +9,8 @@ folder is absent. The figures the runs print are not checked: tiny models on a b
 
 The selected scripts start together, as many at a time as the machine has cores (at most two), each
 on one torch thread: most of a smoke run is a Python process starting, importing and training a
-tiny model, which one core does; one at a time they took about four minutes of the suite.
+tiny model, which one core does (on two quiet cores of an AMD EPYC: 319 s one at a time, 194 s two
+at a time).
 """
 
 from __future__ import annotations
