@@ -11,7 +11,7 @@ import torch
 from vaswani.config import ModelConfig
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.sampling import generate
-from vaswani.generation.seq2seq import translate_ids
+from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.models.transformer import Transformer
 
 DT = torch.float64
@@ -180,3 +180,19 @@ def test_greedy_search_with_a_toy_next_token_function():
     assert out.logits.shape == (3, 8, 10)
     capped = generate(next_logits, torch.ones(3, 1, dtype=torch.long), 3, eos, pad)
     assert capped.tokens.shape == (3, 3) and capped.logits is None
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_drivers_encode_without_recording_gradients(beam):
+    """``translate_ids`` and ``translate_beam_ids`` are inference: called with gradients on (the
+    Python API's default), the encoder must not record an autograd graph (memory, and on CPUs where
+    training's projections take another kernel, 2× the encoder's time)."""
+    model, seen = _model(), []
+    model.encoder.register_forward_hook(lambda module, args, out: seen.append(torch.is_grad_enabled()))
+    assert torch.is_grad_enabled()
+    if beam == 1:
+        translate_ids(model, _source(), BOS, VOCAB, CACHED)
+    else:
+        beams = DecodingConfig(strategy="beam", beam=beam, max_new_tokens=4)
+        translate_beam_ids(model, _source(), BOS, VOCAB, beams)
+    assert seen == [False]

@@ -48,6 +48,7 @@ def _start(model: Transformer, src: Tensor, bos_id: int, decoding: DecodingConfi
     return prefix, decoding.target_budget(lengths, model.config.max_len)
 
 
+@torch.no_grad()
 def translate_ids(
     model: Transformer,
     src: Tensor,
@@ -88,6 +89,7 @@ def translate_ids(
     )
 
 
+@torch.no_grad()
 def translate_beam_ids(
     model: Transformer,
     src: Tensor,
