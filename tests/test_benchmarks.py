@@ -7,10 +7,11 @@ byte-identical: a smoke run is not a measurement. ``run_all.py`` runs one of its
 in the test's folder. A script that reads a data set of ``../shared/data`` is skipped where that
 folder is absent. The figures the runs print are not checked: tiny models on a busy machine.
 
-The selected scripts start together, as many at a time as the machine has cores (at most two), each
-on one torch thread: most of a smoke run is a Python process starting, importing and training a
-tiny model, which one core does (on two quiet cores of an AMD EPYC: 319 s one at a time, 194 s two
-at a time).
+The selected scripts start together, as many at a time as this test process has cores (at most two;
+under pytest-xdist, which the suite runs on, the cores over its workers), each on one torch thread:
+most of a smoke run is a Python process starting, importing and training a tiny model, which one
+core does (on two quiet cores of an AMD EPYC, the suite in one process: 319 s one at a time, 194 s
+two at a time).
 """
 
 from __future__ import annotations
@@ -75,11 +76,17 @@ def quick_run(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
 Runs = tuple[dict[str, str], dict[str, Future[subprocess.CompletedProcess[str]]]]
 
 
+def spare_cores() -> int:
+    """This process's share of the cores: all of them, or under pytest-xdist the cores over its
+    workers (each worker runs its tests on one core)."""
+    return (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 @pytest.fixture(scope="module")
 def quick_runs(request, tmp_path_factory) -> Iterator[Runs]:
     """The committed results before any run, and the ``--quick`` runs of the scripts this session
-    selected (those it can run), started in the order their tests run, ``min(2, cores)`` at a
-    time: a future by script."""
+    selected (those it can run), started in the order their tests run, ``min(2, spare_cores())``
+    at a time: a future by script."""
     selected = [
         item.callspec.params["script"]
         for item in request.session.items
@@ -87,7 +94,7 @@ def quick_runs(request, tmp_path_factory) -> Iterator[Runs]:
     ]
     runnable = [s for s in selected if s not in NEEDS or (SHARED / NEEDS[s]).is_dir()]
     before = committed_results()
-    pool = ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1)))
+    pool = ThreadPoolExecutor(max_workers=max(1, min(2, spare_cores())))
     try:
         yield before, {s: pool.submit(quick_run, s, tmp_path_factory.mktemp(s[:-3])) for s in runnable}
     finally:
