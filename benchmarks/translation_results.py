@@ -226,6 +226,26 @@ def test_pairs(run: Path) -> list[tuple[str, str]]:
     return data.test or data.valid
 
 
+def training_pairs(run: Path) -> list[tuple[str, str]]:
+    """The corpus's training pairs of a run (a distilled run trained on its teacher's translations of
+    these sources instead)."""
+    task, section = ("nat", NatData) if is_nat(run) else (TASK, ParallelData)
+    return translation.load_data(RunDir(run).read_config(task, section).data).train  # type: ignore[arg-type]
+
+
+def teacher_run(run: Path) -> Path | None:
+    """The autoregressive run that ranks a nat run's candidates in the rows "…, teacher": the run it
+    was distilled from, else its corpus's Transformer beside it (``PREFIX-ar``); None where neither
+    is there."""
+    distilled_from = RunDir(run).read_config("nat", NatData).data.distill_from
+    found = (
+        Path(str(distilled_from))
+        if distilled_from is not None
+        else run.parent / f"{run.name.split('-')[0]}-ar"
+    )
+    return found if (found / "metrics.json").is_file() else None
+
+
 def decodings(run: Path) -> list[tuple[str, Translate, str]]:
     """(name, translate, BLEU tokenizer) of each decoding a run's rows show."""
     if is_nat(run):
@@ -247,7 +267,19 @@ def decodings(run: Path) -> list[tuple[str, Translate, str]]:
             )
             for n in LENGTH_BEAMS[1:]
         ]
-        return grid + joint
+        teacher = teacher_run(run)
+        if teacher is None:
+            return grid + joint
+        nat.with_teacher(Translator.load(teacher, "cpu"), str(teacher))
+        ranked = [  # by the autoregressive teacher's log P(y | x) (rank_by="teacher")
+            (
+                f"Mask-Predict T = 10, l = {n}, teacher",
+                mask_predict(MaskPredictConfig(10, n, "teacher")),
+                nat.bleu_tokenize,
+            )
+            for n in LENGTH_BEAMS[1:]
+        ]
+        return grid + joint + ranked
     ar = Translator.load(run, "cpu")
 
     def autoregressive(config: DecodingConfig) -> Translate:
@@ -344,6 +376,12 @@ def targets(figures: dict[str, dict[str, float]], prefix: str, teacher: str | No
             f"- CMLM, distilled, T = 10, l = 5, joint ranking: {joint_behind:.2f} BLEU below the teacher's "
             "greedy."
         )
+        if f"{best}, teacher" in cmlm:
+            ranked_behind = ar["greedy"] - cmlm[f"{best}, teacher"]
+            lines.append(
+                f"- CMLM, distilled, T = 10, l = 5, ranked by the teacher: {ranked_behind:.2f} BLEU below "
+                "the teacher's greedy."
+            )
         batched = cmlm[f"{best} batch 64"] / cmlm[f"{best} speed"]
         lines.append(
             f"- CMLM, distilled, T = 10, l = 5: {batched:.2f}× its batch-1 sentences/s at batch 64 (target: "
@@ -358,19 +396,29 @@ def targets(figures: dict[str, dict[str, float]], prefix: str, teacher: str | No
     return lines
 
 
-def length_oracle(run: Path, name: str, batch: int = 64) -> str:
+def length_oracle(run: Path, name: str, batch: int = 64, seen: int = 1000) -> str:
     """A line on a nat run's length classifier: test BLEU at T = 10, l = 1 with the classifier's
-    length and with the reference's, and how often the two agree."""
+    length and with the reference's, how often the two agree, how often the reference's length is
+    among the classifier's two most likely, and how often it agrees on the first ``seen`` training
+    pairs (sources it was trained on: a classifier that fits them but not the test split has
+    learned their lengths, not how a new sentence's length follows from its words)."""
     nat, pairs = NatTranslator.load(run, "cpu"), test_pairs(run)
     config, most, pad = MaskPredictConfig(10, 1), nat.cmlm.length_classes - 1, nat.cmlm.config.pad_id
-    sources = nat.src_tok.encode_batch([s for s, _ in pairs])
-    wanted = [min(max(len(t), 1), most) for t in nat.tgt_tok.encode_batch([t for _, t in pairs])]
+
+    def encoded(some: Sequence[tuple[str, str]]) -> tuple[list[list[int]], list[int]]:
+        targets = nat.tgt_tok.encode_batch([t for _, t in some])
+        return nat.src_tok.encode_batch([s for s, _ in some]), [min(max(len(t), 1), most) for t in targets]
+
+    def padded(rows: list[list[int]]) -> torch.Tensor:
+        return torch.tensor([ids + [pad] * (max(map(len, rows)) - len(ids)) for ids in rows])
+
+    sources, wanted = encoded(pairs)
     found: dict[str, list[str]] = {"own": [], "given": []}
-    agree = 0
+    agree = top_two = 0
     with torch.no_grad():
         for start in range(0, len(pairs), batch):
             rows, lengths = sources[start : start + batch], torch.tensor(wanted[start : start + batch])
-            src = torch.tensor([ids + [pad] * (max(map(len, rows)) - len(ids)) for ids in rows])
+            src = padded(rows)
             for kind, given in (("own", None), ("given", lengths)):
                 out = mask_predict(nat.cmlm, src, nat.mask_id, config, nat.suppressed, lengths=given)
                 found[kind] += [
@@ -378,12 +426,21 @@ def length_oracle(run: Path, name: str, batch: int = 64) -> str:
                     for t, n in zip(out.tokens.tolist(), out.lengths.tolist(), strict=True)
                 ]
                 agree += int((out.lengths == lengths).sum()) if given is None else 0
+            likely = nat.cmlm.length_logits(nat.cmlm.encode(src)).topk(2, dim=1).indices
+            top_two += int((likely == lengths[:, None]).any(1).sum())
+        train_sources, train_wanted = encoded(training_pairs(run)[:seen])
+        trained = 0
+        for start in range(0, len(train_sources), batch):
+            logits = nat.cmlm.length_logits(nat.cmlm.encode(padded(train_sources[start : start + batch])))
+            trained += int((logits.argmax(1) == torch.tensor(train_wanted[start : start + batch])).sum())
     refs = [t for _, t in pairs]
     own, given_bleu = (bleu(found[k], refs, nat.bleu_tokenize).value for k in ("own", "given"))
     return (
         f"- {MODELS[name]}, Mask-Predict T = 10, l = 1: {own:.2f} BLEU with its length classifier, "
         f"{given_bleu:.2f} given the reference's length; the classifier picks the reference's length for "
-        f"{agree / max(1, len(pairs)):.1%} of the {len(pairs):,} test sentences."
+        f"{agree / max(1, len(pairs)):.1%} of the {len(pairs):,} test sentences (among its two most likely "
+        f"lengths for {top_two / max(1, len(pairs)):.1%}), and for "
+        f"{trained / max(1, len(train_sources)):.1%} of the first {len(train_sources):,} training pairs."
     )
 
 

@@ -14,9 +14,10 @@ import torch
 from tests.helpers import tiny_args, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig
+from vaswani.generation.logprobs import sequence_log_probs
 from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
-from vaswani.tasks.mrt import expected_risk, merged, sequence_log_probs
+from vaswani.tasks.mrt import expected_risk, merged
 
 DT = torch.float64
 VOCAB, PAD, BOS, EOS = 11, 0, 1, 2

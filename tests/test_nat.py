@@ -23,8 +23,10 @@ from vaswani.generation.mask_predict import (
     length_groups,
     mask_predict,
     remasked,
+    teacher_ranking,
 )
 from vaswani.models.cmlm import CMLM
+from vaswani.models.transformer import Transformer
 from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.rundir import RunDir
 from vaswani.tasks import lifecycle, registry, translation
@@ -221,6 +223,49 @@ def test_joint_ranking_picks_the_candidate_of_the_best_tokens_and_length_log_pro
             found.lengths.tolist() == candidates.gather(1, ranked.argmax(1, keepdim=True)).flatten().tolist()
         )
     assert not torch.equal(mean.argmax(1), joint.argmax(1))  # the two rules differ on these sources
+
+
+def test_teacher_ranking_picks_the_candidate_an_autoregressive_model_scores_best():
+    """rank_by="teacher": of each source's l candidates (each what it is decoded alone at its length),
+    the one of the largest log P(y EOS | x) by an autoregressive model, computed here one candidate at
+    a time on the unpadded source; without a teacher, a clear error."""
+    model, src, beam, bos, eos = tiny_cmlm(), sources(), 4, 1, 2
+    torch.manual_seed(3)
+    teacher = Transformer(
+        ModelConfig.preset("tiny", src_vocab_size=32, tgt_vocab_size=32, dropout=0.0)
+    ).eval()
+    config = MaskPredictConfig(iterations=3, length_beam=beam, rank_by="teacher")
+    length_logits = model.length_logits(model.encode(src)).float()
+    length_logits[:, 0] = float("-inf")
+    candidates = length_logits.topk(beam, dim=1).indices
+    scores, ids = torch.zeros(candidates.shape), []
+    with torch.no_grad():
+        for k in range(beam):
+            alone = mask_predict(
+                model,
+                src,
+                MASK_ID,
+                replace(config, length_beam=1, rank_by="average"),
+                BANNED,
+                lengths=candidates[:, k],
+            )
+            ids.append([alone.tokens[b, : int(alone.lengths[b])].tolist() for b in range(src.shape[0])])
+            for b in range(src.shape[0]):
+                y = [*ids[k][b], eos]
+                x = src[b : b + 1, : int((src[b] != PAD).sum())]
+                logp = teacher(x, torch.tensor([[bos, *y[:-1]]])).log_softmax(-1)[0]
+                scores[b, k] = sum(float(logp[t, token]) for t, token in enumerate(y))
+    rank = teacher_ranking(teacher, bos, eos)
+    with torch.no_grad():  # the batched, padded scores are the one-at-a-time ones
+        texts = [alone_k[b] for alone_k in ids for b in range(src.shape[0])]
+        batched = rank(src, torch.arange(src.shape[0]).repeat(beam), texts).view(beam, -1).t()
+    torch.testing.assert_close(batched, scores, atol=1e-4, rtol=0)
+    found = mask_predict(model, src, MASK_ID, config, BANNED, teacher=rank)
+    assert found.lengths.tolist() == candidates.gather(1, scores.argmax(1, keepdim=True)).flatten().tolist()
+    average = mask_predict(model, src, MASK_ID, replace(config, rank_by="average"), BANNED)
+    assert not torch.equal(found.lengths, average.lengths)  # the teacher decides here
+    with pytest.raises(ConfigError, match=r"decoding\.rank_by teacher needs the autoregressive run"):
+        mask_predict(model, src, MASK_ID, config, BANNED)
 
 
 def test_a_length_beam_wider_than_the_length_classes_is_refused():

@@ -62,7 +62,15 @@ def add_translate_parser(commands: Any) -> None:
         "--rank-by",
         metavar="RULE",
         help="how a sentence's candidates are ranked: average (their tokens' mean log-probability, the "
-        "paper's, default) or joint (log P(y, length | x): the length classifier's log-probability added)",
+        "paper's, default), joint (log P(y, length | x): the length classifier's log-probability added) "
+        "or teacher (log P(y | x) by --teacher)",
+    )
+    mask_predict.add_argument(
+        "--teacher",
+        type=Path,
+        metavar="RUN",
+        help="an autoregressive translation run over the same vocabularies (the run the CMLM was distilled "
+        "from) whose log P(y | x) ranks the candidates (implies --rank-by teacher)",
     )
     add_compile_flag(translate)
     translate.set_defaults(handler=cmd_translate, texts_field="text")
@@ -89,9 +97,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
             )
         translate_nat(args, mask_predict)
         return
-    if args.iterations is not None or args.length_beam is not None or args.rank_by is not None:
+    if any(getattr(args, f) is not None for f in ("iterations", "length_beam", "rank_by", "teacher")):
         raise ConfigError(
-            f"--iterations, --length-beam and --rank-by decode a nat run; {args.run_dir} is autoregressive"
+            f"--iterations, --length-beam, --rank-by and --teacher decode a nat run; {args.run_dir} is "
+            "autoregressive"
         )
     translator = Translator.load(args.run_dir, args.device)
     prepare_weights(translator.model, args.quantize, args.dtype)
@@ -122,7 +131,8 @@ def terminal_display() -> EmptyTranslations:
 
 def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
     """The :class:`MaskPredictConfig` of ``--iterations``, ``--length-beam`` and ``--rank-by`` (unset:
-    the paper's T = 10, l = 5, average), checked before anything is loaded; its errors name the flags."""
+    the paper's T = 10, l = 5, average; ``teacher`` where ``--teacher`` is given), checked before
+    anything is loaded; its errors name the flags."""
     from vaswani.generation.mask_predict import MaskPredictConfig
 
     given = {
@@ -130,6 +140,10 @@ def mask_predict_from_args(args: argparse.Namespace) -> MaskPredictConfig:
         for name in ("iterations", "length_beam", "rank_by")
         if getattr(args, name) is not None
     }
+    if args.teacher is not None and given.setdefault("rank_by", "teacher") != "teacher":
+        raise ConfigError(
+            f"--teacher ranks the candidates: it goes with --rank-by teacher, not {args.rank_by}"
+        )
     return flag_errors(lambda: MaskPredictConfig(**given))
 
 
@@ -137,8 +151,11 @@ def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None
     """Print Mask-Predict's translation of each sentence of a nat run."""
     from vaswani.pipelines.common import refuse_empty
     from vaswani.pipelines.nat import NatTranslator
+    from vaswani.pipelines.translation import Translator
 
     translator = NatTranslator.load(args.run_dir, args.device)
+    if args.teacher is not None:
+        translator.with_teacher(Translator.load(args.teacher, args.device), f"--teacher {args.teacher}")
     flag_errors(lambda: translator.check(decoding))
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")

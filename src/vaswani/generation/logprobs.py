@@ -5,7 +5,8 @@ For logits :math:`z` (rows, vocab) over the vocabulary, the log-probability of t
 before any temperature, top-k or top-p shapes the draw. :func:`logprobs_of` gives, for each row,
 the chosen token's log-probability and the ``top`` most likely tokens with theirs (best first);
 :func:`prompt_logprobs` scores every token of a text given the ones before it (the first, which
-nothing predicts, has none).
+nothing predicts, has none); :func:`sequence_log_probs` sums them over whole targets of an
+encoder-decoder.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from vaswani.data.batching import pad
 from vaswani.models.gpt import GPT
+from vaswani.models.transformer import EncodedSource, Transformer
 
 MAX_TOP = 20  # the most alternatives a request may ask for (OpenAI's top_logprobs cap)
 
@@ -63,3 +66,32 @@ def prompt_logprobs(
     if vocab_size is not None and vocab_size < logits.shape[-1]:
         logits[:, vocab_size:] = -torch.inf
     return [None, *logprobs_of(logits, tokens[0, 1:], top)]
+
+
+def sequence_log_probs(
+    model: nn.Module,
+    src: Tensor,
+    candidates: Sequence[Sequence[int]],
+    bos_id: int,
+    pad_id: int,
+    rows: Tensor | None = None,
+) -> Tensor:
+    """log P(u | x) = Σ_t log P(u_t | u_<t, x) (N,) of each candidate u (its ids, EOS included where
+    it ended) given its row of ``src`` (N, S), by an encoder-decoder ``model(src, tgt_in)``
+    teacher-forced in one batch from ``bos_id`` (with gradients where the model has them): minimum
+    risk training's candidates, and Mask-Predict's ranked by a teacher. With ``rows`` (N,), ``src``
+    (B, S) holds each source once, encoded once by a :class:`Transformer`, and candidate i is of
+    source ``rows[i]``."""
+    targets = pad(candidates, pad_id).to(src.device)
+    inputs = pad([(bos_id, *u[:-1]) for u in candidates], pad_id).to(src.device)
+    if rows is None:
+        logits = model(src, inputs)
+    else:
+        assert isinstance(model, Transformer)
+        encoded = model.encode(src)
+        logits, _ = model.decode(inputs, EncodedSource(encoded.memory[rows], encoded.mask[rows]))
+    log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
+    picked = log_probs.gather(-1, targets[..., None])[..., 0]
+    lengths = torch.tensor([len(u) for u in candidates], device=src.device)
+    real = torch.arange(targets.shape[1], device=src.device)[None] < lengths[:, None]
+    return (picked * real).sum(dim=1)

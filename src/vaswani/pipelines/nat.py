@@ -15,8 +15,13 @@ import torch
 from torch import Tensor
 
 from vaswani.data.config import NatData
-from vaswani.errors import RunDirError
-from vaswani.generation.mask_predict import MaskPredictConfig, check_length_beam, mask_predict
+from vaswani.errors import ConfigError, RunDirError
+from vaswani.generation.mask_predict import (
+    MaskPredictConfig,
+    check_length_beam,
+    mask_predict,
+    teacher_ranking,
+)
 from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.translation import TGT_TOKENIZER, Translator, read_translation_run
 from vaswani.rundir import RunDir
@@ -42,10 +47,19 @@ def mask_id_of(tokenizer: TextTokenizer, where: Path) -> int:
     return found
 
 
+def shares_vocabulary(teacher: TextTokenizer, nat: TextTokenizer) -> bool:
+    """Whether every piece of ``teacher``'s vocabulary has the same id in ``nat``'s (which may hold
+    more: ``<mask>``, appended)."""
+    theirs = nat.tokenizer.get_vocab()
+    return all(theirs.get(piece) == i for piece, i in teacher.tokenizer.get_vocab().items())
+
+
 class NatTranslator(Translator):
     """A trained CMLM with its tokenizers; sentences are decoded in batches of similar length by
     Mask-Predict (:func:`~vaswani.generation.mask_predict.mask_predict`) and returned in input order.
-    The translations of a sentence do not depend on the other sentences of its batch."""
+    The translations of a sentence do not depend on the other sentences of its batch. ``teacher``,
+    an autoregressive translator over the same vocabularies (:meth:`with_teacher`), ranks each
+    sentence's candidates where the decoding asks for it (``rank_by="teacher"``)."""
 
     def __init__(
         self,
@@ -57,6 +71,25 @@ class NatTranslator(Translator):
     ) -> None:
         super().__init__(model, src_tok, tgt_tok, bleu_tokenize)
         self.cmlm, self.mask_id = model, mask_id
+        self.teacher: Translator | None = None
+
+    def with_teacher(self, teacher: Translator, name: str = "the teacher") -> NatTranslator:
+        """This translator with ``teacher`` (on the CMLM's device) to rank candidates; a
+        :class:`ConfigError` naming ``name`` where its vocabularies or special ids are not the CMLM's."""
+        same_ids = all(
+            getattr(teacher.tgt_tok, f) == getattr(self.tgt_tok, f) for f in ("bos_id", "eos_id", "pad_id")
+        )
+        if not (
+            same_ids
+            and shares_vocabulary(teacher.src_tok, self.src_tok)
+            and shares_vocabulary(teacher.tgt_tok, self.tgt_tok)
+        ):
+            raise ConfigError(
+                f"{name}: its vocabularies are not the nat run's (a teacher must be the run it was distilled "
+                "from, or one trained on the same tokenizers)"
+            )
+        self.teacher = teacher
+        return self
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "auto") -> NatTranslator:
@@ -78,8 +111,14 @@ class NatTranslator(Translator):
         return (*super().suppressed, self.tgt_tok.bos_id, self.tgt_tok.eos_id)
 
     def check(self, decoding: MaskPredictConfig) -> None:
-        """Refuse a ``decoding`` this run cannot do (a length beam wider than its length classes)."""
+        """Refuse a ``decoding`` this run cannot do (a length beam wider than its length classes, a
+        teacher's ranking without a teacher)."""
         check_length_beam(decoding, self.cmlm)
+        if decoding.rank_by == "teacher" and self.teacher is None:
+            raise ConfigError(
+                "decoding.rank_by teacher needs an autoregressive teacher to score the candidates "
+                "(vaswani translate --teacher RUN)"
+            )
 
     def translate(  # type: ignore[override]
         self,
@@ -92,9 +131,14 @@ class NatTranslator(Translator):
         beam (the paper's T = 10, l = 5 by default). No sentences give no translations (``[]``); a
         sentence longer than the model's max_len is a :class:`~vaswani.errors.DataError`."""
         self.check(decoding)
+        teacher = None
+        if self.teacher is not None:
+            teacher = teacher_ranking(self.teacher.model, self.tgt_tok.bos_id, self.tgt_tok.eos_id)
+            if self.teacher.model.training:
+                self.teacher.model.eval()
 
         def decode(src: Tensor) -> list[str]:
-            found = mask_predict(self.cmlm, src, self.mask_id, decoding, self.suppressed)
+            found = mask_predict(self.cmlm, src, self.mask_id, decoding, self.suppressed, teacher=teacher)
             return [
                 self.tgt_tok.decode(row[:length])
                 for row, length in zip(found.tokens.tolist(), found.lengths.tolist(), strict=True)

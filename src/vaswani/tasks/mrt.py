@@ -27,9 +27,10 @@ import torch
 from torch import Tensor, nn
 
 from vaswani.config import RunConfig
-from vaswani.data.batching import Seq2SeqBatch, pad
+from vaswani.data.batching import Seq2SeqBatch
 from vaswani.data.config import ParallelData
 from vaswani.generation.config import DecodingConfig
+from vaswani.generation.logprobs import sequence_log_probs
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.io import load_weights
 from vaswani.metrics import sentence_scores
@@ -90,21 +91,6 @@ def merged(rows: Sequence[Sequence[int]], eos_id: int, pad_id: int) -> list[Cand
         end = ids.index(eos_id) + 1 if eos_id in ids else (ids.index(pad_id) if pad_id in ids else len(ids))
         out[tuple(ids[:end])] = None
     return list(out)
-
-
-def sequence_log_probs(
-    model: nn.Module, src: Tensor, candidates: Sequence[Candidate], bos_id: int, pad_id: int
-) -> Tensor:
-    """log P(u | x) (N,) of each candidate u given its source row of ``src`` (N, S), teacher-forced
-    in one batch (with gradients where the model has them)."""
-    targets = pad(candidates, pad_id).to(src.device)
-    inputs = pad([(bos_id, *u[:-1]) for u in candidates], pad_id).to(src.device)
-    logits = model(src, inputs)
-    log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
-    picked = log_probs.gather(-1, targets[..., None])[..., 0]
-    lengths = torch.tensor([len(u) for u in candidates], device=src.device)
-    real = torch.arange(targets.shape[1], device=src.device)[None] < lengths[:, None]
-    return (picked * real).sum(dim=1)
 
 
 def expected_risk(log_probs: Tensor, costs: Tensor, sizes: Sequence[int], alpha: float) -> Tensor:
