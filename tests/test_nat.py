@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import WORDS, assert_resumed_like_whole, write_reverse_task
+from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import NatData
 from vaswani.errors import ConfigError
@@ -28,6 +29,7 @@ from vaswani.generation.mask_predict import (
 from vaswani.models.cmlm import CMLM
 from vaswani.models.transformer import Transformer
 from vaswani.pipelines.nat import NatTranslator, with_mask
+from vaswani.pipelines.translation import Translator
 from vaswani.rundir import RunDir
 from vaswani.tasks import lifecycle, registry, translation
 from vaswani.tasks.nat import DISTILLED_FILE, TEACHER_BEAM, NatTask, mask_targets, train_nat
@@ -392,6 +394,28 @@ def test_a_resumed_distilled_run_reads_its_translations_without_the_teacher(tmp_
     lifecycle.resume(student, quiet=True, max_steps=8)
     assert RunDir(student).read_config().train.max_steps == 8
     assert (student / DISTILLED_FILE).read_bytes() == kept
+
+
+@pytest.mark.slow  # trains three tiny runs
+def test_translate_with_a_teacher_prints_what_the_api_ranks_and_refuses_another_vocabulary(tmp_path, capsys):
+    src, tgt = write_reverse_task(tmp_path, n=200)
+    flags = {"model": {"preset": "tiny", "max_len": 24}, "train": {"max_steps": 3, "batch_tokens": 300}}
+    files = {"src": str(src), "tgt": str(tgt), "vocab_size": 60}
+    teacher, other, student = tmp_path / "teacher", tmp_path / "other", tmp_path / "student"
+    lifecycle.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
+    other_files = {**files, "vocab_size": 20}
+    lifecycle.train(registry.configure("translation", {**flags, "data": other_files}), other, quiet=True)
+    lifecycle.train(nat_run(tmp_path, "student", 3), student, quiet=True)
+    sentences, config = ["a b c d", "e"], MaskPredictConfig(iterations=3, length_beam=3, rank_by="teacher")
+    api = NatTranslator.load(student, "cpu").with_teacher(Translator.load(teacher, "cpu"))
+    capsys.readouterr()
+    flags_ = ["--iterations", "3", "--length-beam", "3", "--teacher", str(teacher)]
+    assert main(["translate", str(student), *sentences, *flags_]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == api.translate(sentences, config)
+    assert "the teacher's weights" in captured.err
+    with pytest.raises(ConfigError, match=r"--teacher .*other: its vocabularies are not the nat run's"):
+        NatTranslator.load(student, "cpu").with_teacher(Translator.load(other, "cpu"), f"--teacher {other}")
 
 
 class StopTraining(Exception):

@@ -154,8 +154,10 @@ def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None
     from vaswani.pipelines.translation import Translator
 
     translator = NatTranslator.load(args.run_dir, args.device)
+    teacher = None
     if args.teacher is not None:
-        translator.with_teacher(Translator.load(args.teacher, args.device), f"--teacher {args.teacher}")
+        teacher = Translator.load(args.teacher, args.device)
+        translator.with_teacher(teacher, f"--teacher {args.teacher}")
     flag_errors(lambda: translator.check(decoding))
     sentences = list(args.text) if args.text else [line.rstrip("\r\n") for line in read_stdin()]
     refuse_empty(sentences, "input line")
@@ -163,6 +165,8 @@ def translate_nat(args: argparse.Namespace, decoding: MaskPredictConfig) -> None
     for line in translator.translate(sentences, decoding, batch_size=args.batch_size):
         print(shown(line), flush=True)
     print(f"vaswani: {translator.weights_note}", file=sys.stderr)
+    if teacher is not None:
+        print(f"vaswani: the teacher's {teacher.weights_note}", file=sys.stderr)
 
 
 def flag_errors(check: Callable[[], T]) -> T:

@@ -48,10 +48,9 @@ def mask_id_of(tokenizer: TextTokenizer, where: Path) -> int:
 
 
 def shares_vocabulary(teacher: TextTokenizer, nat: TextTokenizer) -> bool:
-    """Whether every piece of ``teacher``'s vocabulary has the same id in ``nat``'s (which may hold
-    more: ``<mask>``, appended)."""
-    theirs = nat.tokenizer.get_vocab()
-    return all(theirs.get(piece) == i for piece, i in teacher.tokenizer.get_vocab().items())
+    """Whether ``teacher``'s vocabulary is ``nat``'s without ``<mask>``: the same pieces, the same ids."""
+    ours = {piece: i for piece, i in nat.tokenizer.get_vocab().items() if piece != MASK}
+    return teacher.tokenizer.get_vocab() == ours
 
 
 class NatTranslator(Translator):
