@@ -27,6 +27,7 @@ from vaswani.generation.mask_predict import (
     teacher_ranking,
 )
 from vaswani.models.cmlm import CMLM
+from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import Transformer
 from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.pipelines.translation import Translator
@@ -227,15 +228,16 @@ def test_joint_ranking_picks_the_candidate_of_the_best_tokens_and_length_log_pro
     assert not torch.equal(mean.argmax(1), joint.argmax(1))  # the two rules differ on these sources
 
 
-def test_teacher_ranking_picks_the_candidate_an_autoregressive_model_scores_best():
+@pytest.mark.parametrize("arch", ["encoder_decoder", "rnn"])
+def test_teacher_ranking_picks_the_candidate_an_autoregressive_model_scores_best(arch):
     """rank_by="teacher": of each source's l candidates (each what it is decoded alone at its length),
-    the one of the largest log P(y EOS | x) by an autoregressive model, computed here one candidate at
-    a time on the unpadded source; without a teacher, a clear error."""
+    the one of the largest log P(y EOS | x) by an autoregressive model (a Transformer, whose sources
+    are encoded once, or the RNN), computed here one candidate at a time on the unpadded source;
+    without a teacher, a clear error."""
     model, src, beam, bos, eos = tiny_cmlm(), sources(), 4, 1, 2
     torch.manual_seed(3)
-    teacher = Transformer(
-        ModelConfig.preset("tiny", src_vocab_size=32, tgt_vocab_size=32, dropout=0.0)
-    ).eval()
+    cfg = ModelConfig.preset("tiny", arch=arch, src_vocab_size=32, tgt_vocab_size=32, dropout=0.0)
+    teacher = (RNNTranslator(cfg) if arch == "rnn" else Transformer(cfg)).eval()
     config = MaskPredictConfig(iterations=3, length_beam=beam, rank_by="teacher")
     length_logits = model.length_logits(model.encode(src)).float()
     length_logits[:, 0] = float("-inf")

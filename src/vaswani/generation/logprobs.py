@@ -80,14 +80,16 @@ def sequence_log_probs(
     it ended) given its row of ``src`` (N, S), by an encoder-decoder ``model(src, tgt_in)``
     teacher-forced in one batch from ``bos_id`` (with gradients where the model has them): minimum
     risk training's candidates, and Mask-Predict's ranked by a teacher. With ``rows`` (N,), ``src``
-    (B, S) holds each source once, encoded once by a :class:`Transformer`, and candidate i is of
-    source ``rows[i]``."""
+    (B, S) holds each source once and candidate i is of source ``rows[i]``: a :class:`Transformer`
+    encodes each source once, another model (the RNN) gets each candidate's source row."""
     targets = pad(candidates, pad_id).to(src.device)
     inputs = pad([(bos_id, *u[:-1]) for u in candidates], pad_id).to(src.device)
+    if rows is not None and not isinstance(model, Transformer):
+        src, rows = src[rows], None
     if rows is None:
         logits = model(src, inputs)
     else:
-        assert isinstance(model, Transformer)
+        assert isinstance(model, Transformer)  # for the type checker: the branch above took the rest
         encoded = model.encode(src)
         logits, _ = model.decode(inputs, EncodedSource(encoded.memory[rows], encoded.mask[rows]))
     log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)

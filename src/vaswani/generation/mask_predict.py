@@ -38,6 +38,7 @@ from torch import Tensor
 from vaswani.errors import ConfigError, shown
 from vaswani.generation.logprobs import sequence_log_probs
 from vaswani.models.cmlm import CMLM
+from vaswani.models.rnn import RNNTranslator
 from vaswani.models.transformer import EncodedSource, Transformer
 
 PAPER_ITERATIONS, PAPER_LENGTH_BEAM = 10, 5  # the paper's T = 10 and l = 5
@@ -162,10 +163,10 @@ def mask_predict(
     return MaskPredictResult(tokens[chosen, :kept], lengths[chosen], scores[chosen])
 
 
-def teacher_ranking(teacher: Transformer, bos_id: int, eos_id: int) -> Rescore:
+def teacher_ranking(teacher: Transformer | RNNTranslator, bos_id: int, eos_id: int) -> Rescore:
     """The :data:`Rescore` of an autoregressive ``teacher`` (in eval mode, its vocabularies the
     CMLM's): log P(y EOS | x), each candidate teacher-forced from ``bos_id`` and ended by ``eos_id``,
-    each source encoded once and all of a batch's candidates decoded in one pass
+    all of a group's candidates decoded in one pass, each source encoded once by a Transformer
     (:func:`~vaswani.generation.logprobs.sequence_log_probs`)."""
 
     def score(src: Tensor, rows: Tensor, candidates: list[list[int]]) -> Tensor:

@@ -23,6 +23,7 @@ from vaswani.generation.mask_predict import (
     teacher_ranking,
 )
 from vaswani.models.cmlm import CMLM
+from vaswani.pipelines.common import model_device
 from vaswani.pipelines.translation import TGT_TOKENIZER, Translator, read_translation_run
 from vaswani.rundir import RunDir
 from vaswani.tokenizer import TextTokenizer
@@ -73,8 +74,9 @@ class NatTranslator(Translator):
         self.teacher: Translator | None = None
 
     def with_teacher(self, teacher: Translator, name: str = "the teacher") -> NatTranslator:
-        """This translator with ``teacher`` (on the CMLM's device) to rank candidates; a
-        :class:`ConfigError` naming ``name`` where its vocabularies or special ids are not the CMLM's."""
+        """This translator with ``teacher`` (its model moved to the CMLM's device) to rank candidates;
+        a :class:`ConfigError` naming ``name`` where its vocabularies or special ids are not the
+        CMLM's."""
         same_ids = all(
             getattr(teacher.tgt_tok, f) == getattr(self.tgt_tok, f) for f in ("bos_id", "eos_id", "pad_id")
         )
@@ -87,6 +89,7 @@ class NatTranslator(Translator):
                 f"{name}: its vocabularies are not the nat run's (a teacher must be the run it was distilled "
                 "from, or one trained on the same tokenizers)"
             )
+        teacher.model.to(model_device(self.cmlm))
         self.teacher = teacher
         return self
 
