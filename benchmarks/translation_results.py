@@ -48,6 +48,7 @@ from jobs import ROOT, Job, run_all, shown, write_table
 from length_buckets import buckets, name_of, scored
 from timing import cpu_description
 
+from vaswani.data.batching import pad
 from vaswani.data.config import NatData, ParallelData
 from vaswani.generation.config import GREEDY, DecodingConfig
 from vaswani.generation.mask_predict import MaskPredictConfig, mask_predict
@@ -219,18 +220,17 @@ def is_nat(run: Path) -> bool:
     return RunDir(run).read_config().task == "nat"
 
 
+def run_data(run: Path) -> translation.TranslationData:
+    """The splits of a run's corpus (a distilled run trained on its teacher's translations of the
+    training sources instead)."""
+    task, section = ("nat", NatData) if is_nat(run) else (TASK, ParallelData)
+    return translation.load_data(RunDir(run).read_config(task, section).data)  # type: ignore[arg-type]
+
+
 def test_pairs(run: Path) -> list[tuple[str, str]]:
     """The run's test split (its valid split where it has none)."""
-    task, section = ("nat", NatData) if is_nat(run) else (TASK, ParallelData)
-    data = translation.load_data(RunDir(run).read_config(task, section).data)  # type: ignore[arg-type]
+    data = run_data(run)
     return data.test or data.valid
-
-
-def training_pairs(run: Path) -> list[tuple[str, str]]:
-    """The corpus's training pairs of a run (a distilled run trained on its teacher's translations of
-    these sources instead)."""
-    task, section = ("nat", NatData) if is_nat(run) else (TASK, ParallelData)
-    return translation.load_data(RunDir(run).read_config(task, section).data).train  # type: ignore[arg-type]
 
 
 def teacher_run(run: Path) -> Path | None:
@@ -403,14 +403,11 @@ def length_oracle(run: Path, name: str, batch: int = 64, seen: int = 1000) -> st
     pairs (sources it was trained on: a classifier that fits them but not the test split has
     learned their lengths, not how a new sentence's length follows from its words)."""
     nat, pairs = NatTranslator.load(run, "cpu"), test_pairs(run)
-    config, most, pad = MaskPredictConfig(10, 1), nat.cmlm.length_classes - 1, nat.cmlm.config.pad_id
+    config, most, pad_id = MaskPredictConfig(10, 1), nat.cmlm.length_classes - 1, nat.cmlm.config.pad_id
 
     def encoded(some: Sequence[tuple[str, str]]) -> tuple[list[list[int]], list[int]]:
         targets = nat.tgt_tok.encode_batch([t for _, t in some])
         return nat.src_tok.encode_batch([s for s, _ in some]), [min(max(len(t), 1), most) for t in targets]
-
-    def padded(rows: list[list[int]]) -> torch.Tensor:
-        return torch.tensor([ids + [pad] * (max(map(len, rows)) - len(ids)) for ids in rows])
 
     sources, wanted = encoded(pairs)
     found: dict[str, list[str]] = {"own": [], "given": []}
@@ -418,7 +415,7 @@ def length_oracle(run: Path, name: str, batch: int = 64, seen: int = 1000) -> st
     with torch.no_grad():
         for start in range(0, len(pairs), batch):
             rows, lengths = sources[start : start + batch], torch.tensor(wanted[start : start + batch])
-            src = padded(rows)
+            src = pad(rows, pad_id)
             for kind, given in (("own", None), ("given", lengths)):
                 out = mask_predict(nat.cmlm, src, nat.mask_id, config, nat.suppressed, lengths=given)
                 found[kind] += [
@@ -428,10 +425,12 @@ def length_oracle(run: Path, name: str, batch: int = 64, seen: int = 1000) -> st
                 agree += int((out.lengths == lengths).sum()) if given is None else 0
             likely = nat.cmlm.length_logits(nat.cmlm.encode(src)).topk(2, dim=1).indices
             top_two += int((likely == lengths[:, None]).any(1).sum())
-        train_sources, train_wanted = encoded(training_pairs(run)[:seen])
+        train_sources, train_wanted = encoded(run_data(run).train[:seen])
         trained = 0
         for start in range(0, len(train_sources), batch):
-            logits = nat.cmlm.length_logits(nat.cmlm.encode(padded(train_sources[start : start + batch])))
+            logits = nat.cmlm.length_logits(
+                nat.cmlm.encode(pad(train_sources[start : start + batch], pad_id))
+            )
             trained += int((logits.argmax(1) == torch.tensor(train_wanted[start : start + batch])).sum())
     refs = [t for _, t in pairs]
     own, given_bleu = (bleu(found[k], refs, nat.bleu_tokenize).value for k in ("own", "given"))
