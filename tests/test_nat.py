@@ -32,9 +32,10 @@ from vaswani.models.transformer import Transformer
 from vaswani.pipelines.nat import NatTranslator, with_mask
 from vaswani.pipelines.translation import Translator
 from vaswani.rundir import RunDir
-from vaswani.tasks import lifecycle, registry, translation
+from vaswani.tasks import lifecycle, nat, registry, translation
 from vaswani.tasks.nat import DISTILLED_FILE, TEACHER_BEAM, NatTask, mask_targets, train_nat
 from vaswani.tasks.translation import TranslationData
+from vaswani.training.selection import chosen_weights
 
 MASK_ID, PAD = 7, 0
 BANNED = (PAD, MASK_ID)
@@ -396,6 +397,38 @@ def test_a_resumed_distilled_run_reads_its_translations_without_the_teacher(tmp_
     lifecycle.resume(student, quiet=True, max_steps=8)
     assert RunDir(student).read_config().train.max_steps == 8
     assert (student / DISTILLED_FILE).read_bytes() == kept
+
+
+def test_a_run_started_from_a_distilled_nat_run_takes_its_weights_corpus_and_translations(
+    tmp_path, monkeypatch
+):
+    src, tgt = write_reverse_task(tmp_path, n=200)
+    teacher, student, more = tmp_path / "teacher", tmp_path / "student", tmp_path / "more"
+    flags = {"model": {"preset": "tiny", "max_len": 24}, "train": {"max_steps": 3, "batch_tokens": 300}}
+    files = {"src": str(src), "tgt": str(tgt), "vocab_size": 60}
+    lifecycle.train(registry.configure("translation", {**flags, "data": files}), teacher, quiet=True)
+    lifecycle.train(nat_run(tmp_path, "student", 5, distill_from=str(teacher)), student, quiet=True)
+    shutil.move(teacher, tmp_path / "gone")  # the translations must come from the student's run
+    seen: list = []
+    monkeypatch.setattr(
+        nat, "NatTask", lambda run, s, t, data, m: seen.append((run, t, data)) or NatTask(run, s, t, data, m)
+    )
+    monkeypatch.setattr(
+        nat, "fit_run", lambda run, run_dir, task, build, *a, **k: seen.append(build()) or exit_early()
+    )
+    run = registry.configure("nat", {"train": {"max_steps": 2}, "data": {"init": str(student)}})
+    with pytest.raises(StopTraining):
+        train_nat(run, more, quiet=True)
+    (run, tgt_tok, data), model = seen
+    chosen = load_file(chosen_weights(RunDir(student), "bleu")[0])
+    state = model.state_dict()  # every stored weight (a tied output projection is not stored)
+    assert len(chosen) > 10 and all(torch.equal(state[k], v) for k, v in chosen.items())
+    assert run.model == RunDir(student).read_config().model
+    assert (run.data.src, run.data.distill_from) == (str(src), str(teacher))
+    assert tgt_tok.tokenizer.get_vocab() == NatTranslator.load(student, "cpu").tgt_tok.tokenizer.get_vocab()
+    translations = json.loads((student / DISTILLED_FILE).read_text(encoding="utf-8"))
+    assert [t for _, t in data.train] == translations
+    assert (more / DISTILLED_FILE).read_bytes() == (student / DISTILLED_FILE).read_bytes()
 
 
 @pytest.mark.slow  # trains three tiny runs

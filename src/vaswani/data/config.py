@@ -176,7 +176,9 @@ class ParallelData(WordVectorsData, DatasetData):
         None, "sacrebleu tokenizer (default: zh for Chinese, else 13a)", choices=BLEU_TOKENIZERS
     )
     init: str | None = flag(
-        None, "start from this translation run's weights and tokenizers (its model)", metavar="RUN_DIR"
+        None,
+        "start from this run's weights and tokenizers (its model): a translation run's, a nat run's for nat",
+        metavar="RUN_DIR",
     )
     objective: str = flag(
         "token",
@@ -443,6 +445,14 @@ class NatData(ParallelData):
     distill_from: str | None = flag(
         None, "train on this translation run's beam-5 translations of the training sources", metavar="RUN_DIR"
     )
+
+    def _check(self) -> None:
+        super()._check()
+        if self.objective != "token":
+            self._fail(
+                "objective",
+                "a nat run learns by its masked-token loss (minimum risk training is translation's)",
+            )
 
 
 @dataclass(frozen=True)

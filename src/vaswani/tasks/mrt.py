@@ -20,13 +20,13 @@ per token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
-from vaswani.config import RunConfig
+from vaswani.config import ModelConfig, RunConfig
 from vaswani.data.batching import Seq2SeqBatch
 from vaswani.data.config import ParallelData
 from vaswani.generation.config import DecodingConfig
@@ -66,19 +66,26 @@ CORPUS = (
 """The data fields that name a corpus and its splits."""
 
 
-def initialised(run: RunConfig) -> tuple[RunConfig, TextTokenizer, TextTokenizer, nn.Module]:
-    """A run that starts from ``run.data.init``: that run's model config, BLEU tokenizer, tokenizers
-    and model with its chosen weights (the best by its ``select_by``, else the last), and its corpus
-    where ``run`` names none (the recipe's embedded default)."""
+def initialised(
+    run: RunConfig,
+    task: str = TASK,
+    data_class: type[ParallelData] = ParallelData,
+    build: Callable[[ModelConfig], nn.Module] = translation_model,
+    inherited: Sequence[str] = CORPUS,
+) -> tuple[RunConfig, TextTokenizer, TextTokenizer, nn.Module]:
+    """A run that starts from ``run.data.init`` (a run of ``task``, its data section ``data_class``):
+    that run's model config, BLEU tokenizer, tokenizers and model (``build``) with its chosen weights
+    (the best by its ``select_by``, else the last), and its ``inherited`` data fields (its corpus)
+    where ``run`` names no corpus (the recipe's embedded default)."""
     folder = RunDir(str(run.data.init))  # type: ignore[attr-defined]
-    base = folder.read_config(TASK, ParallelData)
+    base = folder.read_config(task, data_class)
     src_tok = TextTokenizer.load(folder.file(SRC_TOKENIZER))
     tgt_tok = TextTokenizer.load(folder.file(TGT_TOKENIZER))
-    model = translation_model(base.model)
+    model = build(base.model)
     load_weights(model, chosen_weights(folder, base.train.select_by)[0])
     data = run.data.replace(bleu_tokenize=base.data.bleu_tokenize)  # type: ignore[union-attr]
     if data.source == "default":  # no corpus of its own: go on with the --init run's
-        data = data.replace(**{name: getattr(base.data, name) for name in CORPUS})
+        data = data.replace(**{name: getattr(base.data, name) for name in inherited})
     return RunConfig(run.task, base.model, run.train, data), src_tok, tgt_tok, model
 
 

@@ -37,6 +37,7 @@ from vaswani.rundir import RunDir
 from vaswani.runtime import Resolved
 from vaswani.tasks import translation
 from vaswani.tasks.evaluation import Evaluation, Report
+from vaswani.tasks.mrt import CORPUS, initialised
 from vaswani.tasks.translation import Pairs, TranslationData, TranslationTask
 from vaswani.tasks.word_vectors import embedding_rows, sized_for, with_word_vectors
 from vaswani.tokenizer import TextTokenizer
@@ -47,6 +48,7 @@ from vaswani.training.trainer import fit_run
 LENGTH_WEIGHT = 0.1  # fairseq's length_loss_factor for CMLM
 TEACHER_BEAM = DecodingConfig(beam=5)  # distillation's decoding of the training sources
 PATHS = (*translation.PATH_FIELDS, "distill_from")
+INHERITED = (*CORPUS, "distill_from")  # what a run started from another (--init) takes from it
 DISTILLED_FILE = "distilled.json"  # the teacher's translations of the training sources, in order
 
 
@@ -143,15 +145,22 @@ def distilled(
     tgt_tok: TextTokenizer,
     quiet: bool,
     run_dir: Path,
+    init: str | None = None,
 ) -> TranslationData:
     """``data`` with its training targets replaced by the beam-5 translations of the autoregressive
     run ``teacher_dir``, whose tokenizers must be ``src_tok`` and ``tgt_tok`` (``<mask>`` aside).
     The translations are made once and kept in ``run_dir`` (``DISTILLED_FILE``, written whole or
-    not at all), where a resumed run reads them without the teacher."""
+    not at all), where a resumed run reads them without the teacher; a run that starts from the nat
+    run ``init`` takes that run's, where it learned from the same teacher on the same sources."""
     sources = [s for s, _ in data.train]
     path = run_dir / DISTILLED_FILE
     outputs = read_json(path) if path.is_file() else None
-    if not (isinstance(outputs, list) and len(outputs) == len(sources)):
+    if not kept(outputs, sources) and init is not None and taught_by(init) == teacher_dir:
+        outputs = read_json(Path(init) / DISTILLED_FILE) if (Path(init) / DISTILLED_FILE).is_file() else None
+        if kept(outputs, sources) and world().main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json_text(outputs, ensure_ascii=False))
+    if not kept(outputs, sources):
         teacher = Translator.load(teacher_dir, "cpu")
         for own, theirs, side in ((src_tok, teacher.src_tok, "source"), (tgt_tok, teacher.tgt_tok, "target")):
             if pieces(own) != pieces(theirs):
@@ -164,8 +173,19 @@ def distilled(
         if world().main:  # every process translates the same; one writes it
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json_text(outputs, ensure_ascii=False))
+    assert isinstance(outputs, list)
     train = list(zip(sources, outputs, strict=True))
     return TranslationData(train, data.valid, data.test, f"{data.train_name} (distilled)", data.valid_name)
+
+
+def kept(outputs: Any, sources: list[str]) -> bool:
+    """Whether ``outputs`` (read from a ``DISTILLED_FILE``) are translations of ``sources``."""
+    return isinstance(outputs, list) and len(outputs) == len(sources)
+
+
+def taught_by(run_dir: str) -> str | None:
+    """The teacher (``data.distill_from``) of the nat run ``run_dir``."""
+    return RunDir(run_dir).read_config(TASK, NatData).data.distill_from  # type: ignore[union-attr]
 
 
 def train_nat(
@@ -174,13 +194,17 @@ def train_nat(
     """Train a nat run in ``run_dir`` (or, with ``resume``, continue it); return metrics, translator
     and data."""
     assert isinstance(run.data, NatData)
+    rows, start = None, None
+    if not resume and run.data.init is not None:
+        run, src_tok, tgt_tok, start = initialised(run, TASK, NatData, CMLM, INHERITED)
+        assert isinstance(run.data, NatData)
     data = translation.load_data(run.data, quiet or not world().main)
-    rows = None
-    if resume:
-        src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
-        tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
+    if resume or start is not None:
+        if resume:
+            src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
+            tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
         if run.data.distill_from is not None:
-            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir)
+            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir, run.data.init)
     else:
         src_tok, tgt_tok = translation.build_tokenizers(
             data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer, quiet or not world().main
@@ -202,9 +226,8 @@ def train_nat(
         src_tok.save(folder / SRC_TOKENIZER)
         tgt_tok.save(folder / TGT_TOKENIZER)
 
-    build = with_word_vectors(
-        lambda: model_of(run), translation.source_embedding, rows, run.data.freeze_embeddings
-    )
+    fresh = lambda: model_of(run) if start is None else start  # noqa: E731 (--init: the trained run's)
+    build = with_word_vectors(fresh, translation.source_embedding, rows, run.data.freeze_embeddings)
     metrics, model = fit_run(run, run_dir, task, build, save_tokenizers, resume, quiet, device=device)
     assert isinstance(model, CMLM)
     bleu_tokenize = run.data.bleu_tokenize or "13a"
