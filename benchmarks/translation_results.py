@@ -397,13 +397,15 @@ BEHIND = {"m30k": 2.0, "zh": 1.0}  # the most BLEU the distilled CMLM may trail 
 
 def teacher_of(out: Path, prefix: str) -> str | None:
     """The name in ``MODELS`` of the run the corpus's distilled CMLM learned from (its
-    ``--distill-from``), None where there is no such run in ``out``."""
-    run = out / f"{prefix}-cmlm-distill"
-    if not (run / "metrics.json").is_file():
-        return None
-    teacher = RunDir(run).read_config("nat", NatData).data.distill_from
-    name = Path(str(teacher)).name.removeprefix(f"{prefix}-")
-    return name if name in MODELS else None
+    ``--distill-from``; the continued one's where the first is not in ``out``), None where there is
+    no such run in ``out``."""
+    for cmlm in ("cmlm-distill", "cmlm-distill-more"):
+        run = out / f"{prefix}-{cmlm}"
+        if (run / "metrics.json").is_file():
+            teacher = RunDir(run).read_config("nat", NatData).data.distill_from
+            name = Path(str(teacher)).name.removeprefix(f"{prefix}-")
+            return name if name in MODELS else None
+    return None
 
 
 def tuned_key(figures: dict[str, float], decoding: str) -> str:
