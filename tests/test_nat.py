@@ -17,7 +17,7 @@ from tests.helpers import WORDS, assert_resumed_like_whole, write_reverse_task
 from vaswani.cli import main
 from vaswani.config import ModelConfig, RunConfig, TrainConfig
 from vaswani.data.config import NatData
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, RunDirError
 from vaswani.generation.mask_predict import (
     PADDING_SLACK,
     MaskPredictConfig,
@@ -429,6 +429,12 @@ def test_a_run_started_from_a_distilled_nat_run_takes_its_weights_corpus_and_tra
     translations = json.loads((student / DISTILLED_FILE).read_text(encoding="utf-8"))
     assert [t for _, t in data.train] == translations
     assert (more / DISTILLED_FILE).read_bytes() == (student / DISTILLED_FILE).read_bytes()
+    (tmp_path / "other").mkdir()  # as many sources, other sentences: the teacher must translate them
+    other_src, other_tgt = write_reverse_task(tmp_path / "other", n=200, seed=1)
+    files = {"init": str(student), "src": str(other_src), "tgt": str(other_tgt), "distill_from": str(teacher)}
+    run = registry.configure("nat", {"train": {"max_steps": 2}, "data": files})
+    with pytest.raises(RunDirError, match="teacher: no such run directory"):
+        train_nat(run, tmp_path / "other-run", quiet=True)
 
 
 @pytest.mark.slow  # trains three tiny runs

@@ -146,16 +146,17 @@ def distilled(
     quiet: bool,
     run_dir: Path,
     init: str | None = None,
+    corpus: NatData | None = None,
 ) -> TranslationData:
     """``data`` with its training targets replaced by the beam-5 translations of the autoregressive
     run ``teacher_dir``, whose tokenizers must be ``src_tok`` and ``tgt_tok`` (``<mask>`` aside).
     The translations are made once and kept in ``run_dir`` (``DISTILLED_FILE``, written whole or
     not at all), where a resumed run reads them without the teacher; a run that starts from the nat
-    run ``init`` takes that run's, where it learned from the same teacher on the same sources."""
+    run ``init`` takes that run's, where it learned from the same teacher on the same ``corpus``."""
     sources = [s for s, _ in data.train]
     path = run_dir / DISTILLED_FILE
     outputs = read_json(path) if path.is_file() else None
-    if not kept(outputs, sources) and init is not None and taught_by(init) == teacher_dir:
+    if not kept(outputs, sources) and init is not None and same_lessons(init, teacher_dir, corpus):
         outputs = read_json(Path(init) / DISTILLED_FILE) if (Path(init) / DISTILLED_FILE).is_file() else None
         if kept(outputs, sources) and world().main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,9 +184,15 @@ def kept(outputs: Any, sources: list[str]) -> bool:
     return isinstance(outputs, list) and len(outputs) == len(sources)
 
 
-def taught_by(run_dir: str) -> str | None:
-    """The teacher (``data.distill_from``) of the nat run ``run_dir``."""
-    return RunDir(run_dir).read_config(TASK, NatData).data.distill_from  # type: ignore[union-attr]
+def same_lessons(init: str, teacher_dir: str, corpus: NatData | None) -> bool:
+    """Whether the nat run ``init`` was distilled from ``teacher_dir`` on the corpus that ``corpus``
+    names (the same :data:`~vaswani.tasks.mrt.CORPUS` fields)."""
+    theirs = RunDir(init).read_config(TASK, NatData).data
+    return (
+        corpus is not None
+        and getattr(theirs, "distill_from", None) == teacher_dir
+        and all(getattr(theirs, name) == getattr(corpus, name) for name in CORPUS)
+    )
 
 
 def train_nat(
@@ -204,7 +211,9 @@ def train_nat(
             src_tok = TextTokenizer.load(run_dir / SRC_TOKENIZER)
             tgt_tok = TextTokenizer.load(run_dir / TGT_TOKENIZER)
         if run.data.distill_from is not None:
-            data = distilled(data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir, run.data.init)
+            data = distilled(
+                data, run.data.distill_from, src_tok, tgt_tok, quiet, run_dir, run.data.init, run.data
+            )
     else:
         src_tok, tgt_tok = translation.build_tokenizers(
             data, run.data.vocab_size, run.data.shared_vocab, run.data.tokenizer, quiet or not world().main
