@@ -30,7 +30,14 @@ from vaswani.io import atomic_write_text, json_text, read_json
 from vaswani.metrics import bleu, chrf, perplexity, translation_scores
 from vaswani.models.cmlm import CMLM
 from vaswani.pipelines.common import on_model_device
-from vaswani.pipelines.nat import MASK, PAPER_DECODING, TASK, NatTranslator, mask_id_of, with_mask
+from vaswani.pipelines.nat import (
+    PAPER_DECODING,
+    TASK,
+    NatTranslator,
+    mask_id_of,
+    shares_vocabulary,
+    with_mask,
+)
 from vaswani.pipelines.translation import SRC_TOKENIZER, TGT_TOKENIZER, Translator, check_vocab
 from vaswani.recipes import Sections
 from vaswani.rundir import RunDir
@@ -133,11 +140,6 @@ class NatTask(TranslationTask):
         }
 
 
-def pieces(tokenizer: TextTokenizer) -> dict[str, int]:
-    """The vocabulary of ``tokenizer``, ``<mask>`` left out."""
-    return {piece: i for piece, i in tokenizer.tokenizer.get_vocab().items() if piece != MASK}
-
-
 def distilled(
     data: TranslationData,
     teacher_dir: str,
@@ -164,7 +166,7 @@ def distilled(
     if not kept(outputs, sources):
         teacher = Translator.load(teacher_dir, "cpu")
         for own, theirs, side in ((src_tok, teacher.src_tok, "source"), (tgt_tok, teacher.tgt_tok, "target")):
-            if pieces(own) != pieces(theirs):
+            if not shares_vocabulary(theirs, own):
                 raise ConfigError(
                     f"--distill-from {teacher_dir}: its {side} vocabulary ({theirs.vocab_size} pieces) "
                     f"differs from this run's ({own.vocab_size}); train the teacher on the same data with "
