@@ -46,9 +46,17 @@ def int8_rows_linear(x: Tensor, q: Tensor, scales: Tensor, bias: Tensor | None) 
     """x (rows, in) quantized row by row as the weights are (:func:`quantize_weight`: x_q =
     round(x / s_x), s_x = max_i |x_i| / 127), times the int8 weights q (out, in) with int32 sums,
     scaled back by s_x and the weights' scales (out,), plus the bias: (rows, out), float32."""
-    x_q, x_scales = quantize_weight(x)
-    out = torch._int_mm(x_q, q.t()).float() * (x_scales[:, None] * scales)
-    return out if bias is None else out + bias
+    x = x.float()
+    # s_x, at least the smallest normal float (a row of zeros: its x_q and output are 0 with any
+    # scale), computed in place
+    x_scales = x.abs().amax(dim=1, keepdim=True).div_(127.0).clamp_min_(torch.finfo(torch.float32).tiny)
+    x_q = torch.div(x, x_scales).round_().to(torch.int8)
+    sums = torch._int_mm(x_q, q.t())
+    # Scaled back into the int32 sums' own memory, as float32: a new (rows, out) tensor beside them
+    # cost 4x the product's time at 128 rows x 2,048 outputs (1,197 against 286 µs, AMD EPYC, one
+    # thread), and a pass and an allocation at every shape
+    out = torch.mul(sums, x_scales, out=sums.view(torch.float32))
+    return out.mul_(scales) if bias is None else torch.addcmul(bias, out, scales, out=out)
 
 
 def quantize_weight(weight: Tensor) -> tuple[Tensor, Tensor]:
