@@ -22,10 +22,12 @@ import torch
 
 from vaswani.errors import ConfigError
 from vaswani.layers.kernels import onednn_applies, onednn_linear
-from vaswani.runtime import resolve_device
+from vaswani.runtime import keep_freed_memory, resolve_device
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = time.perf_counter
+
+keep_freed_memory()  # every benchmark keeps freed memory for reuse, as the command line does
 
 
 def interleave(a: Callable[[], None], b: Callable[[], None], rounds: int) -> None:

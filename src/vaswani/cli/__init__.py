@@ -34,6 +34,7 @@ from vaswani.cli.common import add_device_flag, add_weights_flags
 from vaswani.cli.outputs import add_force_flag, check_output
 from vaswani.data.config import LABELED_FORMATS
 from vaswani.errors import ConfigError, RunDirError, TrainingInterrupted, VaswaniError
+from vaswani.runtime import keep_freed_memory
 from vaswani.tasks import registry
 from vaswani.training.distributed import stop, world
 
@@ -149,6 +150,7 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
+    keep_freed_memory()
     main_process = world().main  # of several training processes, only the main one prints errors
     finished = False
     try:
