@@ -13,7 +13,8 @@ that decide its kernels, or the GPU; torch and transformers versions; threads; d
 with its ratio, the spread of the paired ratios, the target and whether it is met, and each job's
 wall time, peak resident memory (the child's ``ru_maxrss``, from ``os.wait4``) and exit status.
 Sections of other machines already in the file are kept, so that the file holds one section per
-kind of machine it was run on.
+kind of machine it was run on; with ``--only``, so are the rows of this machine's section of the jobs
+not run.
 
 The ratio is ours / other for a rate, other / ours for a size ("lower is better" in its name): above
 1 is ours ahead either way. A target reads ">= X" (that ratio) or "ours >= X%" (ours itself, an MFU).
@@ -165,7 +166,36 @@ def machine(device: str) -> str:
     return f"CPU: {cpu_description()}"
 
 
-def section(outcomes: list[Outcome], heading: str, threads: int, quick: bool) -> str:
+def earlier_rows(existing: str, heading: str, rerun: set[str]) -> dict[str, list[str]]:
+    """The table rows (results and job lines) of the section under ``heading`` in ``existing``, by
+    job name, of the jobs other than ``rerun``: what a run with ``--only`` keeps of the last run."""
+    rows: dict[str, list[str]] = {}
+    section_lines: list[str] = []
+    for part in re.split(r"(?m)^(?=## )", existing):
+        if part.splitlines() and part.splitlines()[0] == f"## {heading}":
+            section_lines = part.splitlines()
+    names = {job.name for job in JOBS} - rerun
+    for line in section_lines:
+        first = line.strip("|").split("|")[0].strip() if line.startswith("| ") else ""
+        if first in names:
+            rows.setdefault(first, []).append(line)
+    return rows
+
+
+def in_job_order(table: list[str], earlier: dict[str, list[str]]) -> list[str]:
+    """``table`` (its header, its rule, the rows of the jobs run now) with the rows of ``earlier``
+    that belong to such a table (as many cells), every job's rows in the order of :data:`JOBS`."""
+    width = table[0].count("|")
+    rows = {job.name: [r for r in table[2:] if r.startswith(f"| {job.name} |")] for job in JOBS}
+    for name, lines in earlier.items():
+        rows[name] = [r for r in lines if r.count("|") == width]
+    return table[:2] + [r for job in JOBS for r in rows[job.name]]
+
+
+def section(
+    outcomes: list[Outcome], heading: str, threads: int, quick: bool, only: str | None = None,
+    earlier: dict[str, list[str]] | None = None,
+) -> str:  # fmt: skip
     try:
         import transformers
 
@@ -176,10 +206,14 @@ def section(outcomes: list[Outcome], heading: str, threads: int, quick: bool) ->
     about = (
         f"torch {torch.__version__}, transformers {hf}, {threads} threads (a job may set its own), "
         f"{os.cpu_count()} cores, {when}; "
-        f"`python benchmarks/run_all.py{' --quick' if quick else ''}`"
+        f"`python benchmarks/run_all.py{' --quick' if quick else ''}{f' --only {only}' if only else ''}`"
         f"{' (smoke runs: tiny models, few repetitions)' if quick else ''}"
+        f"{'; the rows of the other jobs are those of the run before' if earlier else ''}"
     )
-    body = [f"## {heading}", "", about, "", *result_rows(outcomes), "", *job_rows(outcomes, threads), ""]
+    results, jobs = result_rows(outcomes), job_rows(outcomes, threads)
+    if earlier:
+        results, jobs = in_job_order(results, earlier), in_job_order(jobs, earlier)
+    body = [f"## {heading}", "", about, "", *results, "", *jobs, ""]
     return "\n".join(body)
 
 
@@ -216,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     heading = machine(args.device)
     print(f"{heading}; {len(jobs)} jobs", flush=True)
     outcomes = [run_job(job, args.quick, args.threads, args.device) for job in jobs]
-    new_section = section(outcomes, heading, args.threads, args.quick)
     existing = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+    earlier = earlier_rows(existing, heading, {job.name for job in jobs}) if args.only else None
+    new_section = section(outcomes, heading, args.threads, args.quick, args.only, earlier)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     temporary = args.output.with_suffix(".tmp")
     temporary.write_text(merged(existing, heading, new_section), encoding="utf-8")

@@ -54,3 +54,29 @@ def test_a_new_table_gets_the_title_and_a_known_one_keeps_its_intro(monkeypatch)
     fresh = merged("", "CPU: X", section)
     assert fresh.startswith(f"{TITLE}\n\n") and fresh.endswith(section + "\n")
     assert merged(fresh, "CPU: X", "## CPU: X\n\nnew rows\n") == fresh.replace("rows", "new rows")
+
+
+def test_a_run_of_some_jobs_keeps_the_rows_of_the_others(monkeypatch) -> None:
+    """``--only``: the section's rows of the jobs not run stay as they were, every job in the order
+    of the jobs' list; the rows of the jobs run are the new ones."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from benchmarks.run_all import JOBS, Outcome, earlier_rows, section
+
+    gpt, local = (next(j for j in JOBS if j.name == name) for name in ("gpt", "local attention"))
+    result = {"benchmark": "passes/s", "precision": "fp32", "ours": [2.0], "other": [1.0],
+              "ours_name": "a", "other_name": "b", "target": ">= 1"}  # fmt: skip
+    old = section(
+        [Outcome(gpt, 0, 5.0, 10.0, [result]), Outcome(local, 0, 7.0, 20.0, [result])], "CPU: X", 2, False
+    )
+    kept = earlier_rows(old, "CPU: X", {"local attention"})
+    assert set(kept) == {"gpt"} and len(kept["gpt"]) == 2  # its result and its job line
+    rerun = section(
+        [Outcome(local, 0, 9.0, 30.0, [{**result, "ours": [3.0]}])], "CPU: X", 2, False, "local", kept
+    )
+    lines = rerun.splitlines()
+    assert "--only local" in lines[2] and "the run before" in lines[2]
+    assert [x for x in lines if x.startswith("| gpt |")] == kept["gpt"]
+    local_rows = [x for x in lines if x.startswith("| local attention |")]
+    assert len(local_rows) == 2 and "**3.00**" in local_rows[0] and "| 9 |" in local_rows[1]
+    assert lines.index(kept["gpt"][0]) < lines.index(local_rows[0])  # the jobs' order: gpt first
+    assert lines.index(kept["gpt"][1]) < lines.index(local_rows[1])
