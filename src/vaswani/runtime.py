@@ -140,7 +140,7 @@ def keep_freed_memory() -> bool:
     to 1 GiB of free heap is kept (``M_TRIM_THRESHOLD``). By default a block of more than 128 KiB
     is mapped for each tensor and unmapped when freed, so the next tensor's pages fault in again,
     zeroed by the kernel: 122,000 page faults in three beam-search passes over 1,000 sentences of a
-    2 + 2-layer translator, 850 with this (AMD EPYC, one thread), 5-10% of its time. What jemalloc or
+    2 + 2-layer translator, 623-911 with this (AMD EPYC, one thread), 5-20% of its time. What jemalloc or
     tcmalloc preloaded would do, through ``mallopt``; the command line calls it once. True where it
     applied (Linux with glibc), False elsewhere."""
     if not sys.platform.startswith("linux"):
