@@ -166,16 +166,18 @@ def machine(device: str) -> str:
     return f"CPU: {cpu_description()}"
 
 
+def sections(existing: str) -> list[str]:
+    """The machines' sections of the file's text ``existing``, each from its ``## `` heading on."""
+    return [p for p in re.split(r"(?m)^(?=## )", existing) if p.startswith("## ")]
+
+
 def earlier_rows(existing: str, heading: str, rerun: set[str]) -> dict[str, list[str]]:
     """The table rows (results and job lines) of the section under ``heading`` in ``existing``, by
     job name, of the jobs other than ``rerun``: what a run with ``--only`` keeps of the last run."""
     rows: dict[str, list[str]] = {}
-    section_lines: list[str] = []
-    for part in re.split(r"(?m)^(?=## )", existing):
-        if part.splitlines() and part.splitlines()[0] == f"## {heading}":
-            section_lines = part.splitlines()
+    ours = [p for p in sections(existing) if p.splitlines()[0] == f"## {heading}"]
     names = {job.name for job in JOBS} - rerun
-    for line in section_lines:
+    for line in ours[0].splitlines() if ours else []:
         first = line.strip("|").split("|")[0].strip() if line.startswith("| ") else ""
         if first in names:
             rows.setdefault(first, []).append(line)
@@ -223,9 +225,9 @@ def merged(existing: str, heading: str, new_section: str) -> str:
     parts = re.split(r"(?m)^(?=## )", existing)
     fresh = f"{TITLE}\n\n{__doc__.splitlines()[0]}\n\n"
     intro = parts[0] if parts[0].strip() and not parts[0].startswith("## ") else fresh
-    sections = [p for p in parts if p.startswith("## ")]
-    kept = [p if p.splitlines()[0] != f"## {heading}" else new_section + "\n" for p in sections]
-    if not any(p.splitlines()[0] == f"## {heading}" for p in sections):
+    machines = sections(existing)
+    kept = [p if p.splitlines()[0] != f"## {heading}" else new_section + "\n" for p in machines]
+    if not any(p.splitlines()[0] == f"## {heading}" for p in machines):
         kept.append(new_section + "\n")
     return intro + "".join(kept)
 
