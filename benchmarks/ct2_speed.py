@@ -3,11 +3,13 @@
 CTranslate2 (OpenNMT's C++ engine) is what people deploy Marian translators with on CPUs. Here it
 runs the very weights vaswani runs: each model is a vaswani run directory, converted by
 ``vaswani export-ctranslate2`` (CTranslate2's Marian loader, :mod:`vaswani.interop.ct2`), and the
-same sources are translated in one process by
+same sources are translated by
 
 - vaswani fp32 (``translate_beam_ids`` / ``translate_ids``, what ``Translator`` runs),
 - vaswani int8 (``--quantize int8``: :mod:`vaswani.layers.quantize`),
-- CTranslate2 fp32 and int8 (``compute_type`` at load),
+- CTranslate2 fp32 and int8 (``compute_type`` at load), each in a process of its own that times
+  its passes (``ct2_engine.py``: in torch's process the two engines' OpenMP threads slow each
+  other down),
 
 at beam 4 with batches of 32, greedy with batches of 32, and greedy one sentence at a time (the
 first ``--batch1`` sources). Both engines get the same batches (sources sorted by length), the same
@@ -48,9 +50,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
+from ct2_engine import CT2Process
 from marian_speed import DATA, Setup, batches, budget, build_pair, marian_bpe, until_eos
 from timing import available_cores, cpu_description, record
 
@@ -194,30 +196,30 @@ def vaswani_pass(
     return out
 
 
-def ct2_pass(translator: Any, m: Model, work: Work, beam: int) -> dict[int, list[int]]:
+def ct2_pass(engine: CT2Process, m: Model, work: Work, beam: int) -> tuple[dict[int, list[int]], float]:
     """CTranslate2's translation ids of the same batches (its tokens mapped back to ids, ``</s>``
-    appended where it ended one, as vaswani's rows keep it)."""
+    appended where it ended one, as vaswani's rows keep it), and the seconds of its pass (timed
+    in its own process: the tokens' conversion and the pipe are outside)."""
     src_vocab, tgt = m.src_tok.tokenizer, m.tgt_tok
     suppressed = [[tgt.tokenizer.id_to_token(i)] for i in tgt.suppressed_ids] or None
+    tokens = [[[src_vocab.id_to_token(i) for i in m.sources[j]] for j in index] for _, index in work]
+    limits = [budget(src, m.src_tok.pad_id, m.fp32.config.max_len) for src, _ in work]
+    seconds, found = engine.translate(tokens, beam, ALPHA, limits, suppressed)
     out = {}
-    for src, index in work:
-        limit = budget(src, m.src_tok.pad_id, m.fp32.config.max_len)
-        tokens = [[src_vocab.id_to_token(i) for i in m.sources[j]] for j in index]
-        results = translator.translate_batch(
-            tokens,
-            beam_size=beam,
-            length_penalty=ALPHA,
-            max_decoding_length=limit,
-            max_batch_size=len(index),
-            suppress_sequences=suppressed,
-            return_end_token=True,
-        )
-        for i, result in zip(index, results, strict=True):
-            out[i] = [tgt.tokenizer.token_to_id(t) for t in result.hypotheses[0]]
-    return out
+    for (_, index), hypotheses in zip(work, found, strict=True):
+        for i, hypothesis in zip(index, hypotheses, strict=True):
+            out[i] = [tgt.tokenizer.token_to_id(t) for t in hypothesis]
+    return out, seconds
 
 
-Pass = Callable[[], dict[int, list[int]]]
+def timed(run: Callable[[], dict[int, list[int]]]) -> tuple[dict[int, list[int]], float]:
+    """What ``run()`` returns and its seconds."""
+    start = time.perf_counter()
+    found = run()
+    return found, time.perf_counter() - start
+
+
+Pass = Callable[[], tuple[dict[int, list[int]], float]]  # translations, seconds
 
 
 def race(
@@ -228,39 +230,40 @@ def race(
     rates: tuple[list[float], list[float]] = ([], [])
     outputs: list[dict[int, list[int]]] = [{}, {}]
 
-    def timed(which: int, counted: bool = True) -> None:
-        start = time.perf_counter()
-        found = (ours, theirs)[which]()
-        seconds = time.perf_counter() - start
+    def run(which: int, counted: bool = True) -> None:
+        found, seconds = (ours, theirs)[which]()
         outputs[which] = found
         if counted:
             rates[which].append(sum(len(row) for row in found.values()) / seconds)
 
     with torch.inference_mode():
-        timed(0, counted=False)
-        timed(1, counted=False)
+        run(0, counted=False)
+        run(1, counted=False)
         for i in range(reps):
             for which in (0, 1) if i % 2 == 0 else (1, 0):
-                timed(which)
+                run(which)
     return rates[0], rates[1], outputs[0], outputs[1]
 
 
-def bench(
-    m: Model, ctranslate2: Any, threads: int, reps: int, batch1: int, compile_steps: bool = False
-) -> list[list[str]]:
+def bench(m: Model, threads: int, reps: int, batch1: int, compile_steps: bool = False) -> list[list[str]]:
     """The rows of one model: per mode and precision, both engines' target tokens/s and their ratio;
     with ``compile_steps`` also vaswani's compiled decoding (``--compile``: its graphs made in the
     warm-up pass) against CTranslate2 fp32."""
-    engines = {
-        p: ctranslate2.Translator(str(m.ct2_folder), device="cpu", compute_type=p, intra_threads=threads)
-        for p in ("float32", "int8")
-    }
+    folder = m.ct2_folder
+    with CT2Process(folder, "float32", threads) as fp32, CT2Process(folder, "int8", threads) as int8:
+        return bench_engines(m, {"float32": fp32, "int8": int8}, reps, batch1, compile_steps)
+
+
+def bench_engines(
+    m: Model, engines: dict[str, CT2Process], reps: int, batch1: int, compile_steps: bool
+) -> list[list[str]]:
+    """:func:`bench`'s rows, CTranslate2's processes started."""
     rows = []
     for mode, beam, size in MODES:
         sources = m.sources if size > 1 else m.sources[:batch1]
         work = batches(sources, size, m.src_tok.pad_id)
         reference: dict[int, list[int]] = {}
-        variants: list[tuple[str, Transformer, Any, CompiledDecoding | None]] = [
+        variants: list[tuple[str, Transformer, CT2Process, CompiledDecoding | None]] = [
             ("fp32", m.fp32, engines["float32"], None),
             ("int8", m.int8, engines["int8"], None),
         ]
@@ -268,7 +271,7 @@ def bench(
             variants.append(("fp32, compiled", m.fp32, engines["float32"], CompiledDecoding()))
         for precision, model, engine, compiled in variants:
             ours_rates, ct2_rates, ours, theirs = race(
-                functools.partial(vaswani_pass, model, m, work, beam, compiled),
+                functools.partial(timed, functools.partial(vaswani_pass, model, m, work, beam, compiled)),
                 functools.partial(ct2_pass, engine, m, work, beam),
                 reps,
             )
@@ -353,11 +356,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trained = trained_model(args, folder)
-        rows += bench(trained, ctranslate2, threads, reps, batch1, args.compile)
+        rows += bench(trained, threads, reps, batch1, args.compile)
         if not (args.no_base or args.quick):  # a smoke run: the trained model only
             texts = [trained.src_tok.decode(ids) for ids in trained.sources]
             base = base_model(args, folder, texts)
-            rows += bench(base, ctranslate2, threads, reps, batch1, args.compile)
+            rows += bench(base, threads, reps, batch1, args.compile)
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for cells in rows:
         print("| " + " | ".join(cells) + " |")
