@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -87,3 +88,41 @@ def test_freed_memory_is_kept_for_the_next_block():
     }  # fmt: skip
     assert refaults["default"] >= 512
     assert refaults["keep"] < 64
+
+
+def test_in_passing_thread_returns_and_raises_as_the_call_would():
+    caller = threading.get_ident()
+    assert runtime.in_passing_thread(lambda a, b: (a + b, threading.get_ident()), 2, 3)[0] == 5
+    assert runtime.in_passing_thread(threading.get_ident) != caller
+    with pytest.raises(KeyError, match="gone"):
+        runtime.in_passing_thread(lambda: {}["gone"])
+
+
+_POOLS = """
+import os, sys, time, torch
+from vaswani import runtime
+torch.set_num_threads(4)
+def threads():
+    return len(os.listdir("/proc/self/task"))
+def parallel():
+    torch.ones(2048, 2048).mul_(2)  # large enough for torch to split it among its threads
+before = threads()
+runtime.in_passing_thread(parallel) if sys.argv[1] == "passing" else parallel()
+deadline = time.monotonic() + 5
+while threads() > before and time.monotonic() < deadline:  # the workers' exit is asynchronous
+    time.sleep(0.01)
+print(threads() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads counted in /proc")
+def test_in_passing_thread_leaves_no_openmp_workers_behind():
+    """A parallel operator started in the calling thread leaves its OpenMP workers alive; started
+    through ``in_passing_thread``, they end with the thread."""
+    left = {
+        mode: int(subprocess.run([sys.executable, "-c", _POOLS, mode], capture_output=True, text=True,
+                                 check=True).stdout.split()[-1])
+        for mode in ("caller", "passing")
+    }  # fmt: skip
+    assert left["caller"] >= 1  # the property the helper exists for is there to see
+    assert left["passing"] == 0

@@ -13,8 +13,9 @@ import os
 import random
 import re
 import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from vaswani.errors import ConfigError
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(?::(\d+))?")
+T = TypeVar("T")
 Resolved = torch.device | None
 """A device the caller resolved already (a run's lifecycle resolves the training device once), or
 None: resolve it where it is needed."""
@@ -152,6 +154,34 @@ def keep_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3
     return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
+
+
+def in_passing_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` run in a thread that ends when it returns (its exception raised here), so
+    that the OpenMP workers its parallel operators started end with it.
+
+    Each thread that starts parallel torch operators on the CPU keeps a pool of ``threads - 1``
+    OpenMP workers for as long as it lives. Where a model is loaded in one thread (the main one)
+    and generates in another (a server's engine), the process holds two pools; once libgomp
+    manages more threads than there are cores, it stops spinning between parallel regions and
+    every region waits for sleeping workers to wake. On 2 cores at 2 threads a served completion ran
+    at 0.63-0.80 of direct generation with the model loaded on the main thread, 0.98-1.00 loaded
+    through this (``benchmarks/serve_load.py --speed-only --threads 2``)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as exc:  # raised in the caller's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="vaswani-passing", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def use_deterministic_mode() -> None:

@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
+from vaswani.runtime import in_passing_thread
 from vaswani.serve import chat, completions, page, tasks
 from vaswani.serve.batching import BatchQueue
 from vaswani.serve.engine import engines_of
@@ -37,7 +38,10 @@ from vaswani.serve.work import runner
 def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = None) -> FastAPI:
     """The server of the runs ``run_dirs`` (see the module docstring)."""
     settings = settings or ServeSettings()
-    models = load_models(run_dirs, settings.device, settings.quantize, settings.dtype, settings.compile)
+    # Loaded in a thread that ends: the main thread keeps no OpenMP workers beside the engines'.
+    models = in_passing_thread(
+        load_models, run_dirs, settings.device, settings.quantize, settings.dtype, settings.compile
+    )
     metrics = ServeMetrics()
     app = FastAPI(
         title="vaswani",
