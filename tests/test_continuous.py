@@ -5,6 +5,7 @@ bounded by the batch."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -275,3 +276,46 @@ def test_a_failing_on_event_cancels_its_request_alone():
         engine.step()
     assert broken.result().finish_reason == "cancelled" and len(broken.result().ids) == 1
     assert fine.result().ids == _alone(model, [3], 6)
+
+
+def test_calls_run_in_the_engine_thread_between_steps_and_end_with_it():
+    """``engine.call`` runs other work in the engine's thread, never inside a step: rows that run
+    meanwhile still get what they get alone; a failure is the caller's; a call still waiting when
+    the engine closes is cancelled, and a closed engine takes none."""
+    model = position_gpt("learned", max_len=32)
+    engine = ContinuousEngine(model, NEVER, _ids, vocab_size=VOCAB, max_batch=2)
+    stepping = threading.Event()
+    step = engine.step
+
+    def watched_step() -> int:
+        stepping.set()
+        try:
+            return step()
+        finally:
+            stepping.clear()
+
+    engine.step = watched_step  # type: ignore[method-assign]
+    engine.start()
+    try:
+        row = engine.submit([3], DecodingConfig(max_new_tokens=20))
+        seen = [engine.call(lambda: (threading.get_ident(), stepping.is_set())).result(5) for _ in range(5)]
+        assert {ident for ident, _ in seen} == {engine._thread.ident} != {threading.get_ident()}
+        assert not any(during for _, during in seen)
+        assert engine.call(lambda a, b: a * b, 6, 7).result(5) == 42
+        with pytest.raises(ZeroDivisionError):
+            engine.call(lambda: 1 / 0).result(5)
+        assert row.result().ids == _alone(model, [3], 20)
+        running, release = threading.Event(), threading.Event()
+        blocking = engine.call(lambda: (running.set(), release.wait(5))[1])
+        assert running.wait(5)
+        waiting = engine.call(lambda: "never")
+    finally:
+        closing = threading.Thread(target=engine.close)
+        closing.start()
+        while not engine._closed:  # closed while the first call runs and the second waits
+            time.sleep(0.001)
+        release.set()
+        closing.join(10)
+    assert blocking.result(5) is True and waiting.cancelled()
+    with pytest.raises(EngineClosed):
+        engine.call(lambda: None)

@@ -9,6 +9,7 @@ import dataclasses
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -121,6 +122,22 @@ def test_beam_search_gives_the_n_best(client, app):
     assert [h["text"] for h in row["hypotheses"]] == [h.text for h in best[0]] and row["text"] == best[0][
         0
     ].text
+
+
+def test_a_beam_search_runs_in_its_model_engine_thread(client, app, monkeypatch):
+    """The queue's one-shot work runs in the thread of the model's engine (one thread, and one pool
+    of OpenMP workers, per model)."""
+    translator, threads = app.state.models["zh"].wrapper, []
+    n_best = translator.translate_n_best
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return n_best(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_n_best", recorded)
+    body = {"model": "zh", "input": "Tom chases Jerry", "beam": 3}
+    assert client.post("/v1/translations", json=body).status_code == 200
+    assert threads == [app.state.engines["zh"]._thread.ident]
 
 
 def test_completions_streamed_join_to_the_one_shot_text_without_u_fffd(client, app):

@@ -29,6 +29,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -91,6 +92,7 @@ class BatchEngine(Generic[State]):
         self.static_mask: Tensor | None = None  # their key mask (static_mask)
         self.steps, self.tokens_generated = 0, 0  # counts, for a server's metrics
         self._pending: deque[Request] = deque()
+        self._calls: deque[tuple[Future[Any], Callable[[], Any]]] = deque()
         self._lock = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -254,13 +256,38 @@ class BatchEngine(Generic[State]):
         self._thread.start()
         return self
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``fn(*args)`` in the thread of the started engine (:meth:`start`), between two steps
+        (its result or its exception in the future; EngineClosed once closed). A model's other
+        work (a server's beam searches, scores) then runs in the same thread as its steps: each
+        thread that runs parallel operators keeps a pool of OpenMP workers, and pools that
+        outnumber the cores slow every parallel region down
+        (:func:`vaswani.runtime.in_passing_thread`)."""
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            self._calls.append((future, lambda: fn(*args)))
+            self._lock.notify_all()
+        return future
+
     def _drive(self) -> None:
         while True:
             with self._lock:
-                while not self._closed and not self._pending and not self.rows:
+                while not self._closed and not self._pending and not self.rows and not self._calls:
                     self._lock.wait()
                 if self._closed:
                     break
+                calls, self._calls = list(self._calls), deque()
+                stepping = bool(self._pending or self.rows)
+            for future, run in calls:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(run())
+                    except BaseException as error:  # the caller's to raise
+                        future.set_exception(error)
+            if not stepping:
+                continue
             try:
                 self.step()
             except Exception as error:  # the batch failed: its requests end with the error
@@ -282,6 +309,9 @@ class BatchEngine(Generic[State]):
     def _end_all(self) -> None:
         with self._lock:
             held, self._pending = list(self._pending) + self.rows, deque()
+            calls, self._calls = list(self._calls), deque()
+        for future, _ in calls:
+            future.cancel()
         for request in held:
             request._finish("cancelled")
         self._clear()

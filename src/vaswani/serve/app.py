@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from vaswani.runtime import in_passing_thread
 from vaswani.serve import chat, completions, page, tasks
 from vaswani.serve.batching import BatchQueue
-from vaswani.serve.engine import engines_of
+from vaswani.serve.engine import Engine, EngineThread, engines_of
 from vaswani.serve.errors import install_handlers
 from vaswani.serve.loading import ServedModel, load_models
 from vaswani.serve.metrics import ServeMetrics
@@ -51,8 +51,11 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
         redoc_url=None,
     )
     app.state.settings, app.state.models, app.state.metrics = settings, models, metrics
-    app.state.queues = {name: queue_of(served, settings, metrics) for name, served in models.items()}
     app.state.engines = engines_of(models, settings, metrics)
+    app.state.queues = {
+        name: queue_of(served, settings, metrics, app.state.engines.get(name))
+        for name, served in models.items()
+    }
     install_handlers(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -90,8 +93,11 @@ def create_app(run_dirs: Sequence[str | Path], settings: ServeSettings | None = 
     return app
 
 
-def queue_of(served: ServedModel, settings: ServeSettings, metrics: ServeMetrics) -> BatchQueue:
-    """The batching queue of one served model, its batch sizes counted in ``metrics``."""
+def queue_of(
+    served: ServedModel, settings: ServeSettings, metrics: ServeMetrics, engine: Engine | None = None
+) -> BatchQueue:
+    """The batching queue of one served model, its batch sizes counted in ``metrics``; its calls
+    run in the thread of the model's ``engine`` where it has one."""
     return BatchQueue(
         runner(served),
         settings.max_batch,
@@ -99,4 +105,5 @@ def queue_of(served: ServedModel, settings: ServeSettings, metrics: ServeMetrics
         settings.queue_size,
         on_batch=metrics.batch.labels(served.name).observe,
         on_cancel=metrics.cancelled.labels(served.name).inc,
+        executor=EngineThread(engine) if engine is not None else None,
     )

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import traceback
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,8 @@ class Job:
 
 
 class BatchQueue:
-    """See the module docstring. ``on_batch(size)`` is told the size of each batch (metrics)."""
+    """See the module docstring. ``on_batch(size)`` is told the size of each batch (metrics);
+    ``executor`` is the model's worker thread (default: one of the queue's own)."""
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class BatchQueue:
         capacity: int,
         on_batch: Callable[[int], None] = lambda size: None,
         on_cancel: Callable[[], None] = lambda: None,
+        executor: Executor | None = None,
     ) -> None:
         self.run, self.max_batch, self.max_wait_s, self.capacity = run, max_batch, max_wait_s, capacity
         self.on_batch, self.on_cancel = on_batch, on_cancel
@@ -60,7 +62,7 @@ class BatchQueue:
         self.busy = 0  # jobs being run and streams holding the model
         self.arrived = asyncio.Event()
         self.worker: asyncio.Task[None] | None = None
-        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vaswani-model")
+        self.thread = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="vaswani-model")
 
     def __len__(self) -> int:
         """Requests waiting or running."""

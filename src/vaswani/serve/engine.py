@@ -4,7 +4,8 @@ lm run (:class:`~vaswani.generation.continuous.ContinuousEngine`) and per transl
 that completions and greedy or sampled translations join and leave a running batch at step
 boundaries and a long one does not hold back short ones (one-shot and streamed requests alike, up
 to ``--max-batch`` rows). Beam search (n-best) stays batched per call by the model's
-:class:`~vaswani.serve.batching.BatchQueue`.
+:class:`~vaswani.serve.batching.BatchQueue`, whose calls run in the engine's thread between two
+steps (:class:`EngineThread`): one thread, and one pool of OpenMP workers, per model.
 
 ``engines_of(models, settings, metrics)`` starts them (``app.state.engines``: model id → engine),
 their steps' rows counted as the model's batch sizes; :func:`complete_rows` awaits the results of
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +58,17 @@ class Generation:
     input_tokens: int
     ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+class EngineThread(Executor):
+    """The thread of a started engine as the executor of its model's batching queue: each call
+    runs between two steps (:meth:`~vaswani.generation.continuous.BatchEngine.call`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return self.engine.call(lambda: fn(*args, **kwargs))
 
 
 def engines_of(
