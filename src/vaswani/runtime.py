@@ -165,8 +165,8 @@ def in_passing_thread(fn: Callable[..., T], *args: Any) -> T:
     and generates in another (a server's engine), the process holds two pools; once libgomp
     manages more threads than there are cores, it stops spinning between parallel regions and
     every region waits for sleeping workers to wake. On 2 cores at 2 threads a served completion ran
-    at 0.63-0.80 of direct generation with the model loaded on the main thread, 0.98-1.00 loaded
-    through this (``benchmarks/serve_load.py --speed-only --threads 2``)."""
+    at 0.61-0.85 of direct generation with the model loaded on the main thread, 0.90-1.26 loaded
+    through this (``benchmarks/serve_load.py --speed-only --threads 2``, three rounds each)."""
     outcome: list[Any] = []
 
     def run() -> None:
