@@ -93,11 +93,16 @@ def test_transformer_static_decoder_cache_gives_the_growing_cache_logits(positio
     tgt = torch.tensor([[1, 5, 9, 2, 7, 3], [1, 4, 4, 8, 2, 6]])
     logits = {}
     with torch.no_grad():
-        for static in (None, 12):
-            source = model.start_decoding(src, static=static)
+        for static in (None, 12, "primed"):
+            source = model.start_decoding(src, static=None if static is None else 12)
+            if static == "primed":  # cross-attention filled and buffers allocated before the first step
+                model.decoder.prime_cache(source.cache, source.memory)
+                primed = source.cache
+                assert all(c.cross_attn.length == 6 and c.self_attn.key is not None for c in primed)
             steps = [model.decode(tgt[:, t : t + 1], source)[0] for t in range(tgt.shape[1])]
             logits[static] = torch.cat(steps, dim=1)
             assert isinstance(source.cache[0].cross_attn, KVCache)  # cross-attention: filled once
+    assert torch.equal(logits["primed"], logits[12])  # the same products, made before the first step
     torch.testing.assert_close(logits[12], logits[None], atol=1e-10, rtol=0)
     torch.testing.assert_close(logits[None], model(src, tgt), atol=1e-10, rtol=0)
 

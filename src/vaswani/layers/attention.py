@@ -262,13 +262,19 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(self.q_proj(x))
             if self.cross and cache is not None and cache.length:
                 return q, cache.key, cache.value
-            if self.fused:
-                k, v = self.kv_proj(source).chunk(2, dim=-1)
-            else:
-                k, v = self.k_proj(source), self.v_proj(source)
-            k, v = self._heads(k), self._heads(v)
+            k, v = self.keys_values(source)
         q, k = self.apply_qk_positions(q, k, positions, ids)
         return (q, *cache.append(k, v)) if cache is not None else (q, k, v)
+
+    def keys_values(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """K = source W_K, V = source W_V, each (batch, kv_heads, k_len, d_head), of ``source``
+        (batch, k_len, d_model): the encoder output in cross-attention (what its cache keeps),
+        ``x`` itself in self-attention without a fused QKV projection."""
+        if self.fused:
+            k, v = self.kv_proj(source).chunk(2, dim=-1)
+        else:
+            k, v = self.k_proj(source), self.v_proj(source)
+        return self._heads(k), self._heads(v)
 
     def apply_qk_positions(
         self, q: Tensor, k: Tensor, positions: Tensor | None, ids: Tensor | None = None

@@ -163,6 +163,19 @@ class BlockStack(nn.Module):
         position = torch.zeros((), dtype=torch.long, device=next(self.parameters()).device)
         return [LayerCache(self_attn=layer.self_attn.new_cache(static, position)) for layer in self.layers]
 
+    def prime_cache(self, cache: list[LayerCache], memory: Tensor) -> None:
+        """Ready ``cache`` for a first step like every later one: each layer's cross-attention
+        cache filled from ``memory`` (batch, src_len, d_model), as the first step would fill it,
+        and its static self-attention buffers allocated for ``batch`` rows, as the first append
+        would: a compiled step then serves the first step too."""
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            attn = layer.self_attn
+            if isinstance(layer_cache.self_attn, StaticKVCache):
+                like = memory.new_empty(memory.shape[0], attn.n_kv_heads, 0, attn.d_head)
+                layer_cache.self_attn.reserve(like, like)
+            if layer.cross_attn is not None and not layer_cache.cross_attn.length:
+                layer_cache.cross_attn.append(*layer.cross_attn.keys_values(memory))
+
     def new_cross_cache(self) -> list[LayerCache]:
         """Caches of cross-attention alone: the source's keys and values, projected on the first
         pass and reused, where self-attention re-reads the whole target each pass (a non-autoregressive

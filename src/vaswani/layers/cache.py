@@ -220,13 +220,20 @@ class StaticKVCache:
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Write (batch, heads, new, d_head) keys and values at :meth:`columns`; return the whole
         buffers (batch, heads, max_len, d_head)."""
-        if self._key is None or self._value is None:
-            self._key = key.new_zeros(*key.shape[:2], self.max_len, key.shape[3])
-            self._value = value.new_zeros(*value.shape[:2], self.max_len, value.shape[3])
+        self.reserve(key, value)
         at = self.columns(key.shape[2])
         self._key.index_copy_(2, at, key)
         self._value.index_copy_(2, at, value)
         return self._key, self._value
+
+    def reserve(self, key: Tensor, value: Tensor) -> None:
+        """Allocate the buffers for keys and values like ``key`` and ``value`` (batch, heads, any,
+        d_head: their batch, heads, d_head, dtype and device), unless they are: what the first
+        :meth:`append` does, done before it so that the first step finds the cache as every later
+        step does (one compiled graph for all)."""
+        if self._key is None or self._value is None:
+            self._key = key.new_zeros(*key.shape[:2], self.max_len, key.shape[3])
+            self._value = value.new_zeros(*value.shape[:2], self.max_len, value.shape[3])
 
     def advance(self, new: int) -> None:
         """Count ``new`` more tokens as fed (in place: every layer sharing ``position`` sees it)."""
