@@ -1370,7 +1370,7 @@ def compile_unavailable(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:
     with mock.patch.object(compiled_decoding, "BACKEND", "eager"):
         out, err = cli_ok(x, [*argv, "--compile"], capsys)
     assert out == plain and len(err.splitlines()) == 1
-    assert err.startswith("vaswani: --compile: 1 decoding step compiled in ")
+    assert err.startswith("vaswani: --compile: 1 decoding graph compiled in ")
 
 
 def compile_fails(x: Loaded, capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,7 +41,7 @@ def test_compiled_lm_rows_joining_leaving_and_restarting_equal_each_alone(positi
     assert counter.frame_count == len(compiled.buckets) >= 2  # one graph a bucket, every length in it
     said = capsys.readouterr().err.splitlines()  # a line as each bucket's graph is compiled
     assert [line.split(" compiled in ")[0] for line in said] == [
-        f"vaswani: --compile: {n} decoding step{'s' * (n > 1)}" for n in range(1, len(compiled.buckets) + 1)
+        f"vaswani: --compile: {n} decoding graph{'s' * (n > 1)}" for n in range(1, len(compiled.buckets) + 1)
     ]
     assert engine.cache is None and engine.static_mask is None
 

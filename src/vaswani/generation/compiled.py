@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +46,9 @@ RECOMPILE_LIMIT = 256
 (rows × columns, and a translator's source columns: up to about a hundred for one model)."""
 
 
+Out = TypeVar("Out")
+
+
 def bucket(n: int, smallest: int = 1) -> int:
     """The smallest power of two >= ``n`` and >= ``smallest``."""
     size = smallest
@@ -57,6 +60,13 @@ def bucket(n: int, smallest: int = 1) -> int:
 def _lm_step(model: GPT, tokens: Tensor, mask: Tensor, cache: list[Any]) -> Tensor:
     """A decoder-only model's next-token logits (rows, vocab) after ``tokens`` (rows, 1)."""
     return model(tokens, attention_mask=mask, cache=cache, last_only=True)[:, -1]
+
+
+def _seq2seq_encode(model: Transformer, src: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    """The encoder's output (rows, src_len, d_model) of ``src`` (rows, src_len) and each decoder
+    layer's cross-attention keys and values of it."""
+    memory = model.encode(src).memory
+    return memory, model.decoder.cross_keys_values(memory)
 
 
 def _seq2seq_step(
@@ -79,7 +89,7 @@ class CompiledDecoding:
         self.failure: str | None = None
         self.compile_seconds = 0.0
         self.buckets: set[tuple[Any, ...]] = set()
-        self._steps: dict[Callable[..., Tensor], Callable[..., Tensor]] = {}
+        self._steps: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     @classmethod
     def where_supported(
@@ -93,7 +103,7 @@ class CompiledDecoding:
             return None
         return cls(backend, mode)
 
-    def run(self, step: Callable[..., Tensor], key: tuple[Any, ...], *args: Any) -> Tensor:
+    def run(self, step: Callable[..., Out], key: tuple[Any, ...], *args: Any) -> Out:
         """``step(*args)`` through its compiled graph (``key``: the bucket), or eagerly once
         compilation has failed (after one line on stderr)."""
         if self.failure is not None:
@@ -127,7 +137,7 @@ class CompiledDecoding:
             return None
         graphs = len(self.buckets)
         return (
-            f"vaswani: --compile: {graphs} decoding step{'s' * (graphs > 1)} compiled in "
+            f"vaswani: --compile: {graphs} decoding graph{'s' * (graphs > 1)} compiled in "
             f"{self.compile_seconds:.1f} s (first runs), apart from decoding"
         )
 
@@ -203,9 +213,11 @@ def seq2seq_compiled_next_logits(
     src_columns = min(bucket(src_len, 8), model.config.max_len)
     padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
     columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
-    source = model.start_decoding(padded, static=columns)
+    encode_key = ("seq2seq-encode", rows, src_columns)
+    memory, keys_values = compiled.run(_seq2seq_encode, encode_key, model, padded)
+    source = model.start_decoding(padded, static=columns, memory=memory)
     assert source.cache is not None
-    model.decoder.prime_cache(source.cache, source.memory)
+    model.decoder.prime_cache(source.cache, memory, keys_values)
     key = ("seq2seq", rows, padded.shape[1], columns)
 
     def next_logits(tokens: Tensor) -> Tensor:

@@ -141,9 +141,15 @@ class Transformer(nn.Module):
         logits, _ = self.decode(tgt_in, self.encode(src))
         return logits
 
-    def start_decoding(self, src: Tensor, static: int | None = None) -> EncodedSource:
+    def start_decoding(
+        self, src: Tensor, static: int | None = None, memory: Tensor | None = None
+    ) -> EncodedSource:
         """Encode once and attach an empty KV cache for incremental decoding (static caches of
-        ``static`` columns in the decoder's self-attention when given)."""
-        source = self.encode(src)
+        ``static`` columns in the decoder's self-attention when given); ``memory``: the encoder's
+        output of ``src`` when it was computed already (a compiled encoder)."""
+        if memory is None:
+            source = self.encode(src)
+        else:
+            source = EncodedSource(memory, padding_mask(src, self.config.pad_id))
         source.cache = self.decoder.new_cache(static)
         return source
