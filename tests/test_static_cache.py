@@ -96,7 +96,8 @@ def test_transformer_static_decoder_cache_gives_the_growing_cache_logits(positio
         for static in (None, 12, "primed"):
             source = model.start_decoding(src, static=None if static is None else 12)
             if static == "primed":  # cross-attention filled and buffers allocated before the first step
-                model.decoder.prime_cache(source.cache, source.memory)
+                memory = source.memory
+                model.decoder.prime_cache(source.cache, memory, model.decoder.cross_keys_values(memory))
                 primed = source.cache
                 assert all(c.cross_attn.length == 6 and c.self_attn.key is not None for c in primed)
             steps = [model.decode(tgt[:, t : t + 1], source)[0] for t in range(tgt.shape[1])]

@@ -169,23 +169,21 @@ class BlockStack(nn.Module):
         return [layer.cross_attn.keys_values(memory) for layer in self.layers if layer.cross_attn is not None]
 
     def prime_cache(
-        self, cache: list[LayerCache], memory: Tensor, keys_values: list[tuple[Tensor, Tensor]] | None = None
+        self, cache: list[LayerCache], memory: Tensor, keys_values: list[tuple[Tensor, Tensor]]
     ) -> None:
         """Ready ``cache`` for a first step like every later one: each layer's cross-attention
-        cache filled from ``memory`` (batch, src_len, d_model) (with ``keys_values``, those of
-        :meth:`cross_keys_values` computed already), as the first step would fill it, and its
-        static self-attention buffers allocated for ``batch`` rows, as the first append would: a
-        compiled step then serves the first step too."""
-        crossing = iter(self.cross_keys_values(memory) if keys_values is None else keys_values)
+        cache filled with its ``keys_values`` (:meth:`cross_keys_values` of ``memory`` (batch,
+        src_len, d_model)), as the first step would fill it, and its static self-attention
+        buffers allocated for ``batch`` rows, as the first append would: a compiled step then
+        serves the first step too."""
+        crossing = iter(keys_values)
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             attn = layer.self_attn
             if isinstance(layer_cache.self_attn, StaticKVCache):
                 like = memory.new_empty(memory.shape[0], attn.n_kv_heads, 0, attn.d_head)
                 layer_cache.self_attn.reserve(like, like)
             if layer.cross_attn is not None:
-                keys, values = next(crossing)
-                if not layer_cache.cross_attn.length:
-                    layer_cache.cross_attn.append(keys, values)
+                layer_cache.cross_attn.append(*next(crossing))
 
     def new_cross_cache(self) -> list[LayerCache]:
         """Caches of cross-attention alone: the source's keys and values, projected on the first
