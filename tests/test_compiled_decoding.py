@@ -17,7 +17,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from tests.helpers import left_padded, position_gpt
 from vaswani.config import ModelConfig
 from vaswani.generation import compiled as compiled_module
-from vaswani.generation.compiled import CompiledDecoding, bucket, lm_compiled_next_logits
+from vaswani.generation.compiled import CompiledDecoding, ModelChanged, bucket, lm_compiled_next_logits
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
@@ -59,6 +59,14 @@ def test_compiled_gpt_generates_the_eager_ids(scheme, kv_heads, window, decoding
     assert compiled.failure is None and compiled.buckets == {("lm", 4, 64)}
 
 
+def test_a_compile_mode_compiles_too():
+    # torch.compile takes a mode or options, not both: with a mode, the guard filter is left out.
+    model = position_gpt("rope", max_len=64).float()
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"), mode="default")
+    assert _lm_ids(model, PROMPTS, GREEDY, compiled) == _lm_ids(model, PROMPTS, GREEDY)
+    assert compiled.failure is None and compiled.buckets == {("lm", 4, 64)}
+
+
 def test_one_graph_serves_every_prompt_length_and_batch_size_of_a_bucket():
     model = position_gpt("rope", max_len=64).float()
     counter = CompileCounterWithBackend("eager")
@@ -72,6 +80,46 @@ def test_one_graph_serves_every_prompt_length_and_batch_size_of_a_bucket():
     assert counter.frame_count == 3  # a single prompt: the bucket of one row
     assert compiled.buckets == {("lm", 4, 64), ("lm", 2, 64), ("lm", 1, 64)}
     assert compiled.compile_seconds > 0
+
+
+def _second_step_logits(model, compiled=None) -> torch.Tensor:
+    """The logits (rows, vocab) of the step after the prompts' prefill (compiled where asked)."""
+    ids, mask = left_padded(PROMPTS)
+    if compiled is None:
+        next_logits = lm_next_logits(model, mask, True, VOCAB)
+    else:
+        next_logits = lm_compiled_next_logits(model, mask, 4, compiled, VOCAB)
+    with torch.no_grad():
+        next_logits(ids)
+        return next_logits(torch.cat([ids, ids[:, -1:] + 1], dim=1))
+
+
+def test_each_compiled_decoding_runs_its_own_models_graphs():
+    # The graphs run without guards on the model: two models whose steps take the same tensors
+    # and differ only in an attribute (the norms' eps, a constant of the graph) must still each
+    # run their own graph.
+    first, second = position_gpt("rope", max_len=64).float(), position_gpt("rope", max_len=64).float()
+    for module in second.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = 0.5
+    eager = [_second_step_logits(model) for model in (first, second)]
+    assert not torch.allclose(eager[0], eager[1], atol=1e-3)
+    backend = CompileCounterWithBackend("eager")  # one backend, as "inductor" is for every model
+    for model, logits in zip((first, second), eager, strict=True):
+        torch.testing.assert_close(_second_step_logits(model, CompiledDecoding(backend)), logits)
+
+
+def test_a_compiled_decoding_refuses_another_model_or_a_changed_one():
+    model = position_gpt("rope", max_len=64).float()
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    _lm_ids(model, PROMPTS, GREEDY, compiled)
+    with pytest.raises(ModelChanged, match="the model of its first run"):
+        _lm_ids(position_gpt("rope", max_len=64).float(), PROMPTS, GREEDY, compiled)
+    with pytest.raises(ModelChanged, match=r"\(False, torch.float32\) → \(True, torch.float32\)"):
+        _lm_ids(model.train(), PROMPTS, GREEDY, compiled)
+    with pytest.raises(ModelChanged, match=r"→ \(False, torch.float64\)"):
+        _lm_ids(model.eval().double(), PROMPTS, GREEDY, compiled)
+    assert _lm_ids(model.float(), PROMPTS, GREEDY, compiled) == _lm_ids(model, PROMPTS, GREEDY)
 
 
 def _translator() -> Transformer:
