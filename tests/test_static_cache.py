@@ -33,6 +33,25 @@ def test_append_writes_at_the_position_and_returns_the_whole_buffer():
     assert int(cache.position) == 4  # appending does not advance: the stack does, once for its layers
 
 
+@pytest.mark.parametrize("index", [[1, 1, 0, 2, 2, 0], [2, 0, 1], [1]], ids=["more", "as many", "fewer"])
+def test_reorder_copies_the_filled_columns_into_the_buffer_a_whole_copy_gives(index):
+    # Beam search's reorder copies only the filled columns, reusing the buffer's first rows where
+    # there are no more of them: the buffers must be what indexing the whole buffer gives (the
+    # tail of zeros included), and a later append must see them so.
+    g = torch.Generator().manual_seed(0)
+    cache = StaticKVCache(6, torch.zeros((), dtype=torch.long))
+    cache.append(*[torch.randn(3, 2, 4, 5, generator=g) for _ in range(2)])
+    cache.advance(4)
+    rows = torch.tensor(index)
+    expected = [cache.key.index_select(0, rows), cache.value.index_select(0, rows)]
+    cache.reorder(rows)
+    assert torch.equal(cache.key, expected[0]) and torch.equal(cache.value, expected[1])
+    new = torch.randn(len(index), 2, 1, 5, generator=g)
+    keys, values = cache.append(new, -new)
+    expected[0][:, :, 4:5], expected[1][:, :, 4:5] = new, -new
+    assert torch.equal(keys, expected[0]) and torch.equal(values, expected[1])
+
+
 def test_placed_mask_is_causal_over_the_columns_with_the_window():
     mask = placed_mask(torch.tensor([2, 3]), 6, None)[0, 0]
     assert mask.tolist() == [[True, True, True, False, False, False], [True, True, True, True, False, False]]

