@@ -15,6 +15,7 @@ from vaswani.errors import ConfigError
 from vaswani.generation.config import DecodingConfig
 from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
+from vaswani.serve import limits
 from vaswani.serve.batching import BatchQueue, QueueFull
 from vaswani.serve.errors import validation_message, vaswani_param
 from vaswani.serve.settings import ServeSettings, exposure_warning
@@ -181,3 +182,17 @@ def test_on_step_sees_each_step_of_a_translation_and_can_stop_it():
 
     stopped = translate_ids(model, src, 1, 2, DecodingConfig(max_new_tokens=12), on_step=on_step).tokens
     assert seen == whole[0, :3].tolist() and stopped.tolist() == whole[:, :3].tolist()
+
+
+def test_the_free_memory_is_read_again_once_its_reading_is_old(monkeypatch):
+    reads, clock = [], [100.0]
+    monkeypatch.setattr(limits, "_free_readings", {})
+    monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(limits, "memory_available", lambda device: reads.append(device) or 1000 * len(reads))
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert limits.free_memory(cpu) == 1000 and len(reads) == 1
+    clock[0] += limits.FREE_MEMORY_SECONDS / 2
+    assert limits.free_memory(cpu) == 1000 and len(reads) == 1  # the reading still serves
+    assert limits.free_memory(meta) == 2000 and reads == [cpu, meta]  # each device its own
+    clock[0] += limits.FREE_MEMORY_SECONDS / 2
+    assert limits.free_memory(cpu) == 3000 and reads == [cpu, meta, cpu]
