@@ -129,6 +129,45 @@ def test_a_cancelled_row_leaves_and_the_others_are_unchanged():
         assert row.result().finish_reason == "length"
 
 
+def test_rows_joining_at_one_step_are_encoded_together_and_equal_each_alone(monkeypatch):
+    model = _model("rope")
+    sources = [[3, 4, 6, 7, 8, 9, 10], [3], [20, 2, 9], [4, 4, 11, 12, 13]]  # padded to 7 together
+    encoded: list[int] = []
+    encode = model.encode
+    monkeypatch.setattr(model, "encode", lambda src: encoded.append(src.shape[0]) or encode(src))
+    engine = _engine(model, max_batch=8)
+    rows = [engine.submit(source, _decoding(9)) for source in sources]
+    engine.step()
+    assert encoded == [4]  # one pass of the encoder for the four
+    while engine.rows:
+        engine.step()
+    for source, row in zip(sources, rows, strict=True):
+        assert row.result().ids == _alone(model, source, _decoding(9))
+
+
+def test_a_request_whose_prefill_fails_ends_alone_when_joining_with_others(monkeypatch):
+    model = _model()
+    engine = _engine(model, max_batch=8)
+    sources = [[3, 4, 6], [7, 8], [9, 10, 11, 12]]
+    prefill = engine._prefill
+    monkeypatch.setattr(engine, "_prefill_together", lambda rows: 1 / 0)  # the shared pass fails
+
+    def alone(row):
+        if row.prompt == sources[1]:
+            raise RuntimeError("no memory for this one")
+        return prefill(row)
+
+    monkeypatch.setattr(engine, "_prefill", alone)
+    rows = [engine.submit(source, _decoding(6)) for source in sources]
+    while engine.rows or engine.pending:
+        engine.step()
+    with pytest.raises(RuntimeError, match="no memory for this one"):
+        rows[1].result()
+    assert rows[1].finish_reason == "error"
+    for i in (0, 2):
+        assert rows[i].result().ids == _alone(model, sources[i], _decoding(6))
+
+
 def test_bad_requests_are_refused_at_submit():
     engine = Seq2SeqEngine(_model(), BOS, NEVER, _ids, max_batch=1, max_pending=1)
     with pytest.raises(DataError, match="max_len=24"):

@@ -69,7 +69,8 @@ class BatchEngine(Generic[State]):
     requests join, finished rows leave), each row's choice of its next token, and closing.
 
     A model's engine says how a joining row is prefilled alone (:meth:`_prefill`: its ``State``,
-    what it joins the batch with, and its first token), how the running batch steps
+    what it joins the batch with, and its first token; :meth:`_prefill_rows` may prefill the rows
+    that join at a step together), how the running batch steps
     (:meth:`_decode_batch`), how the batch is rebuilt on joining and leaving (:meth:`_rebuild`)
     and which rows restart their view (:meth:`_restart`). ``rows`` are the running requests in the
     order of the rows of ``cache`` (one :class:`LayerCache` per layer), whose self-attention
@@ -141,12 +142,7 @@ class BatchEngine(Generic[State]):
             print(self.compiled.report(), file=sys.stderr)
         joining = full + self._admit(self.max_batch - len(stepped) - len(full))
         prefilled: list[tuple[Request, State]] = []
-        for row in joining:
-            try:
-                state, token = self._prefill(row)
-            except Exception as error:  # one request's failure ends it alone
-                row._finish("error", error)
-                continue
+        for row, state, token in self._prefill_rows(joining) if joining else []:
             prefilled.append((row, state))
             tokens.append(token)
         done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}
@@ -162,6 +158,20 @@ class BatchEngine(Generic[State]):
     def _restart(self, rows: list[Request]) -> list[Request]:
         """The running ``rows`` that leave the batch to be prefilled again: none by default."""
         return []
+
+    def _prefill_rows(self, rows: list[Request]) -> list[tuple[Request, State, int]]:
+        """The joining ``rows`` that prefill, each with what it joins the batch with and its next
+        token: here each alone (:meth:`_prefill`), a request whose prefill fails ending alone with
+        its error."""
+        prefilled = []
+        for row in rows:
+            try:
+                state, token = self._prefill(row)
+            except Exception as error:  # one request's failure ends it alone
+                row._finish("error", error)
+                continue
+            prefilled.append((row, state, token))
+        return prefilled
 
     def _prefill(self, row: Request) -> tuple[State, int]:
         """``row`` alone in one forward pass: what it joins the batch with, and its next token."""
