@@ -1,9 +1,10 @@
 """Continuous batching of an encoder-decoder (a translation model): translation requests join and
 leave a running batch at step boundaries, so that a long translation does not hold back short ones.
 
-A joining request is encoded alone (its source in one pass of the encoder) and its first target
-token decoded alone from BOS, which fills its own decoder caches: self-attention (one column, BOS)
-and cross-attention (the keys and values of its source). Its rows then join the running batch's,
+The requests joining at a step are encoded together (their sources in one pass of the encoder,
+padded after their ends) and their first target tokens decoded together from BOS, which fills their
+decoder caches: self-attention (one column, BOS) and cross-attention (the keys and values of the
+sources); each request's rows are then cut out to its own source. They join the running batch's,
 as in :class:`~vaswani.generation.continuous.ContinuousEngine`: the decoder's self-attention caches
 left-padded (each row's tokens the newest columns; a target key mask gives each row its position
 ids, :meth:`Transformer.decode`'s ``target_mask``), the cross-attention caches and the encoder
