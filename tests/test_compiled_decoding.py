@@ -176,10 +176,14 @@ def test_compiled_beam_search_gives_the_eager_beams():
     assert fast.tokens.tolist() == eager.tokens.tolist()
     assert fast.lengths.tolist() == eager.lengths.tolist()
     torch.testing.assert_close(fast.scores, eager.scores)
-    # 5 sentences: the first step eager, then 8 rows × 3 hypotheses, and fewer as sentences end.
-    row_buckets = sorted(key[2] for key in compiled.buckets)
+    # 5 sentences: the encoder and the first step (8 rows, one hypothesis each) in graphs of their
+    # own, then 8 rows × 3 hypotheses, and fewer as sentences end.
+    assert {("seq2seq-encode", 8, 8), ("seq2seq-beam", 8, 8, 8, 32)} <= compiled.buckets
+    later = [key for key in compiled.buckets if key[0] == "seq2seq-beam" and key[1] != key[2]]
+    row_buckets = sorted(key[2] for key in later)
     assert row_buckets[-1] == 8 and len(row_buckets) > 1
-    assert all(key[1] == 3 * key[2] for key in compiled.buckets)
+    assert all(key[1] == 3 * key[2] for key in later)
+    assert len(compiled.buckets) == len(later) + 2
     assert counter.frame_count == len(compiled.buckets)  # one graph a bucket, whatever the step
 
 

@@ -6,8 +6,9 @@ compiled with ``dynamic=False`` and ``fullgraph=True``: every shape in it is fix
 :class:`~vaswani.layers.cache.StaticKVCache` of a power-of-two number of columns (at least
 :data:`SMALLEST_BUFFER`, at most the model's ``max_len``) that holds the prompt and the budget,
 its position a tensor. Prompts of any length and batches of any size within a bucket therefore
-reuse one graph. The prefill (a language model's prompt, beam search's first step, which fills
-the cross-attention caches) runs eagerly, once per call; the steps after it run the graph. The
+reuse one graph. A language model's prefill (its prompt) runs eagerly, once per call; the steps
+after it run the graph; a translation's encoder is a graph of its own and its first step runs
+through a step graph too (the cross-attention caches primed before it). The
 next-token functions built here are :data:`~vaswani.generation.sampling.NextLogits`, so greedy
 search and sampling are :func:`~vaswani.generation.sampling.generate`'s own, through the same
 ``choose_next`` and generator: the ids are eager's wherever the logits are.
@@ -283,10 +284,12 @@ def seq2seq_compiled_beams(
 ) -> Reorderable:
     """Beam search's next-token function and reordering of an encoder-decoder
     (:func:`~vaswani.generation.seq2seq.seq2seq_decoding`'s) with the decoder's self-attention on
-    static caches, its steps after the first compiled.
+    static caches, the encoder and every step compiled.
 
-    The source is padded as :func:`seq2seq_compiled_next_logits` pads it (rows and columns to
-    buckets), the caches to a bucket of 1 + ``budget`` columns. Each source row serves ``hyps``
+    The source is padded, encoded and the caches primed as :func:`seq2seq_compiled_next_logits`
+    does it (rows and columns to buckets, the encoder's graph shared with greedy decoding's), the
+    caches a bucket of 1 + ``budget`` columns; the first step (one hypothesis a source row) is a
+    graph of its own, the later ones (``beam`` a row) another. Each source row serves ``hyps``
     consecutive decoder rows (1 at the first step, the beam after it). When the search drops the
     rows it has finished, the rows kept are padded up to the bucket of their number, the decoder
     rows with them (padding rows copy row 0: computed, never read), so that a graph serves every
@@ -294,16 +297,18 @@ def seq2seq_compiled_beams(
     batch, src_len = src.shape
     pad = model.config.pad_id
     src_columns = min(bucket(src_len, 8), model.config.max_len)
-    padded = F.pad(_pad_rows(src, bucket(batch), pad), (0, src_columns - src_len), value=pad)
+    rows = bucket(batch)
+    padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
     columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
-    source = model.start_decoding(padded, static=columns)
+    memory, keys_values = compiled.run(_seq2seq_encode, ("seq2seq-encode", rows, src_columns), model, padded)
+    source = model.start_decoding(padded, static=columns, memory=memory)
+    assert source.cache is not None
+    model.decoder.prime_cache(source.cache, memory, keys_values)
     shape = {"real": batch, "hyps": 1}  # source rows still searching; decoder rows per source row
 
     def next_logits(tokens: Tensor) -> Tensor:
         rows = source.memory.shape[0] * shape["hyps"]
         step_input = _newest(tokens, rows, pad)
-        if tokens.shape[1] == 1:  # the first step, eagerly: it fills the cross-attention caches
-            return _seq2seq_step(model, step_input, source)[: tokens.shape[0]]
         key = ("seq2seq-beam", rows, source.memory.shape[0], src_columns, columns)
         return compiled.run(_seq2seq_step, key, model, step_input, source)[: tokens.shape[0]]
 
