@@ -142,7 +142,7 @@ class BatchEngine(Generic[State]):
             print(self.compiled.report(), file=sys.stderr)
         joining = full + self._admit(self.max_batch - len(stepped) - len(full))
         prefilled: list[tuple[Request, State]] = []
-        for row, state, token in self._prefill_rows(joining) if joining else []:
+        for row, state, token in self._prefill_rows(joining):
             prefilled.append((row, state))
             tokens.append(token)
         done = {id(r) for r, t in zip(stepped + [r for r, _ in prefilled], tokens, strict=True) if r._push(t)}

@@ -123,10 +123,12 @@ class Seq2SeqEngine(BatchEngine[EncodedSource]):
         src = [r.prompt + [pad] * (longest - len(r.prompt)) for r in rows]
         source = self.model.start_decoding(torch.tensor(src, dtype=torch.long, device=self.device))
         start = torch.tensor([r.tokens for r in rows], dtype=torch.long, device=self.device)
-        tokens = self._choose(self._logits(start, source, None), rows)
+        logits = self._logits(start, source, None)
+        states = row_sources(source, [len(r.prompt) for r in rows])
+        tokens = self._choose(logits, rows)  # last: a pass redone alone must find the generators untouched
         for row in rows:
             row.cached = len(row.tokens)
-        return list(zip(rows, row_sources(source, [len(r.prompt) for r in rows]), tokens, strict=True))
+        return list(zip(rows, states, tokens, strict=True))
 
     def _prefill(self, row: Request) -> tuple[EncodedSource, int]:
         """The row's source encoded alone and its first token decoded from BOS: its encoded source
