@@ -248,6 +248,27 @@ def lm_compiled_next_logits(
     return next_logits
 
 
+def _primed_source(
+    model: Transformer, src: Tensor, budget: int, compiled: CompiledDecoding
+) -> tuple[EncodedSource, int]:
+    """``src`` (batch, src_len) padded to :func:`bucket` rows and a bucket of columns (at least 8,
+    at most ``max_len``; the pad id: masked keys), encoded through the ``seq2seq-encode`` graph,
+    and its decoding state with static self-attention caches of a bucket of 1 + ``budget``
+    columns within the context, primed for a first step like every later one
+    (:meth:`BlockStack.prime_cache <vaswani.layers.blocks.BlockStack.prime_cache>`); and those
+    columns."""
+    batch, src_len = src.shape
+    rows, pad = bucket(batch), model.config.pad_id
+    src_columns = min(bucket(src_len, 8), model.config.max_len)
+    padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
+    columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
+    memory, keys_values = compiled.run(_seq2seq_encode, ("seq2seq-encode", rows, src_columns), model, padded)
+    source = model.start_decoding(padded, static=columns, memory=memory)
+    assert source.cache is not None
+    model.decoder.prime_cache(source.cache, memory, keys_values)
+    return source, columns
+
+
 def seq2seq_compiled_next_logits(
     model: Transformer, src: Tensor, budget: int, compiled: CompiledDecoding
 ) -> NextLogits:
@@ -260,18 +281,10 @@ def seq2seq_compiled_next_logits(
     the static buffers allocated before the first step (:meth:`BlockStack.prime_cache
     <vaswani.layers.blocks.BlockStack.prime_cache>`), so that the first step (BOS) runs through
     the same graph as the others: eager, it took a quarter of a short sentence's time at batch 1."""
-    batch, src_len = src.shape
-    rows = bucket(batch)
-    pad = model.config.pad_id
-    src_columns = min(bucket(src_len, 8), model.config.max_len)
-    padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
-    columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
-    encode_key = ("seq2seq-encode", rows, src_columns)
-    memory, keys_values = compiled.run(_seq2seq_encode, encode_key, model, padded)
-    source = model.start_decoding(padded, static=columns, memory=memory)
-    assert source.cache is not None
-    model.decoder.prime_cache(source.cache, memory, keys_values)
-    key = ("seq2seq", rows, padded.shape[1], columns)
+    batch, pad = src.shape[0], model.config.pad_id
+    source, columns = _primed_source(model, src, budget, compiled)
+    rows, src_columns = source.memory.shape[:2]
+    key = ("seq2seq", rows, src_columns, columns)
 
     def next_logits(tokens: Tensor) -> Tensor:
         return compiled.run(_seq2seq_step, key, model, _newest(tokens, rows, pad), source)[:batch]
@@ -294,16 +307,9 @@ def seq2seq_compiled_beams(
     rows it has finished, the rows kept are padded up to the bucket of their number, the decoder
     rows with them (padding rows copy row 0: computed, never read), so that a graph serves every
     step of a bucket: a search of 32 sentences compiles at most six (32, 16, …, 1 rows)."""
-    batch, src_len = src.shape
-    pad = model.config.pad_id
-    src_columns = min(bucket(src_len, 8), model.config.max_len)
-    rows = bucket(batch)
-    padded = F.pad(_pad_rows(src, rows, pad), (0, src_columns - src_len), value=pad)
-    columns = min(bucket(1 + budget, SMALLEST_BUFFER), model.config.max_len)
-    memory, keys_values = compiled.run(_seq2seq_encode, ("seq2seq-encode", rows, src_columns), model, padded)
-    source = model.start_decoding(padded, static=columns, memory=memory)
-    assert source.cache is not None
-    model.decoder.prime_cache(source.cache, memory, keys_values)
+    batch, pad = src.shape[0], model.config.pad_id
+    source, columns = _primed_source(model, src, budget, compiled)
+    src_columns = source.memory.shape[1]
     shape = {"real": batch, "hyps": 1}  # source rows still searching; decoder rows per source row
 
     def next_logits(tokens: Tensor) -> Tensor:
