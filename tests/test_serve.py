@@ -30,7 +30,7 @@ LINE = "汤姆追逐杰瑞 🐱🐭 猫和老鼠是好朋友 😀 café\n"
 PROMPT = "汤姆"
 CAPS = ServeSettings(
     device="cpu", max_tokens=48, max_inputs=4, max_input_chars=300, max_body_bytes=4000, max_wait_ms=50,
-    max_beam=8, max_prompt_tokens=40,
+    max_beam=8, max_prompt_tokens=40, stream_interval_ms=0,  # an event per token (test_serve_engine: paced)
 )  # fmt: skip
 
 

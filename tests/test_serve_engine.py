@@ -75,6 +75,20 @@ def test_concurrent_completions_equal_each_alone_and_streams_join_to_them(served
     assert 'vaswani_batch_size_count{model="run"}' in metrics
 
 
+def test_a_paced_stream_gathers_tokens_into_fewer_events_and_joins_to_the_one_shot_text(lm_run):
+    """With a long stream interval, the first token comes alone and the rest gather (the end cuts
+    the pause short); the text is the same."""
+    body = {"prompt": PROMPTS[0], "max_tokens": 30}
+    with serving(create_app([lm_run], ServeSettings(stream_interval_ms=1000))) as client:
+        (shot,) = client.post("/v1/completions", json=body, timeout=60).json()["choices"]
+        with client.stream("POST", "/v1/completions", json={**body, "stream": True}, timeout=60) as response:
+            found = _events(response)
+    texts = [e["choices"][0]["text"] for e in found]
+    assert "".join(texts) == shot["text"] and len(shot["text"]) > 10
+    assert len(found) < 10  # 30 tokens: the first, what gathered until the end, the finish reason
+    assert found[-1]["choices"][0]["finish_reason"] == shot["finish_reason"]
+
+
 def test_seeded_choices_differ_and_repeat(served):
     _, url = served
     body = {"prompt": "the", "max_tokens": 20, "temperature": 1.0, "seed": 5, "n": 3}

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
+import time
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +20,7 @@ from vaswani.generation.seq2seq import translate_ids
 from vaswani.models.transformer import Transformer
 from vaswani.serve import limits
 from vaswani.serve.batching import BatchQueue, QueueFull
+from vaswani.serve.engine import Waker
 from vaswani.serve.errors import validation_message, vaswani_param
 from vaswani.serve.settings import ServeSettings, exposure_warning
 from vaswani.serve.streaming import TextStream
@@ -36,10 +40,14 @@ def test_a_stream_never_cuts_a_character_and_joins_to_the_whole_text(byte_level)
     partial = [byte_level.decode(ids[:n]) for n in range(1, len(ids))]
     assert any(text.endswith("\ufffd") for text in partial)  # per-token decoding would show U+FFFD
     stream = TextStream(byte_level.decode)
-    pieces = [stream.push(token) for token in ids] + [stream.finish()]
+    pieces = [stream.push([token]) for token in ids] + [stream.finish()]
     assert "".join(pieces) == CJK
     assert not any("\ufffd" in piece for piece in pieces)
     assert sum(bool(piece) for piece in pieces) > 5  # it streams, not all at the end
+    for size in (2, 3, 7):  # tokens pushed several at a time (a paced stream): the same text
+        stream = TextStream(byte_level.decode)
+        pieces = [stream.push(ids[i : i + size]) for i in range(0, len(ids), size)] + [stream.finish()]
+        assert "".join(pieces) == CJK and not any("\ufffd" in piece for piece in pieces)
 
 
 def test_a_stream_holds_back_a_stop_string_s_beginning_and_cuts_before_it(byte_level):
@@ -47,7 +55,7 @@ def test_a_stream_holds_back_a_stop_string_s_beginning_and_cuts_before_it(byte_l
     stream = TextStream(byte_level.decode, ("END",))
     pieces = []
     for token in ids:
-        pieces.append(stream.push(token))
+        pieces.append(stream.push([token]))
         if stream.stopped:
             break
     pieces.append(stream.finish())
@@ -150,6 +158,8 @@ def test_settings_refuse_bad_caps_and_warn_when_exposed():
         ({"shutdown_s": -1.0}, ["--shutdown-s"]),
         ({"max_beam": 0}, ["--max-beam"]),
         ({"max_image_pixels": 0}, ["--max-image-pixels"]),
+        ({"stream_interval_ms": -1.0}, ["--stream-interval-ms", "0..1000"]),
+        ({"stream_interval_ms": math.nan}, ["--stream-interval-ms"]),
     ],
 )
 def test_settings_out_of_range_are_refused_in_one_line_naming_the_flag(fields, words):
@@ -196,3 +206,27 @@ def test_the_free_memory_is_read_again_once_its_reading_is_old(monkeypatch):
     assert limits.free_memory(meta) == 2000 and reads == [cpu, meta]  # each device its own
     clock[0] += limits.FREE_MEMORY_SECONDS / 2
     assert limits.free_memory(cpu) == 3000 and reads == [cpu, meta, cpu]
+
+
+def test_a_waker_wakes_for_tokens_only_while_they_are_awaited_and_always_at_an_end():
+    """The engine's thread wakes a streaming coroutine for a new token only while it waits for one;
+    a pause lets tokens gather (none wakes it), but a row's end cuts the pause short."""
+    token, end = SimpleNamespace(finish_reason=None), SimpleNamespace(finish_reason="stop")
+
+    async def elapsed(wake: Waker, row: SimpleNamespace, tokens: bool, seconds: float) -> float:
+        started = time.monotonic()
+        threading.Timer(0.02, wake, (row,)).start()  # from another thread, as the engine's
+        await wake.until(lambda: False, tokens=tokens, seconds=seconds)
+        return time.monotonic() - started
+
+    async def check() -> None:
+        wake = Waker()
+        assert await elapsed(wake, token, tokens=True, seconds=30) < 15
+        assert await elapsed(wake, token, tokens=False, seconds=0.5) >= 0.5
+        assert await elapsed(wake, end, tokens=False, seconds=30) < 15
+        await asyncio.wait_for(wake.until(lambda: True, tokens=False), 15)  # ready: no wait
+        wake(token)  # between waits: no wake-up scheduled
+        await asyncio.sleep(0.05)
+        assert not wake.event.is_set()
+
+    asyncio.run(check())

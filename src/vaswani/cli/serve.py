@@ -69,6 +69,13 @@ def add_parser(commands: Any) -> None:
         help=f"how long a batch waits for more requests, 0..10000 (default {caps.max_wait_ms})",
     )
     p.add_argument(
+        "--stream-interval-ms",
+        type=float,
+        default=caps.stream_interval_ms,
+        help="how long the tokens after a streamed event gather before the next, 0..1000 (0: an event "
+        f"per token; the first token and the end are never held; default {caps.stream_interval_ms:g})",
+    )
+    p.add_argument(
         "--max-request-mib",
         type=float,
         default=caps.max_request_mib,
@@ -110,6 +117,7 @@ def settings_of(args: argparse.Namespace) -> Any:
         queue_size=args.queue_size,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
+        stream_interval_ms=args.stream_interval_ms,
         device=args.device,
         debug=args.debug,
         compile=args.compile,

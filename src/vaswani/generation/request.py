@@ -103,6 +103,11 @@ class Request:
         return new
 
     @property
+    def unread(self) -> bool:
+        """Whether ids or the end wait to be read (:meth:`drain` would return or end)."""
+        return not self._ended and not self._events.empty()
+
+    @property
     def ended(self) -> bool:
         """Whether the reader has read the end (through :meth:`steps` or :meth:`drain`)."""
         return self._ended

@@ -137,29 +137,46 @@ def submit_rows(
     return rows
 
 
-def waker(each_token: bool) -> tuple[asyncio.Event, Callable[[EngineRequest], None]]:
-    """An event of the running loop and the engine's ``on_event`` that sets it from the engine's
-    thread: after each token, or (not ``each_token``) only when a row ends."""
-    loop, event = asyncio.get_running_loop(), asyncio.Event()
+class Waker:
+    """Wakes a coroutine of the running loop from the engine's thread (the engine's ``on_event``):
+    at a row's end, and after a new token only while the coroutine waits for tokens
+    (:meth:`until` with ``tokens``). A token that finds it busy or pausing costs the engine no
+    wake-up: each one is a write to the loop's self-pipe and a hand-over of the GIL between the
+    two threads, which took as long as a decoding step's own Python work for a small model."""
 
-    def wake(row: EngineRequest) -> None:
-        if each_token or row.finish_reason is not None:
-            loop.call_soon_threadsafe(event.set)  # raises once the loop is closed: the row is cancelled
+    def __init__(self) -> None:
+        self.loop, self.event = asyncio.get_running_loop(), asyncio.Event()
+        self.tokens = False  # whether a new token wakes the coroutine now
 
-    return event, wake
+    def __call__(self, row: EngineRequest) -> None:
+        if self.tokens or row.finish_reason is not None:  # raises once the loop is closed: the
+            self.loop.call_soon_threadsafe(self.event.set)  # row is then cancelled
+
+    async def until(self, ready: Callable[[], bool], tokens: bool, seconds: float | None = None) -> None:
+        """Return once ``ready()`` (checked first), a row has ended, a new token came (with
+        ``tokens``) or ``seconds`` have passed (None: no limit)."""
+        self.event.clear()
+        self.tokens = tokens
+        try:
+            if ready():
+                return
+            timer = None if seconds is None else self.loop.call_later(seconds, self.event.set)
+            try:
+                await self.event.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        finally:
+            self.tokens = False
 
 
-async def new_ids(row: EngineRequest, woken: asyncio.Event) -> AsyncIterator[list[int]]:
-    """The ids of ``row`` as the engine adds them, until it ends (its failure raised)."""
+async def ended(row: EngineRequest, wake: Waker) -> None:
+    """Until ``row`` has ended (its failure raised), woken by ``wake`` at its end only."""
     while True:
-        new = row.drain()
-        if new:
-            yield new
+        row.drain()
         if row.ended:
             return
-        if not new:
-            await woken.wait()
-            woken.clear()
+        await wake.until(lambda: row.finish_reason is not None, tokens=False)
 
 
 def generation(row: EngineRequest) -> Generation:
@@ -186,13 +203,12 @@ async def complete_rows(
     token's log-probability and as many alternatives."""
     engine: Engine = request.app.state.engines[served.name]
     with queue.hold():
-        woken, wake = waker(each_token=False)
+        wake = Waker()
         rows: list[EngineRequest] = []
         try:
             rows = submit_rows(engine, served, prompts, decoding, n, wake, logprobs)
             for row in rows:
-                async for _ in new_ids(row, woken):
-                    pass
+                await ended(row, wake)
         finally:
             gone = [row for row in rows if not row.ended]  # a client gone: they stop at the next step
             for row in gone:
@@ -218,8 +234,15 @@ def stream_rows(
     engine: Engine = request.app.state.engines[served.name]
     metrics = request.app.state.metrics
     queue.check_room()
-    woken, wake = waker(each_token=True)
+    pause = request.app.state.settings.stream_interval_ms / 1000
+    wake = Waker()
     rows = submit_rows(engine, served, prompts, decoding, n, wake, logprobs)
+
+    def unread() -> bool:  # a row has ids or its end to read
+        return any(row.unread for row in rows)
+
+    def ending() -> bool:  # a row has its end to read
+        return any(row.unread and row.finish_reason is not None for row in rows)
 
     async def events() -> AsyncIterator[str]:
         texts = [TextStream(engine.decode, decoding.stop) for _ in rows]
@@ -238,7 +261,7 @@ def stream_rows(
                         if new:
                             moved = True
                             kept = [j for j, t in enumerate(new) if t != row.eos_id]
-                            piece = "".join(texts[i].push(new[j]) for j in kept)
+                            piece = texts[i].push([new[j] for j in kept])
                             scored = row.logprobs[read[i] : read[i] + len(new)]
                             read[i] += len(new)
                             shown = [scored[j] for j in kept if j < len(scored)]
@@ -251,8 +274,9 @@ def stream_rows(
                                 yield sse(chunk(i, rest, None, []))
                             yield sse(chunk(i, "", done[i].finish_reason, []))
                     if not moved:
-                        await woken.wait()
-                        woken.clear()
+                        await wake.until(unread, tokens=True)
+                    elif pause and any(g is None for g in done):  # let tokens gather (up to a row's end)
+                        await wake.until(ending, tokens=False, seconds=pause)
                 finished = [g for g in done if g is not None]
                 metrics.tokens.labels(served.name).inc(sum(g.tokens for g in finished))
                 last = closing(finished) if closing is not None else None

@@ -17,6 +17,7 @@ from vaswani.errors import ConfigError
 API_KEY_ENV = "VASWANI_API_KEY"
 MAX_WAIT_MS = 10_000.0  # the longest a batch may wait for more requests: 10 s
 MAX_SHUTDOWN_S = 600.0
+MAX_INTERVAL_MS = 1000.0
 INT_CAPS = (
     "max_body_bytes", "max_inputs", "max_tokens", "max_input_chars", "max_prompt_tokens", "max_beam",
     "max_images", "max_image_pixels", "queue_size", "max_batch",
@@ -40,6 +41,8 @@ class ServeSettings:
     ``queue_size``: the most requests waiting or running per model before a 503; ``max_batch``,
     ``max_wait_ms``: the batching queue of one-shot requests (at most ``max_batch`` requests in one
     call of the model, collected for at most ``max_wait_ms`` after the first, at most 10 s).
+    ``stream_interval_ms``: after a streamed event, how long the tokens that follow gather before
+    the next (the first token and a row's end are never held; 0: an event per token, at most 1 s).
     ``device``: where the models run. ``debug``: log the traceback of a failed request (never sent
     to the client). ``quantize``, ``dtype``: the weights of
     the lm and translation runs (``--quantize int8``, ``--dtype bf16``; None: as saved). ``compile``:
@@ -62,6 +65,7 @@ class ServeSettings:
     queue_size: int = 256
     max_batch: int = 16
     max_wait_ms: float = 5.0
+    stream_interval_ms: float = 10.0
     device: str = "auto"
     debug: bool = False
     quantize: str | None = None
@@ -76,6 +80,9 @@ class ServeSettings:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not (math.isfinite(self.max_wait_ms) and 0 <= self.max_wait_ms <= MAX_WAIT_MS):
             raise ConfigError(f"--max-wait-ms must be in 0..{MAX_WAIT_MS:g}, got {self.max_wait_ms:g}")
+        interval = self.stream_interval_ms
+        if not (math.isfinite(interval) and 0 <= interval <= MAX_INTERVAL_MS):
+            raise ConfigError(f"--stream-interval-ms must be in 0..{MAX_INTERVAL_MS:g}, got {interval}")
         if not (math.isfinite(self.max_request_mib) and self.max_request_mib > 0):
             raise ConfigError(f"--max-request-mib must be a finite number > 0, got {self.max_request_mib:g}")
         if not (math.isfinite(self.shutdown_s) and 0 <= self.shutdown_s <= MAX_SHUTDOWN_S):

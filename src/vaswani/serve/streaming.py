@@ -33,9 +33,10 @@ class TextStream:
         self.shown = ""
         self.stopped = False
 
-    def push(self, token: int) -> str:
-        """Append ``token``; the new text that is now safe to show ("" when none is)."""
-        self.ids.append(token)
+    def push(self, tokens: Sequence[int]) -> str:
+        """Append ``tokens`` (decoded once, however many); the new text that is now safe to show
+        ("" when none is)."""
+        self.ids.extend(tokens)
         text, self.stopped = cut_at_stop(self.decode(self.ids), self.stop)
         safe = text[: len(text) - held_back(text, self.stop)]
         return self._advance(safe)
