@@ -9,7 +9,13 @@ looked at: only the step's cost), fitted as a + b · layers: ``a`` is what every
 the depth (the embedding, the output projection over the vocabulary, the argmax, the cache and the
 Python of the loop), ``b`` one decoder layer's self-attention, cross-attention and feed-forward.
 
+With ``--compile``, each run also decodes through ``Translator.compile_decoding()`` (the encoder,
+the first step and the later steps each a graph: the Python of an operator a layer gone), after a
+pass over the same sources that compiles every length bucket; the encoder's time is then inside
+its graph, so only the whole is timed.
+
     python benchmarks/decoder_depth.py runs/zh-ar runs/zh-desd
+    python benchmarks/decoder_depth.py runs/zh-ar runs/zh-desd --compile
     python benchmarks/decoder_depth.py --quick     # a smoke run on a tiny run it trains
 """
 
@@ -61,11 +67,34 @@ def timed_translation(translator: Translator, sources: list[str]) -> dict[str, f
     return spent
 
 
+def compiled_rates(
+    translators: list[Translator], sources: list[str], passes: int = 5
+) -> list[tuple[float, int]]:
+    """Sentences/s of each translator's compiled greedy decoding over ``sources`` one by one (the
+    best of ``passes``, the translators in turn, after a pass each that compiles them all), and how
+    many of its translations equal its eager ones."""
+    same = []
+    for translator in translators:
+        eager = [translator.translate([s], GREEDY, batch_size=1)[0] for s in sources]
+        translator.compile_decoding()
+        compiled = [translator.translate([s], GREEDY, batch_size=1)[0] for s in sources]
+        same.append(sum(c == e for c, e in zip(compiled, eager, strict=True)))
+    best = [float("inf")] * len(translators)
+    for _ in range(passes):
+        for i, translator in enumerate(translators):
+            start = time.perf_counter()
+            for source in sources:
+                translator.translate([source], GREEDY, batch_size=1)
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [(len(sources) / seconds, n) for seconds, n in zip(best, same, strict=True)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path, help="translation run directories")
     parser.add_argument("--sentences", type=int, default=100, help="test sources, one at a time (100)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny run trained for it")
+    parser.add_argument("--compile", action="store_true", help="also time each run's compiled decoding")
     args = parser.parse_args(argv)
     scratch = tempfile.TemporaryDirectory()
     if args.quick:
@@ -90,6 +119,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{n / translate['total']:.1f} | "
             f"{1000 * translate['encoder'] / n:.2f} | {1000 * decoding / steps:.3f} | {steps / n:.1f} |"
         )
+    if args.compile:
+        rates = compiled_rates([Translator.load(run, "cpu") for run in args.runs], sources)
+        print("\n| run | compiled sentences/s | against the first run | as eager |\n|---|---:|---:|---:|")
+        for run, (rate, same) in zip(args.runs, rates, strict=True):
+            print(f"| {run.name} | {rate:.1f} | {rate / rates[0][0]:.2f}× | {same} of {len(sources)} |")
     translator = Translator.load(args.runs[0], "cpu")
     own = list(translator.model.decoder.layers)
     per_step = {}

@@ -50,6 +50,7 @@ RECOMPILE_LIMIT = 256
 
 
 Out = TypeVar("Out")
+ModelState = tuple[bool, torch.dtype]  # a model's training flag and its parameters' dtype
 
 
 def bucket(n: int, smallest: int = 1) -> int:
@@ -104,7 +105,9 @@ class CompiledDecoding:
         self.compile_seconds = 0.0
         self.buckets: set[tuple[Any, ...]] = set()
         self._steps: dict[Callable[..., Any], Callable[..., Any]] = {}
-        self._model: tuple[weakref.ref[torch.nn.Module], tuple[bool, torch.dtype]] | None = None
+        # The bound model, its first parameter (whose dtype ``.to()`` changes in place: reading it
+        # there spares walking the modules at every step) and its (training, dtype) then.
+        self._model: tuple[weakref.ref[torch.nn.Module], weakref.ref[Tensor], ModelState] | None = None
 
     @classmethod
     def where_supported(
@@ -159,13 +162,17 @@ class CompiledDecoding:
         """Bind this object to ``model`` at its first run; raise :class:`ModelChanged` when a later
         run passes another model, or this one in another mode (``train()``) or dtype: its graphs
         run without guards on the model, so they would compute what they were traced from."""
-        state = (model.training, next(model.parameters()).dtype)
         if self._model is None:
-            self._model = (weakref.ref(model), state)
+            parameter = next(model.parameters())
+            self._model = (weakref.ref(model), weakref.ref(parameter), (model.training, parameter.dtype))
             return
-        bound, first = self._model
+        bound, parameter, first = self._model
         if bound() is not model:
             raise ModelChanged("compiled decoding serves the model of its first run: compile one for this")
+        tensor = parameter()
+        if tensor is None:  # the model's parameters were replaced
+            tensor = next(model.parameters())
+        state = (model.training, tensor.dtype)
         if state != first:
             raise ModelChanged(
                 f"the model changed since its first compiled step (training, dtype: {first} → {state}): "
