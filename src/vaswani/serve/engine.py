@@ -176,7 +176,8 @@ async def ended(row: EngineRequest, wake: Waker) -> None:
         row.drain()
         if row.ended:
             return
-        await wake.until(lambda: row.finish_reason is not None, tokens=False)
+        # its end is readable once queued (the engine sets the reason first, then queues the end)
+        await wake.until(lambda: row.finish_reason is not None and row.unread, tokens=False)
 
 
 def generation(row: EngineRequest) -> Generation:
