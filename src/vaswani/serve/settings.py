@@ -17,7 +17,7 @@ from vaswani.errors import ConfigError
 API_KEY_ENV = "VASWANI_API_KEY"
 MAX_WAIT_MS = 10_000.0  # the longest a batch may wait for more requests: 10 s
 MAX_SHUTDOWN_S = 600.0
-MAX_INTERVAL_MS = 1000.0
+MAX_STREAM_INTERVAL_MS = 1000.0  # the longest a stream's tokens may gather: 1 s
 INT_CAPS = (
     "max_body_bytes", "max_inputs", "max_tokens", "max_input_chars", "max_prompt_tokens", "max_beam",
     "max_images", "max_image_pixels", "queue_size", "max_batch",
@@ -81,8 +81,9 @@ class ServeSettings:
         if not (math.isfinite(self.max_wait_ms) and 0 <= self.max_wait_ms <= MAX_WAIT_MS):
             raise ConfigError(f"--max-wait-ms must be in 0..{MAX_WAIT_MS:g}, got {self.max_wait_ms:g}")
         interval = self.stream_interval_ms
-        if not (math.isfinite(interval) and 0 <= interval <= MAX_INTERVAL_MS):
-            raise ConfigError(f"--stream-interval-ms must be in 0..{MAX_INTERVAL_MS:g}, got {interval}")
+        if not (math.isfinite(interval) and 0 <= interval <= MAX_STREAM_INTERVAL_MS):
+            limit = f"{MAX_STREAM_INTERVAL_MS:g}"
+            raise ConfigError(f"--stream-interval-ms must be in 0..{limit}, got {interval:g}")
         if not (math.isfinite(self.max_request_mib) and self.max_request_mib > 0):
             raise ConfigError(f"--max-request-mib must be a finite number > 0, got {self.max_request_mib:g}")
         if not (math.isfinite(self.shutdown_s) and 0 <= self.shutdown_s <= MAX_SHUTDOWN_S):
