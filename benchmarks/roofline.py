@@ -12,9 +12,11 @@ seconds, one read and one write, best of every measurement of the run) and the b
 every weight matrix, bias and norm parameter once (the LM head's table whole, tied or not), one row
 of each embedding table, and the KV cache of the tokens so far, averaged over the generated tokens.
 Three weight formats: fp32, bf16 (the weights cast, as ``--dtype bf16``) and weight-only int8 (int8
-matrices with per-row fp32 scales, fp32 activations, as ``--quantize int8``). Each row prints
-tokens/s, the roofline and their ratio; the ratio is what ``run_all.py`` records (target: fp32 at
-60% of its roofline or more).
+matrices with per-row fp32 scales, fp32 activations, as ``--quantize int8``), eagerly, and fp32
+compiled as ``--compile`` decodes (a static cache, the step one graph whose products read the
+blocked copies of the weights: ``vaswani.layers.kernels.blocked_product``; the untimed first run
+compiles). Each row prints tokens/s, the roofline and their ratio; the ratio is what
+``run_all.py`` records (target: fp32, eager or compiled, at 60% of its roofline or more).
 
     python benchmarks/roofline.py                # GPT-2-124M: 16-token prompt, 64 new tokens
     python benchmarks/roofline.py --threads 1
@@ -33,6 +35,7 @@ import torch
 from timing import available_cores, cpu_description, record
 from torch import Tensor, nn
 
+from vaswani.generation.compiled import CompiledDecoding, lm_compiled_next_logits
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.interop.gpt2 import config_from_hf
@@ -41,7 +44,12 @@ from vaswani.models.gpt import GPT
 
 GPT2_124M = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}
 QUICK = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64, "vocab_size": 65}
-FORMATS = {"fp32": ("fp32", None), "bf16": ("bf16", None), "int8": (None, "int8")}  # (--dtype, --quantize)
+FORMATS = {  # (--dtype, --quantize, --compile)
+    "fp32": ("fp32", None, False),
+    "fp32, compiled": ("fp32", None, True),
+    "bf16": ("bf16", None, False),
+    "int8": (None, "int8", False),
+}
 TARGET = 0.6  # fp32 tokens/s over its roofline
 NEVER_EOS = -1  # generate() runs to max_new_tokens: argmax never returns -1
 
@@ -90,16 +98,21 @@ def cache_bytes(model: GPT, prompt: int, new_tokens: int, dtype: torch.dtype) ->
     return per_position * (prompt + (new_tokens + 1) / 2)
 
 
-def timed_generation(model: GPT, prompt: Tensor, new_tokens: int, reps: int) -> list[float]:
-    """Greedy tokens/s, batch 1, with the KV cache: ``reps`` runs after one untimed."""
+def timed_generation(
+    model: GPT, prompt: Tensor, new_tokens: int, reps: int, compiled: CompiledDecoding | None
+) -> list[float]:
+    """Greedy tokens/s, batch 1, with the KV cache (a static one, the steps ``compiled``, where
+    given): ``reps`` runs after one untimed (which compiles)."""
     mask = torch.ones_like(prompt, dtype=torch.bool)
     rates = []
     with torch.inference_mode():
         for rep in range(reps + 1):
             start = time.perf_counter()
-            tokens = generate(
-                lm_next_logits(model, mask, use_cache=True), prompt, new_tokens, NEVER_EOS, 0
-            ).tokens
+            if compiled is None:
+                next_logits = lm_next_logits(model, mask, use_cache=True)
+            else:
+                next_logits = lm_compiled_next_logits(model, mask, new_tokens, compiled)
+            tokens = generate(next_logits, prompt, new_tokens, NEVER_EOS, 0).tokens
             elapsed = time.perf_counter() - start
             if tokens.shape != (1, new_tokens):
                 raise RuntimeError(f"expected {new_tokens} new tokens, got {tuple(tokens.shape)}")
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     bandwidths = [copy_bandwidth(args.buffer_mib, 5)]
     rows = []
-    for name, (dtype, quantize) in FORMATS.items():
+    for name, (dtype, quantize, compile_steps) in FORMATS.items():
         torch.manual_seed(0)
         model = prepare_weights(
             GPT(config_from_hf({**shape, "resid_pdrop": 0.0, "attn_pdrop": 0.0})), quantize, dtype
@@ -141,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         prompt = torch.randint(
             0, shape["vocab_size"], (1, args.prompt), generator=torch.Generator().manual_seed(1)
         )
-        rates = timed_generation(model, prompt, args.new_tokens, args.reps)
+        compiled = CompiledDecoding() if compile_steps else None
+        rates = timed_generation(model, prompt, args.new_tokens, args.reps, compiled)
         bandwidths.append(copy_bandwidth(args.buffer_mib, 5))
         read = weight_bytes(model) + cache_bytes(model, args.prompt, args.new_tokens, act)
         rows.append((name, read, rates))
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         record(
             f"batch-1 greedy tokens/s of a {shape_name} shape against its memory roofline "
             f"(copy bandwidth ÷ bytes read a token)",
-            name, rates, [roof] * len(rates), "roofline", f">= {TARGET}" if name == "fp32" else "",
+            name, rates, [roof] * len(rates), "roofline", f">= {TARGET}" if name.startswith("fp32") else "",
         )  # fmt: skip
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 

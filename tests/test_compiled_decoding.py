@@ -22,6 +22,7 @@ from vaswani.generation.config import DecodingConfig
 from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
+from vaswani.layers.linear import Linear
 from vaswani.models.transformer import Transformer
 
 FALLBACK = "vaswani: --compile: torch.compile does not work here ("
@@ -120,6 +121,27 @@ def test_a_compiled_decoding_refuses_another_model_or_a_changed_one():
     with pytest.raises(ModelChanged, match=r"→ \(False, torch.float64\)"):
         _lm_ids(model.eval().double(), PROMPTS, GREEDY, compiled)
     assert _lm_ids(model.float(), PROMPTS, GREEDY, compiled) == _lm_ids(model, PROMPTS, GREEDY)
+
+
+def test_batch_1_decoding_reads_blocked_weights_which_follow_weights_changed_in_place():
+    """A bucket of one row compiles its products from the blocked copies of the weights
+    (``vaswani.layers.kernels.blocked_product``); after an in-place change of the weights (an
+    optimizer's step) the same graphs give the changed model's eager ids, not the old ones."""
+    model = position_gpt("rope", max_len=64).float()
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    one = PROMPTS[:1]
+    before = _lm_ids(model, one, GREEDY)
+    assert _lm_ids(model, one, GREEDY, compiled) == before and compiled.buckets == {("lm", 1, 64)}
+    projections = [m for m in model.modules() if isinstance(m, Linear)]
+    assert projections and all(m.blocked is not None for m in projections)
+    with torch.no_grad():
+        torch.manual_seed(5)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    after = _lm_ids(model, one, GREEDY)
+    assert after != before
+    assert _lm_ids(model, one, GREEDY, compiled) == after
+    assert compiled.backend.frame_count == 1  # the same graph throughout
 
 
 def _translator() -> Transformer:
@@ -223,4 +245,5 @@ def test_inductor_compiled_gpt_generates_the_eager_ids():
     if compiled is None:
         pytest.skip("inductor cannot compile here")
     assert _lm_ids(model, PROMPTS, GREEDY, compiled) == _lm_ids(model, PROMPTS, GREEDY)
+    assert _lm_ids(model, PROMPTS[:1], GREEDY, compiled) == _lm_ids(model, PROMPTS[:1], GREEDY)  # blocked
     assert compiled.failure is None

@@ -13,7 +13,14 @@ from torch import nn
 from tests.helpers import linear_reference
 from vaswani.layers import kernels
 from vaswani.layers.feedforward import FeedForward
-from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applies
+from vaswani.layers.linear import (
+    ACTIVATIONS,
+    HAS_ONEDNN,
+    Linear,
+    block_projections,
+    onednn_applies,
+    refresh_blocked,
+)
 
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
 
@@ -223,3 +230,60 @@ def test_onednn_training_inside_torch_compile_is_one_graph_with_eager_gradients(
     assert len(calls) == 5  # 2 forward products, 2 grad_W, the grad_x of the second layer (x needs none)
     for p, g in zip(ffn.parameters(), eager, strict=True):
         torch.testing.assert_close(p.grad, g)
+
+
+@pytest.mark.parametrize("out_features", [32, 21])
+def test_blocked_weight_holds_16_output_columns_a_block_zero_padded(out_features):
+    weight = torch.randn(out_features, 5)
+    blocked = kernels.blocked_weight(weight)
+    assert blocked.shape == (-(-out_features // 16), 5, 16) and blocked.is_contiguous()
+    n, k = torch.meshgrid(torch.arange(out_features), torch.arange(5), indexing="ij")
+    assert torch.equal(blocked[n // 16, k, n % 16], weight)
+    padding = torch.arange(out_features, blocked.shape[0] * 16)
+    assert not blocked[padding // 16, :, padding % 16].any()
+
+
+BLOCKED_INPUTS = {
+    "1 row": lambda: torch.randn(1, 16),
+    "1 row, 3-d": lambda: torch.randn(1, 1, 16),
+    "a decoder's last position": lambda: torch.randn(1, 7, 16)[:, -1:],
+    "2 rows": lambda: torch.randn(2, 1, 16),
+    "3 rows": lambda: torch.randn(3, 16),
+    "no rows": lambda: torch.randn(0, 16),
+}
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+@pytest.mark.parametrize("make", BLOCKED_INPUTS.values(), ids=BLOCKED_INPUTS)
+@pytest.mark.parametrize("out_features", [24, 32])
+def test_compiled_products_of_one_or_two_rows_read_blocked_weights(
+    make, out_features, activation, monkeypatch
+):
+    """Traced by ``torch.compile``, a layer with blocked weights computes rows <= BLOCKED_ROWS from them
+    (the product counted at tracing), F.linear's values; three rows, and eager calls, F.linear's path."""
+    torch.manual_seed(2)
+    layer, x = Linear(16, out_features), make()
+    traced = []
+    product = kernels.blocked_product
+    monkeypatch.setattr("vaswani.layers.linear.blocked_product", lambda *a: traced.append(1) or product(*a))
+    assert block_projections(nn.Sequential(layer)) == [layer] and layer.blocked is not None
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(lambda t: layer(t, activation), backend="eager", fullgraph=True)(x)
+        expected = len(traced)
+        assert expected == (x.numel() // 16 <= kernels.BLOCKED_ROWS)
+        torch.testing.assert_close(out, linear_reference(layer, x, activation), atol=1e-5, rtol=1e-5)
+        layer(x, activation)
+    assert len(traced) == expected
+
+
+def test_blocked_weights_are_made_for_float32_cpu_projections_only_and_refreshed_in_place():
+    model = nn.Sequential(Linear(16, 8), Linear(8, 4).double(), nn.Linear(4, 4))
+    projections = block_projections(model)
+    assert projections == [model[0]] and model[1].blocked is None
+    blocked = model[0].blocked
+    assert block_projections(model)[0].blocked is blocked  # kept
+    with torch.no_grad():
+        model[0].weight.mul_(2)
+    refresh_blocked(model[0])
+    assert model[0].blocked is blocked and torch.equal(blocked, kernels.blocked_weight(model[0].weight))

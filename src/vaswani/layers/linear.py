@@ -3,11 +3,15 @@ where MKL skips AVX-512)."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.layers.kernels import (
     HAS_ONEDNN,
+    blocked_applies,
+    blocked_product,
+    blocked_weight,
     onednn_applies,
     onednn_compiles,
     onednn_linear,
@@ -15,7 +19,7 @@ from vaswani.layers.kernels import (
     onednn_trains,
 )
 
-__all__ = ["ACTIVATIONS", "HAS_ONEDNN", "Linear", "onednn_applies"]
+__all__ = ["ACTIVATIONS", "HAS_ONEDNN", "Linear", "block_projections", "onednn_applies", "refresh_blocked"]
 
 ACTIVATIONS = {
     "none": lambda x: x,
@@ -38,10 +42,19 @@ class Linear(nn.Linear):
     ``torch.compile`` its product as one custom op where
     :func:`~vaswani.layers.kernels.onednn_compiles` chooses it. All are the same
     float32 arithmetic in another order (results differ at rounding level), faster at our
-    models' shapes.
+    models' shapes. Compiled decoding of one or two rows computes the product from ``blocked``,
+    a copy of the weight in blocks of 16 output columns (:func:`block_projections`;
+    :func:`~vaswani.layers.kernels.blocked_applies`), where it has one.
     """
 
+    blocked: Tensor | None = None
+    """The weight as :func:`~vaswani.layers.kernels.blocked_weight` (not a buffer: never saved), or None."""
+
     def forward(self, x: Tensor, activation: str = "none") -> Tensor:
+        if blocked_applies(x, self.blocked):
+            assert self.blocked is not None
+            y = blocked_product(x, self.blocked, self.out_features)
+            return ACTIVATIONS[activation](y if self.bias is None else y + self.bias)
         if onednn_applies(x, self.weight):
             out = onednn_linear(x, self.weight, self.bias, activation)
             if out is not None:
@@ -49,3 +62,28 @@ class Linear(nn.Linear):
         if onednn_trains(x, self.weight) or onednn_compiles(x, self.weight):
             return ACTIVATIONS[activation](onednn_train_linear(x, self.weight, self.bias))
         return ACTIVATIONS[activation](F.linear(x, self.weight, self.bias))
+
+
+def block_projections(model: nn.Module) -> list[Linear]:
+    """Give every float32 CPU :class:`Linear` of ``model`` its weight in blocks
+    (:attr:`Linear.blocked`, kept where it has one already) and return them: compiled decoding of
+    one or two rows reads those instead, at about the memory's speed, for a second copy of the
+    projections' weights. A weight changed in place afterwards needs :func:`refresh_blocked`."""
+    projections = [
+        m
+        for m in model.modules()
+        if isinstance(m, Linear) and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
+    ]
+    with torch.inference_mode(False):  # a normal tensor, which refresh_blocked may update in any mode
+        for projection in projections:
+            if projection.blocked is None:
+                projection.blocked = blocked_weight(projection.weight)
+    return projections
+
+
+def refresh_blocked(projection: Linear) -> None:
+    """Copy ``projection``'s weight into its blocked copy again, in place (the compiled graphs keep
+    reading the same tensor)."""
+    assert projection.blocked is not None
+    with torch.inference_mode(False), torch.no_grad():
+        projection.blocked.copy_(blocked_weight(projection.weight))
