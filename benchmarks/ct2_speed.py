@@ -35,6 +35,10 @@ Two models:
     python benchmarks/ct2_speed.py --quick         # smoke run: a tiny trained model, 16 sentences (seconds)
     python benchmarks/ct2_speed.py --compile       # and vaswani's compiled decoding (--compile)
 
+With ``--compile`` vaswani fp32 also decodes through its compiled graphs (``run_all.py`` asks for
+it), and at batch 1 vaswani int8 too (its products of one or two rows from blocked int8 weights,
+weight-only: ``vaswani.layers.kernels.blocked_product``), each against CTranslate2 at its precision.
+
 Needs ``ctranslate2`` (the ``ctranslate2`` extra, or ``compare``); without it, one line and exit 0.
 """
 
@@ -269,6 +273,8 @@ def bench_engines(
         ]
         if compile_steps:
             variants.append(("fp32, compiled", m.fp32, engines["float32"], CompiledDecoding()))
+            if size == 1:  # int8 compiled: its blocked weight-only products are for one or two rows
+                variants.append(("int8, compiled", m.int8, engines["int8"], CompiledDecoding()))
         for precision, model, engine, compiled in variants:
             ours_rates, ct2_rates, ours, theirs = race(
                 functools.partial(timed, functools.partial(vaswani_pass, model, m, work, beam, compiled)),
@@ -324,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="also vaswani's compiled decoding (torch.compile on static caches) against CT2 fp32",
+        help="also vaswani's compiled decoding (torch.compile on static caches): fp32, and int8 at batch 1",
     )
     args = parser.parse_args(argv)
     try:

@@ -13,9 +13,9 @@ every weight matrix, bias and norm parameter once (the LM head's table whole, ti
 of each embedding table, and the KV cache of the tokens so far, averaged over the generated tokens.
 Three weight formats: fp32, bf16 (the weights cast, as ``--dtype bf16``) and weight-only int8 (int8
 matrices with per-row fp32 scales, fp32 activations, as ``--quantize int8``), eagerly, and fp32
-compiled as ``--compile`` decodes (a static cache, the step one graph whose products read the
-blocked copies of the weights: ``vaswani.layers.kernels.blocked_product``; the untimed first run
-compiles). Each row prints tokens/s, the roofline and their ratio; the ratio is what
+and int8 compiled as ``--compile`` decodes (a static cache, the step one graph whose products read
+the blocked copies of the weights: ``vaswani.layers.kernels.blocked_product``; the untimed first
+run compiles). Each row prints tokens/s, the roofline and their ratio; the ratio is what
 ``run_all.py`` records (target: fp32, eager or compiled, at 60% of its roofline or more).
 
     python benchmarks/roofline.py                # GPT-2-124M: 16-token prompt, 64 new tokens
@@ -49,6 +49,7 @@ FORMATS = {  # (--dtype, --quantize, --compile)
     "fp32, compiled": ("fp32", None, True),
     "bf16": ("bf16", None, False),
     "int8": (None, "int8", False),
+    "int8, compiled": (None, "int8", True),
 }
 TARGET = 0.6  # fp32 tokens/s over its roofline
 NEVER_EOS = -1  # generate() runs to max_new_tokens: argmax never returns -1

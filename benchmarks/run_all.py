@@ -60,7 +60,7 @@ JOBS = (
     Job("translation fp32", "translation_speed.py", ("--fp32",)),
     Job("translation bf16", "translation_speed.py", ("--bf16",)),
     Job("beam search vs Marian", "marian_speed.py", ("--bf16",)),
-    Job("translation vs CTranslate2", "ct2_speed.py"),
+    Job("translation vs CTranslate2", "ct2_speed.py", ("--compile",)),
     Job("gpt", "gpt_speed.py", device=True),
     Job("compiled generation", "compiled_generation.py", ("--profile",), device=True),
     Job("memory roofline", "roofline.py"),

@@ -23,6 +23,7 @@ from vaswani.generation.lm import lm_next_logits
 from vaswani.generation.sampling import generate
 from vaswani.generation.seq2seq import translate_beam_ids, translate_ids
 from vaswani.layers.linear import Linear
+from vaswani.layers.quantize import Int8Linear, quantize_int8
 from vaswani.models.transformer import Transformer
 
 FALLBACK = "vaswani: --compile: torch.compile does not work here ("
@@ -142,6 +143,21 @@ def test_batch_1_decoding_reads_blocked_weights_which_follow_weights_changed_in_
     assert after != before
     assert _lm_ids(model, one, GREEDY, compiled) == after
     assert compiled.backend.frame_count == 1  # the same graph throughout
+
+
+def test_batch_1_decoding_of_int8_weights_is_the_weight_only_models():
+    """``--quantize int8 --compile`` at one row multiplies by the blocked int8 weights in float32
+    (weight-only): the ids of the float model whose weights are the dequantized s ⊙ q."""
+    model = quantize_int8(position_gpt("rope", max_len=64).float())
+    reference = position_gpt("rope", max_len=64).float()
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, Int8Linear):
+                reference.get_submodule(name).weight.copy_(module.dequantized(torch.float32))
+    compiled = CompiledDecoding(CompileCounterWithBackend("eager"))
+    one = PROMPTS[:1]
+    assert _lm_ids(model, one, GREEDY, compiled) == _lm_ids(reference, one, GREEDY)
+    assert all(m.blocked is not None for m in model.modules() if isinstance(m, Int8Linear))
 
 
 def _translator() -> Transformer:

@@ -12,15 +12,9 @@ from torch import nn
 
 from tests.helpers import linear_reference
 from vaswani.layers import kernels
+from vaswani.layers.blocked import block_projections, refresh_blocked
 from vaswani.layers.feedforward import FeedForward
-from vaswani.layers.linear import (
-    ACTIVATIONS,
-    HAS_ONEDNN,
-    Linear,
-    block_projections,
-    onednn_applies,
-    refresh_blocked,
-)
+from vaswani.layers.linear import ACTIVATIONS, HAS_ONEDNN, Linear, onednn_applies
 
 SHAPES = [(5, 16), (2, 3, 16), (0, 16), (2, 0, 16), (2, 3, 4, 16)]
 

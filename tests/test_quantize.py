@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tests.helpers import tiny_args, tiny_lm_run, write_reverse_task
@@ -14,6 +15,7 @@ from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.layers import kernels, quantize
+from vaswani.layers.blocked import block_projections
 from vaswani.layers.linear import Linear
 from vaswani.layers.quantize import Int8Linear, prepare_weights, quantize_int8, quantize_weight
 from vaswani.models.gpt import GPT
@@ -67,6 +69,27 @@ def test_the_kernel_and_the_dequantized_path_agree(monkeypatch, weight_only):
     monkeypatch.setattr(quantize, "_NO_KERNEL", {("cpu", torch.float32)})
     torch.testing.assert_close(int8(x), kernel, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(kernel, x @ int8.dequantized(torch.float32).T + int8.bias)
+
+
+@pytest.mark.parametrize("shape", [(1, 40), (1, 1, 40), (2, 40), (3, 40)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_compiled_rows_of_an_int8_layer_are_the_weight_only_product(shape, bias, monkeypatch):
+    """Traced by ``torch.compile`` with its blocked int8 weights, one or two rows are x (s ⊙ q)ᵀ + b
+    from them (the product counted at tracing; weight-only: the activations not quantized); three
+    rows the weight-only kernel's product."""
+    torch.manual_seed(4)
+    int8 = Int8Linear(nn.Linear(40, 24, bias=bias)).eval()
+    assert block_projections(nn.Sequential(int8)) == [int8] and int8.blocked.dtype == torch.int8
+    traced = []
+    product = kernels.blocked_product
+    monkeypatch.setattr(quantize, "blocked_product", lambda *a: traced.append(1) or product(*a))
+    x = torch.randn(*shape)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(lambda t: int8(t, "gelu"), backend="eager", fullgraph=True)(x)
+    assert len(traced) == (x.numel() // 40 <= kernels.BLOCKED_ROWS)
+    weight_only = F.gelu(F.linear(x, int8.dequantized(torch.float32), int8.bias))
+    torch.testing.assert_close(got, weight_only, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.skipif(not kernels.int8_rows_apply(torch.zeros(1)), reason="torch._int_mm on the CPU")

@@ -36,8 +36,8 @@ from torch import Tensor
 from vaswani.errors import VaswaniError
 from vaswani.generation.beam import Reorderable
 from vaswani.generation.sampling import NextLogits
+from vaswani.layers.blocked import Projection, block_projections, blocked_source, refresh_blocked
 from vaswani.layers.kernels import BLOCKED_ROWS
-from vaswani.layers.linear import Linear, block_projections, refresh_blocked
 from vaswani.models.gpt import GPT
 from vaswani.models.transformer import EncodedSource, Transformer
 from vaswani.runtime import CompileBackend, compile_failure, compile_unsupported
@@ -112,7 +112,7 @@ class CompiledDecoding:
         self._model: tuple[weakref.ref[torch.nn.Module], weakref.ref[Tensor], ModelState] | None = None
         # The projections given blocked weights (at the first bucket of at most BLOCKED_ROWS rows)
         # with each weight's version counter then: an in-place change moves it.
-        self._blocked: list[tuple[Linear, int]] | None = None
+        self._blocked: list[tuple[Projection, int]] | None = None
 
     @classmethod
     def where_supported(
@@ -130,14 +130,14 @@ class CompiledDecoding:
         """``step(*args)`` through its compiled graph (``key``: the bucket, its kind then its rows),
         or eagerly once compilation has failed (after one line on stderr). Before the first bucket
         of at most :data:`~vaswani.layers.kernels.BLOCKED_ROWS` rows is compiled, the model's
-        projections get their blocked weights (:func:`~vaswani.layers.linear.block_projections`),
+        projections get their blocked weights (:func:`~vaswani.layers.blocked.block_projections`),
         which that bucket's graph reads; a weight changed in place since is copied into them again
         before the next step."""
         if self.failure is not None:
             return step(*args)
         self._check_model(args[0])
         if self._blocked is None and key[1] <= BLOCKED_ROWS:
-            self._blocked = [(p, p.weight._version) for p in block_projections(args[0])]
+            self._blocked = [(p, blocked_source(p)._version) for p in block_projections(args[0])]
         elif self._blocked:
             self._follow_weights()
         compiled = self._steps.get(step)
@@ -169,9 +169,9 @@ class CompiledDecoding:
         a hundred projections unchanged."""
         assert self._blocked is not None
         for i, (projection, version) in enumerate(self._blocked):
-            if projection.weight._version != version:
+            if blocked_source(projection)._version != version:
                 refresh_blocked(projection)
-                self._blocked[i] = (projection, projection.weight._version)
+                self._blocked[i] = (projection, blocked_source(projection)._version)
 
     def _mode_or_options(self) -> dict[str, Any]:
         """``torch.compile``'s ``mode``, or where none is asked for and this torch has it (2.7 and

@@ -12,7 +12,8 @@
   :mod:`~vaswani.layers.linear`, :mod:`~vaswani.layers.cross_entropy` (the LM head and its loss in
   one chunked pass);
 - :mod:`~vaswani.layers.lora` (low-rank adapters of the projections, merged or not);
-- :mod:`~vaswani.layers.quantize` (int8 and bf16 inference weights) and
+- :mod:`~vaswani.layers.quantize` (int8 and bf16 inference weights),
+  :mod:`~vaswani.layers.blocked` (the weights in blocks for compiled batch-1 decoding) and
   :mod:`~vaswani.layers.kernels` (every machine-tuned choice, with what was measured).
 """
 

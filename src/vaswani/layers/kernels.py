@@ -167,7 +167,7 @@ reads the weights once a row there)."""
 def blocked_weight(weight: Tensor) -> Tensor:
     """W (out, in) as B (⌈out / 16⌉, in, 16): blocks of :data:`BLOCK_COLUMNS` output columns, B[b, k, j]
     = W[16 b + j, k], each block's in × 16 floats contiguous, zero columns padding out to a
-    multiple of 16. A copy, detached from autograd."""
+    multiple of 16, in W's dtype (float32, or int8 for quantized weights). A copy, detached from autograd."""
     out, width = weight.shape
     w = weight.detach()
     if pad := -out % BLOCK_COLUMNS:
@@ -175,26 +175,31 @@ def blocked_weight(weight: Tensor) -> Tensor:
     return w.reshape(-1, BLOCK_COLUMNS, width).transpose(1, 2).contiguous()
 
 
-def blocked_product(x: Tensor, blocked: Tensor, out_features: int) -> Tensor:
+def blocked_product(x: Tensor, blocked: Tensor, out_features: int, scales: Tensor | None = None) -> Tensor:
     """x Wᵀ (…, out_features) for x (…, in) from W's :func:`blocked_weight` B: y[m, 16 b + j] =
-    Σ_k x[m, k] B[b, k, j]. Inductor compiles the broadcast product and sum to one loop over the
-    blocks, split between the threads, each block's weights read once, in order, into a 16-lane
-    vector sum: a batch-1 decoding step's products at the memory's speed, which oneDNN's and MKL's
-    GEMM reach at half of it on a row (:data:`BLOCKED_ROWS`). Eagerly it would hold the whole
-    (rows, in, out) product: for compiled graphs only (:func:`blocked_applies`)."""
-    sums = (x.reshape(-1, 1, blocked.shape[1], 1) * blocked).sum(2)  # (rows, blocks, 16)
-    return sums.reshape(*x.shape[:-1], blocked.shape[0] * BLOCK_COLUMNS)[..., :out_features]
+    Σ_k x[m, k] B[b, k, j]; for int8 weights q with per-output scales s (out_features,), W = s ⊙ q
+    and y = s ⊙ (x qᵀ), the int8 values widened in the loop (a quarter of float32's bytes read).
+    Inductor compiles the broadcast product and sum to one loop over the blocks, split between the
+    threads, each block's weights read once, in order, into a 16-lane vector sum: a batch-1
+    decoding step's products near the memory's speed, which oneDNN's and MKL's GEMM reach at half
+    of it on a row (:data:`BLOCKED_ROWS`). Eagerly it would hold the whole (rows, in, out) product:
+    for compiled graphs only (:func:`blocked_applies`)."""
+    weights = blocked if blocked.dtype == x.dtype else blocked.to(x.dtype)
+    sums = (x.reshape(-1, 1, blocked.shape[1], 1) * weights).sum(2)  # (rows, blocks, 16)
+    y = sums.reshape(*x.shape[:-1], blocked.shape[0] * BLOCK_COLUMNS)[..., :out_features]
+    return y if scales is None else y * scales
 
 
 def blocked_applies(x: Tensor, blocked: Tensor | None) -> bool:
     """Whether a projection of ``x`` should be :func:`blocked_product` of its ``blocked`` weights
-    (None where it has none): while ``torch.compile`` traces, float32 on the CPU, at most
-    :data:`BLOCKED_ROWS` rows, no autocast."""
+    (None where it has none): while ``torch.compile`` traces, float32 activations and float32 or
+    int8 weights on the CPU, at most :data:`BLOCKED_ROWS` rows, no autocast."""
     return (
         blocked is not None
         and torch.compiler.is_compiling()
         and x.device.type == "cpu"
-        and x.dtype == blocked.dtype == torch.float32
+        and x.dtype == torch.float32
+        and blocked.dtype in (torch.float32, torch.int8)
         and x.numel() <= BLOCKED_ROWS * x.shape[-1]
         and not torch.is_autocast_enabled("cpu")
     )

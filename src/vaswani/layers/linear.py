@@ -3,7 +3,6 @@ where MKL skips AVX-512)."""
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -11,7 +10,6 @@ from vaswani.layers.kernels import (
     HAS_ONEDNN,
     blocked_applies,
     blocked_product,
-    blocked_weight,
     onednn_applies,
     onednn_compiles,
     onednn_linear,
@@ -19,7 +17,7 @@ from vaswani.layers.kernels import (
     onednn_trains,
 )
 
-__all__ = ["ACTIVATIONS", "HAS_ONEDNN", "Linear", "block_projections", "onednn_applies", "refresh_blocked"]
+__all__ = ["ACTIVATIONS", "HAS_ONEDNN", "Linear", "onednn_applies"]
 
 ACTIVATIONS = {
     "none": lambda x: x,
@@ -43,8 +41,8 @@ class Linear(nn.Linear):
     :func:`~vaswani.layers.kernels.onednn_compiles` chooses it. All are the same
     float32 arithmetic in another order (results differ at rounding level), faster at our
     models' shapes. Compiled decoding of one or two rows computes the product from ``blocked``,
-    a copy of the weight in blocks of 16 output columns (:func:`block_projections`;
-    :func:`~vaswani.layers.kernels.blocked_applies`), where it has one.
+    a copy of the weight in blocks of 16 output columns
+    (:func:`~vaswani.layers.blocked.block_projections`), where it has one.
     """
 
     blocked: Tensor | None = None
@@ -62,28 +60,3 @@ class Linear(nn.Linear):
         if onednn_trains(x, self.weight) or onednn_compiles(x, self.weight):
             return ACTIVATIONS[activation](onednn_train_linear(x, self.weight, self.bias))
         return ACTIVATIONS[activation](F.linear(x, self.weight, self.bias))
-
-
-def block_projections(model: nn.Module) -> list[Linear]:
-    """Give every float32 CPU :class:`Linear` of ``model`` its weight in blocks
-    (:attr:`Linear.blocked`, kept where it has one already) and return them: compiled decoding of
-    one or two rows reads those instead, at about the memory's speed, for a second copy of the
-    projections' weights. A weight changed in place afterwards needs :func:`refresh_blocked`."""
-    projections = [
-        m
-        for m in model.modules()
-        if isinstance(m, Linear) and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
-    ]
-    with torch.inference_mode(False):  # a normal tensor, which refresh_blocked may update in any mode
-        for projection in projections:
-            if projection.blocked is None:
-                projection.blocked = blocked_weight(projection.weight)
-    return projections
-
-
-def refresh_blocked(projection: Linear) -> None:
-    """Copy ``projection``'s weight into its blocked copy again, in place (the compiled graphs keep
-    reading the same tensor)."""
-    assert projection.blocked is not None
-    with torch.inference_mode(False), torch.no_grad():
-        projection.blocked.copy_(blocked_weight(projection.weight))

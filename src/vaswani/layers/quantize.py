@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.errors import ConfigError
-from vaswani.layers.kernels import int8_rows_apply
+from vaswani.layers.kernels import blocked_applies, blocked_product, int8_rows_apply
 from vaswani.layers.linear import ACTIVATIONS
 
 __all__ = ["DTYPES", "QUANTIZATIONS", "Int8Linear", "cast_weights", "prepare_weights", "quantize_int8"]
@@ -74,7 +74,13 @@ class Int8Linear(nn.Module):
     inference-only stand-in of a :class:`~vaswani.layers.linear.Linear`, with its call signature
     (``x`` (…, in) → (…, out), an optional activation by name). The scales and the bias are kept
     in float32 and used in the activations' dtype. A forward pass in training mode is a
-    :class:`~vaswani.errors.ConfigError`: the weights have no gradients."""
+    :class:`~vaswani.errors.ConfigError`: the weights have no gradients. Compiled decoding of one or
+    two rows multiplies by ``blocked``, q in blocks of 16 output columns
+    (:func:`~vaswani.layers.blocked.block_projections`), where it has one: weight-only, the
+    activations kept in float32."""
+
+    blocked: Tensor | None = None
+    """q as :func:`~vaswani.layers.kernels.blocked_weight` (not a buffer: never saved), or None."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -95,6 +101,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor, activation: str = "none") -> Tensor:
         if self.training:
             raise ConfigError("int8 weights serve inference only (--quantize int8 does not train)")
+        if blocked_applies(x, self.blocked):  # compiled decoding of one or two rows: weight-only
+            assert self.blocked is not None
+            out = blocked_product(x, self.blocked, self.out_features, self.scales)
+            return ACTIVATIONS[activation](out if self.bias is None else out + self.bias)
         if not _NO_INT_MM and int8_rows_apply(x):
             try:
                 out = int8_rows_linear(
