@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         prompt = torch.randint(
             0, shape["vocab_size"], (1, args.prompt), generator=torch.Generator().manual_seed(1)
         )
-        compiled = CompiledDecoding() if compile_steps else None
+        # --quick traces the compiled formats without inductor's C++ (seconds, not a minute each)
+        compiled = CompiledDecoding("eager" if args.quick else None) if compile_steps else None
         rates = timed_generation(model, prompt, args.new_tokens, args.reps, compiled)
         bandwidths.append(copy_bandwidth(args.buffer_mib, 5))
         read = weight_bytes(model) + cache_bytes(model, args.prompt, args.new_tokens, act)
