@@ -276,8 +276,11 @@ def test_blocked_weights_are_made_for_float32_cpu_projections_only_and_refreshed
     projections = block_projections(model)
     assert projections == [model[0]] and model[1].blocked is None
     blocked = model[0].blocked
-    assert block_projections(model)[0].blocked is blocked  # kept
     with torch.no_grad():
         model[0].weight.mul_(2)
     refresh_blocked(model[0])
     assert model[0].blocked is blocked and torch.equal(blocked, kernels.blocked_weight(model[0].weight))
+    with torch.no_grad():
+        model[0].weight.add_(1)
+    assert block_projections(model)[0].blocked is blocked  # the same tensor, copied again
+    assert torch.equal(blocked, kernels.blocked_weight(model[0].weight))

@@ -30,9 +30,10 @@ def blocked_source(projection: Projection) -> Tensor:
 
 def block_projections(model: nn.Module) -> list[Projection]:
     """Give every float32 :class:`Linear` and every :class:`Int8Linear` of ``model`` on the CPU its
-    blocked weight (kept where it has one already) and return them: a second copy of their weights
-    (a quarter of float32's size for int8 ones). A weight changed in place afterwards needs
-    :func:`refresh_blocked`."""
+    blocked weight and return them: a second copy of their weights (a quarter of float32's size
+    for int8 ones). A projection that has one already gets it copied again in place (another
+    compiled decoding's graphs may read it, and the weight may have changed since). A weight
+    changed in place afterwards needs :func:`refresh_blocked`."""
     projections: list[Projection] = [
         m
         for m in model.modules()
@@ -43,6 +44,8 @@ def block_projections(model: nn.Module) -> list[Projection]:
         for projection in projections:
             if projection.blocked is None:
                 projection.blocked = blocked_weight(blocked_source(projection))
+            else:
+                refresh_blocked(projection)
     return projections
 
 
