@@ -13,7 +13,8 @@ product Σ_i x_q,i q_oi summed exactly in int32 (``torch._int_mm``) and scaled b
 bias. Each input is then within s_x / 2, so an output is within a further Σ_i |s_o q_oi| · s_x / 2 of
 the weight-only product; and a row's output depends on that row alone (not on the batch beside it:
 batched, cached and speculative decoding give what one row at a time gives). Elsewhere
-``torch.ops.aten._weight_int8pack_mm`` where the device and dtype have the kernel, else the weight
+``torch.ops.aten._weight_int8pack_mm`` where the device and dtype have the kernel (not in a graph
+compiled for the CPU: :func:`~vaswani.layers.kernels.int8pack_applies`), else the weight
 dequantized on the fly (``F.linear`` with s ⊙ q in the activations' dtype).
 """
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani.errors import ConfigError
-from vaswani.layers.kernels import blocked_applies, blocked_product, int8_rows_apply
+from vaswani.layers.kernels import blocked_applies, blocked_product, int8_rows_apply, int8pack_applies
 from vaswani.layers.linear import ACTIVATIONS
 
 __all__ = ["DTYPES", "QUANTIZATIONS", "Int8Linear", "cast_weights", "prepare_weights", "quantize_int8"]
@@ -115,7 +116,7 @@ class Int8Linear(nn.Module):
                 _NO_INT_MM.append(True)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         key = (x.device.type, x.dtype)
-        if key not in _NO_KERNEL:
+        if key not in _NO_KERNEL and int8pack_applies(x):
             try:
                 flat = x.reshape(-1, self.in_features)
                 out = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales.to(x.dtype))
