@@ -1,5 +1,6 @@
 """The bytes a decoding step reads, as ``benchmarks/roofline.py`` counts them for its roofline:
-counted apart from the parameters' own listing, for a tied and an untied head, fp32, bf16 and int8."""
+counted apart from the parameters' own listing, for a tied and an untied head, fp32, bf16 and int8;
+and the bandwidth each timed run is held against: the better of the copies just before and after it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from vaswani.layers.quantize import prepare_weights
 from vaswani.models.gpt import GPT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from roofline import weight_bytes
+from roofline import timed_generation, weight_bytes
 
 SHAPE = {"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 24, "vocab_size": 50}
 
@@ -46,3 +47,22 @@ def test_int8_reads_a_byte_a_weight_and_a_scale_a_row(tied):
     # the head's (the head reads its own int8 copy), is read one row a token
     table_row = 4 * SHAPE["n_embd"] if tied else 0
     assert after == before - 3 * matrices + 4 * rows + table_row
+
+
+class ScriptedMeter:
+    """A copy meter that reports the given bandwidths in turn."""
+
+    def __init__(self, figures: list[float]) -> None:
+        self.figures = iter(figures)
+
+    def bandwidth(self) -> float:
+        return next(self.figures)
+
+
+def test_each_timed_run_is_held_against_the_better_copy_beside_it():
+    gpt = model(tied=True).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    meter = ScriptedMeter([10.0, 30.0, 20.0, 5.0])  # before runs 1, 2, 3, and after run 3
+    rates, bandwidths = timed_generation(gpt, prompt, 4, 3, None, meter)
+    assert len(rates) == 3 and all(r > 0 for r in rates)
+    assert bandwidths == [30.0, 30.0, 20.0]
