@@ -1,15 +1,18 @@
 """``train.select_by``: the trainer keeps the best weights by a validation metric beside the last
 (ties to the newer, a loss downwards, a non-finite value never), ``translate`` and ``evaluate``
-use them and say which, and an old run directory without them keeps using its last weights."""
+use them and say which, ``export-hf`` (and so ``export-ctranslate2``) writes them, and an old run
+directory without them keeps using its last weights."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from tests.helpers import LineTask, copied_run
 from vaswani.cli import main
@@ -93,3 +96,27 @@ def test_an_average_written_over_the_last_weights_wins_over_the_best(tmp_path: P
     names = ", ".join(p.name for p in averaged.checkpoints)
     assert path == folder.weights and len(averaged.checkpoints) == 2
     assert note == f"weights: model.safetensors (the average of {names}: vaswani average)"
+
+
+def test_a_translation_run_is_exported_with_the_weights_it_translates_with(tmp_path, capsys):
+    run, _ = copied_run("translation", tmp_path)
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    config["train"]["select_by"] = "bleu"
+    (run / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    last = load_file(run / RunDir.WEIGHTS)
+    torch.manual_seed(0)
+    best = {name: t + 0.01 * torch.randn_like(t) if t.is_floating_point() else t for name, t in last.items()}
+    metadata = {"select_by": "bleu", "metric": "valid_bleu", "value": "1.0", "step": "1"}
+    save_file(best, run / RunDir.BEST, metadata=metadata)
+    assert chosen_weights(RunDir(run), "bleu")[0] == run / RunDir.BEST
+    # the same run holding those weights as its last ones, and no best
+    shutil.copytree(run, tmp_path / "as_last")
+    (tmp_path / "as_last" / RunDir.BEST).rename(tmp_path / "as_last" / RunDir.WEIGHTS)
+    for name in ("translation", "as_last"):
+        assert main(["export-hf", str(tmp_path / name), str(tmp_path / f"{name}-hf")]) == 0
+    capsys.readouterr()
+    exported = load_file(tmp_path / "translation-hf" / RunDir.WEIGHTS)
+    expected = load_file(tmp_path / "as_last-hf" / RunDir.WEIGHTS)
+    assert exported.keys() == expected.keys()
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, expected[name]), name

@@ -67,13 +67,14 @@ from vaswani.interop.sentencepiece import (
     marian_tokenizer,
     opus_files,
 )
-from vaswani.io import first_line, write_file
+from vaswani.io import first_line, load_weights, write_file
 from vaswani.layers.positions import halves_order, sinusoidal_table
 from vaswani.models.transformer import Transformer
 from vaswani.pipelines.translation import SRC_TOKENIZER, TASK, TGT_TOKENIZER
 from vaswani.rundir import RunDir
 from vaswani.tasks import registry
 from vaswani.tokenizer import TextTokenizer
+from vaswani.training.selection import chosen_weights
 
 
 def _rows(cfg: ModelConfig) -> list[KeyMap]:
@@ -299,7 +300,8 @@ def _special_tokens(tok: TextTokenizer) -> dict[str, str]:
 def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     """Write a ``MarianMTModel`` folder into ``out`` from the ``translation`` run ``run_dir``:
     ``config.json``, ``generation_config.json`` (vaswani's decoding: greedy, nothing forced,
-    Marian's pad never generated), ``model.safetensors``, and the tokenizers as ``tokenizer.json``
+    Marian's pad never generated), ``model.safetensors`` (the weights the run translates with:
+    :func:`~vaswani.training.selection.chosen_weights`), and the tokenizers as ``tokenizer.json``
     (the source side; ``target_tokenizer.json`` beside it when the target's differs, which
     ``vaswani import-hf`` reads back) with a ``tokenizer_config.json``.
 
@@ -314,7 +316,8 @@ def export_run(run_dir: Path, run: RunConfig, out: Path) -> None:
     with naming(run_dir / RunDir.CONFIG, ConfigError):
         hf_config = config_to_hf(run.model, tgt_tok)
     model = Transformer(run.model)
-    RunDir(run_dir).load_weights(model)
+    # the weights `vaswani translate` and `evaluate` use: the best by train.select_by where kept
+    load_weights(model, chosen_weights(RunDir(run_dir), run.train.select_by)[0])
     write_json(out / RunDir.CONFIG, hf_config)
     generation: dict[str, Any] = {
         "decoder_start_token_id": tgt_tok.bos_id,
