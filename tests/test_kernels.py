@@ -39,22 +39,6 @@ def test_the_explicit_path_where_it_was_measured_faster(shape, dtype, grad, expl
     assert kernels.explicit_attention_is_faster(q) is explicit
 
 
-@pytest.mark.parametrize(
-    ("shape", "dtype", "explicit"),
-    [
-        ((1, 4, 1, 16), torch.float32, True),  # compiled batch-1 decoding: inductor fuses it
-        ((2, 4, 8, 16), torch.float32, True),  # a source's hypotheses together
-        ((1, 4, 9, 16), torch.float32, False),  # more queries: SDPA
-        ((1, 4, 1, 16), torch.bfloat16, False),  # half precision keeps SDPA
-    ],
-)
-def test_a_traced_decoding_step_takes_the_explicit_path_at_any_rows(shape, dtype, explicit, monkeypatch):
-    q = torch.zeros(shape, dtype=dtype)
-    assert kernels.explicit_attention_is_faster(q) is (explicit and shape[0] * shape[1] >= 256)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert kernels.explicit_attention_is_faster(q) is explicit
-
-
 @pytest.mark.parametrize("kind", ["causal", "cross", "cross_grouped", "cached_step"])
 def test_attention_is_the_same_on_either_kernel(kind, monkeypatch):
     torch.manual_seed(0)

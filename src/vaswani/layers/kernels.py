@@ -50,19 +50,13 @@ def explicit_attention_is_faster(q: Tensor) -> bool:
       products beat the flash kernel, by about 6% of beam-search time
       (``benchmarks/marian_speed.py``). For a few rows (batch-1 generation) SDPA stays faster,
       8 against 18 µs a call.
-    - The same steps traced by ``torch.compile`` (compiled decoding), at any number of rows: inductor
-      fuses the explicit path's products, mask and softmax into loops of its own, where SDPA stays a
-      call of the flash kernel. AMD EPYC, 2 threads, one attention compiled alone, µs a call net of
-      an empty graph's 20: one query over (1, 8, 64, 32) keys 11 against 24, GPT-2's (1, 12, 1024,
-      64) 88 against 121; four queries a row over (64, 8, 32, 32) keys 291 against 1,189.
     """
     if q.device.type != "cpu":
         return False
     if q.requires_grad:
         return q.dtype in (torch.bfloat16, torch.float16)
     batch, heads, q_len = q.shape[:3]
-    many = batch * heads >= 256 or torch.compiler.is_compiling()
-    return q.dtype == torch.float32 and q_len <= 8 and many
+    return q.dtype == torch.float32 and q_len <= 8 and batch * heads >= 256
 
 
 SDPA_HAS_GQA = TorchVersion(torch.__version__) >= (2, 5)
