@@ -33,7 +33,7 @@ Two models:
   ``../shared/data/multi30k``, the trained model's sources) with random weights drawn as
   ``marian_speed.py`` draws them, for speed only (``--no-base`` skips it).
 
-    python benchmarks/ct2_speed.py                 # both models (about an hour on 2 cores)
+    python benchmarks/ct2_speed.py                 # both models (over an hour on 2 cores, --compile)
     python benchmarks/ct2_speed.py --run runs/zh --no-base
     python benchmarks/ct2_speed.py --quick         # smoke run: a tiny trained model, 16 sentences (seconds)
     python benchmarks/ct2_speed.py --compile       # and vaswani's compiled decoding (--compile)
