@@ -1,6 +1,6 @@
 """Every side-by-side benchmark, each in its own process, into one performance table.
 
-    python benchmarks/run_all.py            # the whole set: about an hour on 2 quiet cores
+    python benchmarks/run_all.py            # the whole set: over an hour on 2 quiet cores
     python benchmarks/run_all.py --quick    # every benchmark's smoke run: minutes
     python benchmarks/run_all.py --only gpt,bert --threads 2
 
