@@ -20,11 +20,11 @@ run compiles).
 B is measured around every timed run: the best of three copies just before it and of three just
 after it, each run's roofline taken from the better of the two. On a shared machine the bandwidth a
 process gets moves with its neighbours (on the 2-core AMD EPYC VM the copy figure moved between 34
-and 52 GB/s within one run of this benchmark, while the decoding rates moved by a tenth), so a run
-is held against the bandwidth of its own moment. Each row prints the median tokens/s, the median
-roofline and the median of the runs' shares, which ``run_all.py`` records (target: fp32, eager or
-compiled, at 60% of its roofline or more), and, stricter, the median tokens/s against the best copy
-of the whole benchmark.
+and 52 GB/s within one run of this benchmark, and over three runs the best copy moved by 44% where
+the compiled fp32 rate moved by a tenth), so a run is held against the bandwidth of its own
+moment. Each row prints the median tokens/s, the median roofline and the median of the runs'
+shares, which ``run_all.py`` records (target: fp32, eager or compiled, at 60% of its roofline or
+more), and, stricter, the median tokens/s against the best copy of the whole benchmark.
 
     python benchmarks/roofline.py                # GPT-2-124M: 16-token prompt, 64 new tokens
     python benchmarks/roofline.py --threads 1
